@@ -1,0 +1,69 @@
+"""Command line: `python -m profile_overlap [COMMAND] ...` (also the `profile-overlap` script).
+
+    torchrun --standalone --nproc-per-node 4 -m profile_overlap --mode compare
+    python -m profile_overlap analyze runs/<run>/split --json overlap.json
+    python -m profile_overlap explain --world-size 4
+
+Each command lives in its own module, imported only when it is chosen, so that `analyze` and
+`report` start without importing torch. A module provides `add_arguments(parser)` and
+`main(args) -> int`. Without a command, `run` is assumed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from profile_overlap.errors import UserError
+
+PROG = "profile_overlap"
+
+# name -> (module, one-line help). The order is the order of `--help`.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("profile_overlap.config", "run sequential and/or split under torchrun, verify and profile them (default)"),
+    "analyze": ("profile_overlap.analyze_cli", "measure overlap in any folder of PyTorch profiler traces"),
+    "explain": ("profile_overlap.explain", "the AllReduce == AllGather(ReduceScatter) worked example, no process group"),
+}
+
+
+def _top_level_help() -> str:
+    width = max(len(name) for name in COMMANDS)
+    rows = "\n".join(f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items())
+    return (
+        f"usage: {PROG} [COMMAND] [options]\n\n"
+        "Overlap profiler for PyTorch distributed training: all_reduce vs reduce_scatter + all_gather.\n\n"
+        f"commands:\n{rows}\n\n"
+        f"Without a command, `run` is assumed. `{PROG} COMMAND --help` explains each command's options.\n"
+    )
+
+
+def build_parser(command: str) -> argparse.ArgumentParser:
+    module_name, text = COMMANDS[command]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"{PROG} {command}", description=text[0].upper() + text[1:] + ".")
+    module.add_arguments(parser)
+    parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-h", "--help"):
+        print(_top_level_help(), end="")
+        return 0
+    command = argv.pop(0) if argv and argv[0] in COMMANDS else "run"
+    parser = build_parser(command)
+    args = parser.parse_args(argv)
+    try:
+        return int(args._module.main(args) or 0)
+    except UserError as err:
+        print(f"{PROG} {command}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"{PROG} {command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
