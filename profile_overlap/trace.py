@@ -1,0 +1,401 @@
+"""Load one PyTorch profiler (Kineto) Chrome-trace file into compact numpy columns.
+
+JSON only (plain or gzip, detected by content, any file name); never pickle. Does not import torch,
+so `analyze` starts fast.
+
+Memory: a 100 MB trace decoded into Python dicts takes well over 1 GB. We stream instead: the
+file is decompressed in chunks, each chunk is cut at an event boundary and decoded with msgspec
+into typed Structs that carry only the fields the analysis reads (unknown keys are skipped
+without being built), and the events we need are appended to compact columns before the next
+chunk is read. Peak memory is then about one chunk plus the columns, not the whole file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from profile_overlap.errors import UserError
+
+CHUNK_BYTES = 8 << 20
+"""Decompressed bytes decoded at a time."""
+
+KERNEL_CATS = frozenset({"kernel", "Kernel"})
+CPU_CATS = frozenset({"cpu_op", "user_annotation", "gpu_user_annotation"})
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime"})
+# CPU events whose arguments (shapes, dtypes) we keep: the ones that describe a collective.
+COLLECTIVE_OP_RE = re.compile(r"^(?:nccl:|rccl:|gloo:|c10d::|record_param_comms)")
+# Kernel arguments that describe a collective (recent PyTorch adds them to NCCL kernels).
+_KERNEL_COMM_ARGS = ("collective_name", "in_nelems", "out_nelems", "group_size")
+# A rank number in a file name, e.g. rank3.*, rank-3, worker3, host_3; else any short number.
+_RANK_IN_NAME = re.compile(r"(?:rank|worker|host|node|trainer)[-_]?(\d{1,5})(?!\d)", re.IGNORECASE)
+_NUMBER_IN_NAME = re.compile(r"(?<!\d)(\d{1,5})(?!\d)")
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_ARRAY_END = re.compile(rb"\}\s*\]")
+_MAX_SPLIT_TRIES = 16
+
+
+# ---------------------------------------------------------------- what msgspec decodes
+
+
+class _Args(msgspec.Struct, gc=False):
+    correlation: int = -1
+    external_id: int = msgspec.field(default=-1, name="External id")
+    external_id_lower: int = msgspec.field(default=-1, name="external id")
+    stream: int | str | None = None
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
+    collective_name: str | None = msgspec.field(default=None, name="Collective name")
+    in_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
+    dtype: str | None = None
+    group_size: int | None = msgspec.field(default=None, name="Group size")
+    pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
+    pg_ranks: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Process Group Ranks")
+    name: str | None = None  # thread_name / process_name metadata
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    args: _Args | None = None
+
+
+class _PgConfig(msgspec.Struct):
+    pg_name: str = ""
+    pg_size: int = 0
+
+
+class _DistributedInfo(msgspec.Struct):
+    backend: str | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    pg_config: list[_PgConfig] = []
+
+
+class _Outer(msgspec.Struct):
+    traceEvents: list[msgspec.Raw]
+    distributedInfo: _DistributedInfo | None = None
+
+
+_EVENTS = msgspec.json.Decoder(list[_Event])
+_OUTER = msgspec.json.Decoder(_Outer)
+
+
+# ---------------------------------------------------------------- what the analysis gets
+
+
+@dataclass(frozen=True)
+class CollectiveArgs:
+    """The arguments that describe a collective, from a kernel or a CPU op (None if absent)."""
+
+    collective_name: str | None = None
+    in_nelems: int | None = None
+    out_nelems: int | None = None
+    dtype: str | None = None
+    group_size: int | None = None
+    pg_name: str | None = None
+    input_dims: list | None = None
+    input_type: list | None = None
+
+
+@dataclass(frozen=True)
+class Events:
+    """One kind of event as columns. `name` and `tid` index into `names` / `tids`."""
+
+    names: tuple[str, ...]
+    tids: tuple[str, ...]
+    name: np.ndarray  # int32 codes
+    tid: np.ndarray  # int32 codes
+    ts: np.ndarray  # float64, µs
+    dur: np.ndarray  # float64, µs
+    cat: np.ndarray  # int8: index into the category tuple of the table
+    external_id: np.ndarray  # int64, -1 if absent
+    correlation: np.ndarray  # int64, -1 if absent
+    args: dict[int, CollectiveArgs]  # row -> collective args, only for collective events
+
+    def __len__(self) -> int:
+        return int(self.ts.size)
+
+    def name_of(self, row: int) -> str:
+        return self.names[self.name[row]]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """The parts of one trace file that the analysis reads."""
+
+    path: Path
+    rank: int | None
+    rank_source: str
+    """Where `rank` came from: "distributedInfo.rank", "file name", or "unknown"."""
+    pid: str
+    """The process id of the CPU events (the first seen), as a string."""
+    backend: str | None
+    world_size: int | None
+    pg_sizes: dict[str, int]
+    thread_names: dict[str, tuple[str, ...]]
+    """tid -> every name given to that thread by `thread_name` metadata events."""
+    kernels: Events
+    cpu: Events
+    """cpu_op (cat 0), user_annotation (cat 1) and gpu_user_annotation (cat 2) events."""
+    runtime_correlation: np.ndarray
+    runtime_ts: np.ndarray
+    runtime_tid: np.ndarray
+    """Runtime calls (cudaLaunchKernel ...): correlation, start and tid code (into cpu.tids)."""
+
+
+CPU_OP, USER_ANNOTATION, GPU_USER_ANNOTATION = 0, 1, 2
+_CPU_CAT_CODE = {"cpu_op": CPU_OP, "user_annotation": USER_ANNOTATION, "gpu_user_annotation": GPU_USER_ANNOTATION}
+
+
+class _Columns:
+    def __init__(self, names: dict[str, int], tids: dict[str, int]) -> None:
+        self.names, self.tids = names, tids
+        self.name, self.tid, self.cat = array("i"), array("i"), array("b")
+        self.ts, self.dur = array("d"), array("d")
+        self.ext, self.corr = array("q"), array("q")
+        self.args: dict[int, CollectiveArgs] = {}
+
+    def append(self, e: _Event, cat: int) -> int:
+        code = self.names.get(e.name)
+        if code is None:
+            code = self.names[e.name] = len(self.names)
+        tid = str(e.tid)
+        tcode = self.tids.get(tid)
+        if tcode is None:
+            tcode = self.tids[tid] = len(self.tids)
+        self.name.append(code)
+        self.tid.append(tcode)
+        self.cat.append(cat)
+        self.ts.append(e.ts)
+        self.dur.append(e.dur)
+        a = e.args
+        if a is None:
+            self.ext.append(-1)
+            self.corr.append(-1)
+        else:
+            self.ext.append(a.external_id if a.external_id != -1 else a.external_id_lower)
+            self.corr.append(a.correlation)
+        return len(self.ts) - 1
+
+    def freeze(self) -> Events:
+        names = tuple(self.names)
+        tids = tuple(self.tids)
+        return Events(
+            names=names, tids=tids,
+            name=np.frombuffer(self.name, dtype=np.int32).copy(),
+            tid=np.frombuffer(self.tid, dtype=np.int32).copy(),
+            ts=np.frombuffer(self.ts, dtype=np.float64).copy(),
+            dur=np.frombuffer(self.dur, dtype=np.float64).copy(),
+            cat=np.frombuffer(self.cat, dtype=np.int8).copy(),
+            external_id=np.frombuffer(self.ext, dtype=np.int64).copy(),
+            correlation=np.frombuffer(self.corr, dtype=np.int64).copy(),
+            args=self.args,
+        )
+
+
+def _collective_args(a: _Args) -> CollectiveArgs:
+    # Decode the lazily kept raw fields now: a msgspec.Raw pins the whole chunk in memory.
+    return CollectiveArgs(
+        collective_name=a.collective_name, in_nelems=a.in_nelems, out_nelems=a.out_nelems,
+        dtype=a.dtype, group_size=a.group_size, pg_name=a.pg_name,
+        input_dims=msgspec.json.decode(a.input_dims) if a.input_dims else None,
+        input_type=msgspec.json.decode(a.input_type) if a.input_type else None,
+    )
+
+
+class _Sink:
+    """Receives decoded events chunk by chunk and keeps what the analysis needs."""
+
+    def __init__(self) -> None:
+        tids: dict[str, int] = {}
+        self.kernels = _Columns({}, {})
+        self.cpu = _Columns({}, tids)
+        self.rt_corr, self.rt_ts, self.rt_tid = array("q"), array("d"), array("i")
+        self.thread_names: dict[str, list[str]] = {}
+        self.pid: str | None = None
+
+    def add(self, events: list[_Event]) -> None:
+        kernels, cpu = self.kernels, self.cpu
+        for e in events:
+            cat = e.cat
+            if cat in KERNEL_CATS:
+                row = kernels.append(e, 0)
+                a = e.args
+                if a is not None and (a.collective_name is not None or a.in_nelems is not None):
+                    kernels.args[row] = _collective_args(a)
+            elif cat in CPU_CATS:
+                row = cpu.append(e, _CPU_CAT_CODE[cat])
+                if cat == "cpu_op" and self.pid is None:
+                    self.pid = str(e.pid)
+                if e.args is not None and COLLECTIVE_OP_RE.match(e.name):
+                    cpu.args[row] = _collective_args(e.args)
+            elif cat in RUNTIME_CATS:
+                if e.args is not None and e.args.correlation != -1:
+                    self.rt_corr.append(e.args.correlation)
+                    self.rt_ts.append(e.ts)
+                    tid = str(e.tid)
+                    code = cpu.tids.get(tid)
+                    if code is None:
+                        code = cpu.tids[tid] = len(cpu.tids)
+                    self.rt_tid.append(code)
+            elif e.ph == "M" and e.name == "thread_name" and e.args is not None and e.args.name:
+                self.thread_names.setdefault(str(e.tid), []).append(e.args.name)
+
+
+# ---------------------------------------------------------------- streaming the file
+
+
+def _chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
+    """Decompressed content in chunks; gzip is recognised by its magic number, not the name."""
+    with open(path, "rb") as raw:
+        magic = raw.read(2)
+        raw.seek(0)
+        if magic == b"\x1f\x8b":
+            with gzip.GzipFile(fileobj=raw) as gz:
+                while chunk := gz.read(chunk_bytes):
+                    yield chunk
+        else:
+            while chunk := raw.read(chunk_bytes):
+                yield chunk
+
+
+def _decode_events(body: bytes | bytearray) -> list[_Event]:
+    return _EVENTS.decode(b"[" + body + b"]")
+
+
+def _stream(chunks: Iterator[bytes], on_events: Callable[[list[_Event]], None]) -> bytes:
+    """Feed every event of the `traceEvents` array to `on_events`, one chunk at a time. Returns
+    the rest of the document with an empty `traceEvents`, for the metadata.
+
+    A chunk is cut after the last `},` that ends an event. A `},` inside a string or a nested
+    object makes the part before it invalid JSON, so a failed decode tells us to try the one
+    before; a valid decode proves the cut is at an event boundary."""
+    head = bytearray()
+    match = None
+    for chunk in chunks:
+        start = max(0, len(head) - 32)
+        head += chunk
+        match = _EVENTS_KEY.search(head, start)
+        if match:
+            break
+    if match is None:
+        msgspec.json.decode(bytes(head))  # raises DecodeError if it is not JSON at all
+        raise _NotATrace("it is JSON but has no `traceEvents` array")
+    prefix = bytes(head[: match.start()])
+    buf = bytes(head[match.end():])
+    del head
+    for chunk in chunks:
+        buf += chunk
+        buf = _emit_complete(buf, on_events)
+    return prefix + b'"traceEvents":[]' + _emit_last(buf, on_events)
+
+
+def _emit_complete(buf: bytes, on_events) -> bytes:
+    pos = buf.rfind(b"},")
+    for _ in range(_MAX_SPLIT_TRIES):
+        if pos == -1:
+            return buf
+        try:
+            events = _decode_events(buf[: pos + 1].lstrip(b" \t\r\n,"))
+        except msgspec.ValidationError:
+            raise
+        except msgspec.DecodeError:
+            pos = buf.rfind(b"},", 0, pos)
+            continue
+        on_events(events)
+        return buf[pos + 2:]
+    return buf
+
+
+def _emit_last(buf: bytes, on_events) -> bytes:
+    rest = buf.lstrip(b" \t\r\n,")
+    if rest.startswith(b"]"):
+        return rest[1:]
+    ends = list(_ARRAY_END.finditer(rest))
+    for m in reversed(ends[-_MAX_SPLIT_TRIES:]):
+        try:
+            events = _decode_events(rest[: m.start() + 1])
+        except msgspec.ValidationError:
+            raise
+        except msgspec.DecodeError:
+            continue
+        on_events(events)
+        return rest[m.end():]
+    raise msgspec.DecodeError("the `traceEvents` array is not closed: the file is cut short")
+
+
+class _NotATrace(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def rank_from_file_name(path: Path) -> int | None:
+    """The rank in a file name like rank3.json, worker1.pt.trace.json or host_0.123.pt.trace.json.gz."""
+    name = path.name
+    m = _RANK_IN_NAME.search(name)
+    if m is None:
+        m = _NUMBER_IN_NAME.search(name)
+    return int(m.group(1)) if m else None
+
+
+def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
+    """Read one trace file. Raises UserError naming the problem and the fix for a file that is
+    empty, not JSON, a cut-short gzip or JSON that is not a PyTorch profiler trace."""
+    path = Path(path)
+    fix = "remove it from the folder or pass --skip-bad"
+    try:
+        size = path.stat().st_size
+    except OSError as err:
+        raise UserError(f"cannot read {path}: {err.strerror}; check the path and its permissions") from None
+    if size == 0:
+        raise UserError(f"{path} is empty (0 bytes), probably an interrupted write; {fix}")
+    sink = _Sink()
+    try:
+        outer = _OUTER.decode(_stream(_chunks(path, chunk_bytes), sink.add))
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        raise UserError(f"{path} is a truncated or corrupt gzip file ({err}); re-copy it or {fix}") from None
+    except _NotATrace as err:
+        raise UserError(f"{path} is not a PyTorch profiler trace: {err}; {fix}") from None
+    except msgspec.ValidationError as err:
+        raise UserError(f"{path} is not a PyTorch profiler trace ({err}); {fix}") from None
+    except msgspec.DecodeError as err:
+        raise UserError(f"{path} is not valid JSON ({err}); {fix}") from None
+    except OSError as err:
+        raise UserError(f"cannot read {path}: {err}; {fix}") from None
+
+    info = outer.distributedInfo
+    if info is not None and info.rank is not None:
+        rank, rank_source = info.rank, "distributedInfo.rank"
+    else:
+        rank = rank_from_file_name(path)
+        rank_source = "file name" if rank is not None else "unknown"
+    return Trace(
+        path=path, rank=rank, rank_source=rank_source,
+        pid=sink.pid or "",
+        backend=info.backend if info else None,
+        world_size=info.world_size if info else None,
+        pg_sizes={pg.pg_name: pg.pg_size for pg in (info.pg_config if info else [])},
+        thread_names={tid: tuple(names) for tid, names in sink.thread_names.items()},
+        kernels=sink.kernels.freeze(),
+        cpu=sink.cpu.freeze(),
+        runtime_correlation=np.frombuffer(sink.rt_corr, dtype=np.int64).copy(),
+        runtime_ts=np.frombuffer(sink.rt_ts, dtype=np.float64).copy(),
+        runtime_tid=np.frombuffer(sink.rt_tid, dtype=np.int32).copy(),
+    )
