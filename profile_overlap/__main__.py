@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from profile_overlap.errors import UserError
@@ -38,13 +39,27 @@ def _top_level_help() -> str:
     )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad flag gets one line (problem and fix), not the whole usage block."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str) -> argparse.ArgumentParser:
     module_name, text = COMMANDS[command]
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"{PROG} {command}", description=text[0].upper() + text[1:] + ".")
+    parser = OneLineParser(prog=f"{PROG} {command}", description=text[0].upper() + text[1:] + ".")
     module.add_arguments(parser)
     parser.set_defaults(_module=module)
     return parser
+
+
+def report_user_error(command: str, err: UserError) -> None:
+    """One line on stderr. Under torchrun every rank usually hits the same error, so only each
+    node's local rank 0 prints it."""
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        print(f"{PROG} {command}: error: {err}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._module.main(args) or 0)
     except UserError as err:
-        print(f"{PROG} {command}: error: {err}", file=sys.stderr)
+        report_user_error(command, err)
         return err.exit_code
     except KeyboardInterrupt:
         print(f"{PROG} {command}: interrupted", file=sys.stderr)

@@ -1,0 +1,66 @@
+"""`explain`: the original demo's worked example, with real tensors and no process group.
+
+Rank r holds 4 consecutive numbers (rank 0: [1, 2, 3, 4], ..., rank 3: [13..16]). The sums are
+computed with torch exactly as the collectives define them: all_reduce gives every rank the sum;
+reduce_scatter gives rank r the r-th 1/N chunk of the sum; all_gather concatenates the chunks.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rich import box
+from rich.table import Table
+
+from profile_overlap.console import make_console
+from profile_overlap.errors import UserError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--world-size", type=int, default=4, metavar="N",
+                        help="ranks in the example; each holds N consecutive numbers (default: %(default)s)")
+
+
+def worked_example(world_size: int):
+    """The per-rank inputs and the three collectives' results, as plain lists."""
+    import torch
+
+    inputs = [torch.arange(r * world_size + 1, (r + 1) * world_size + 1, dtype=torch.float32) for r in range(world_size)]
+    total = torch.stack(inputs).sum(dim=0)  # what all_reduce(SUM) leaves on every rank
+    shards = list(total.chunk(world_size))  # reduce_scatter: rank r keeps chunk r of the sum
+    gathered = torch.cat(shards)  # all_gather of the shards, on every rank
+    return inputs, total, shards, gathered
+
+
+def main(args: argparse.Namespace) -> int:
+    n = args.world_size
+    if not 2 <= n <= 64:
+        raise UserError(f"--world-size {n} is out of range: give 2 to 64")
+    inputs, total, shards, gathered = worked_example(n)
+    equal = bool((total == gathered).all())
+    console = make_console()
+    console.print(f"[bold]AllReduce(X) == AllGather(ReduceScatter(X)), with {n} ranks[/bold]\n")
+
+    table = Table(box=box.SIMPLE_HEAVY)
+    for header in ("rank", "input X_r", "all_reduce", "reduce_scatter shard", "all_gather of shards"):
+        table.add_column(header, justify="right" if header == "rank" else "left")
+    as_text = lambda t: "[" + ", ".join(f"{v:g}" for v in t.tolist()) + "]"  # noqa: E731
+    for r in range(n):
+        table.add_row(str(r), as_text(inputs[r]), as_text(total), as_text(shards[r]), as_text(gathered))
+    console.print(table)
+    verdict = "[green]equal[/green]" if equal else "[red]NOT equal[/red]"
+    console.print(f"all_reduce result {as_text(total)} vs all_gather(reduce_scatter) {as_text(gathered)}: {verdict}\n")
+
+    traffic = 2 * (n - 1) / n
+    console.print(
+        "[bold]Why split it?[/bold]\n"
+        f"- Overlap: after the reduce_scatter each rank already holds its 1/{n} of the sum and can update it\n"
+        "  (an optimizer step on its shard); the all_gather that follows runs asynchronously, hidden\n"
+        "  behind the next compute, such as the next forward pass.\n"
+        f"- Memory: each rank keeps gradients and optimizer state for only 1/{n} of the parameters\n"
+        "  (ZeRO stages 2 and 3, FSDP).\n"
+        f"- Traffic: the same either way. A ring all_reduce sends 2({n}-1)/{n} = {traffic:.3g} x the data per rank;\n"
+        f"  reduce_scatter and all_gather send ({n}-1)/{n} = {traffic / 2:.3g} x each, {traffic:.3g} x together.\n"
+        "Measure it on real ranks: torchrun --standalone --nproc-per-node 4 -m profile_overlap --mode compare"
+    )
+    return 0 if equal else 1

@@ -1,0 +1,71 @@
+"""Run under torchrun, or launch local ranks with torch's own elastic launcher.
+
+Under torchrun the environment (RANK, WORLD_SIZE, MASTER_ADDR, ...) is already set and this
+process is one rank. Run as a plain `python -m profile_overlap`, it starts `--nproc-per-node`
+ranks on this machine through `torch.distributed.launcher.elastic_launch`, as the original demo
+did with mp.spawn, and reports the job's outcome in one line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+
+from profile_overlap.config import Config
+from profile_overlap.errors import UserError
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def under_torchrun() -> bool:
+    return all(v in os.environ for v in TORCHRUN_VARS)
+
+
+def default_nproc() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 4
+
+
+def _rank_entry(config: Config) -> int:
+    """One rank, in a process started by elastic_launch."""
+    from profile_overlap.__main__ import report_user_error
+
+    try:
+        return run_rank(config)
+    except UserError as err:
+        report_user_error("run", err)
+        sys.exit(err.exit_code)
+
+
+def run_rank(config: Config) -> int:
+    from profile_overlap import runner
+
+    code = runner.run(config)
+    if code:
+        sys.exit(code)
+    return code
+
+
+def launch_or_run(config: Config) -> int:
+    if under_torchrun():
+        return run_rank(config)
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    nproc = config.nproc_per_node or default_nproc()
+    launch_config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=nproc,
+        run_id=str(uuid.uuid4()), rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0",
+        max_restarts=0, monitor_interval=0.1,
+    )
+    try:
+        elastic_launch(launch_config, _rank_entry)(config)
+    except ChildFailedError as err:
+        rank, failure = err.get_first_failure()
+        code = failure.exitcode
+        if code == 2:  # a UserError, already printed by that rank
+            return 2
+        raise UserError(f"rank {rank} failed with exit code {code}; see its output above", exit_code=1) from None
+    return 0

@@ -1,0 +1,174 @@
+"""The metrics record: one frozen dataclass tree per run, written once as metrics.json.
+
+Renderers (console, TensorBoard, reports) read this record and never recompute. Every number
+here is defined in the README's "Metrics" section.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Unprofiled step times of one mode. A step's time is the slowest rank's."""
+
+    times_ms: tuple[float, ...]
+    """Empty when the mode stopped before its timed steps (a failed verification)."""
+    median_ms: float | None
+    p10_ms: float | None
+    p90_ms: float | None
+    mean_ms: float | None
+    min_ms: float | None
+    max_ms: float | None
+    method: str
+    """cuda_events (GPU) or perf_counter+barrier (CPU)."""
+
+    @classmethod
+    def from_times(cls, times_ms: list[float], *, method: str) -> StepTimes:
+        if not times_ms:
+            return cls(times_ms=(), median_ms=None, p10_ms=None, p90_ms=None, mean_ms=None, min_ms=None, max_ms=None, method=method)
+        ordered = sorted(times_ms)
+        return cls(
+            times_ms=tuple(times_ms),
+            median_ms=statistics.median(ordered),
+            p10_ms=_percentile(ordered, 10),
+            p90_ms=_percentile(ordered, 90),
+            mean_ms=statistics.fmean(ordered),
+            min_ms=ordered[0],
+            max_ms=ordered[-1],
+            method=method,
+        )
+
+
+def _percentile(ordered: list[float], pct: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default method)."""
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = (len(ordered) - 1) * pct / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes one rank holds in one mode."""
+
+    rank: int
+    param_bytes: int
+    grad_bytes: int
+    optimizer_state_bytes: int
+    peak_allocated_bytes: int | None
+    """torch.cuda.max_memory_allocated during the mode; None on CPU."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    passed: bool
+    max_abs_err: float
+    tolerance: float
+    num_checked: int
+    worst_rank: int
+    worst_step: int | None
+    worst_layer: int | None
+
+    def describe(self) -> str:
+        where = f"rank {self.worst_rank}"
+        if self.worst_step is not None:
+            where += f", step {self.worst_step}"
+        if self.worst_layer is not None:
+            where += f", layer {self.worst_layer}"
+        verdict = "OK" if self.passed else "FAILED"
+        return (f"{self.name}: {verdict} (max error {self.max_abs_err:.3g} at {where}; "
+                f"tolerance {self.tolerance:.3g} relative; {self.num_checked} checks)")
+
+
+@dataclass(frozen=True)
+class ModeMetrics:
+    mode: str
+    step_time: StepTimes
+    memory: tuple[Memory, ...]
+    checks: tuple[CheckResult, ...]
+    trace_dir: str | None
+    """Folder of this mode's traces, relative to the run folder."""
+    analysis: dict | None
+    """The `analyze --json` record of this mode's traces (schema in the README); None without profiling."""
+
+
+@dataclass(frozen=True)
+class Speedup:
+    measured: float
+    """sequential median step time / split median step time."""
+    predicted: float | None
+    """(comm_us + compute_us) / max(comm_us, compute_us) of the sequential mode: the ideal if all of
+    the sequential mode's communication could hide behind its compute."""
+
+
+@dataclass(frozen=True)
+class RunMetrics:
+    schema_version: int
+    run_dir: str
+    config: dict
+    env: dict
+    modes: dict[str, ModeMetrics]
+    checks: tuple[CheckResult, ...]
+    """Checks across modes (final parameters equal between sequential and split)."""
+    speedup: Speedup | None
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.all_checks())
+
+    def all_checks(self) -> list[CheckResult]:
+        return [c for m in self.modes.values() for c in m.checks] + list(self.checks)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> RunMetrics:
+        modes = {
+            name: ModeMetrics(
+                mode=m["mode"],
+                step_time=StepTimes(**{**m["step_time"], "times_ms": tuple(m["step_time"]["times_ms"])}),
+                memory=tuple(Memory(**x) for x in m["memory"]),
+                checks=tuple(CheckResult(**c) for c in m["checks"]),
+                trace_dir=m["trace_dir"],
+                analysis=m["analysis"],
+            )
+            for name, m in data["modes"].items()
+        }
+        speedup = Speedup(**data["speedup"]) if data.get("speedup") else None
+        return cls(
+            schema_version=data["schema_version"], run_dir=data["run_dir"], config=data["config"], env=data["env"],
+            modes=modes, checks=tuple(CheckResult(**c) for c in data["checks"]), speedup=speedup,
+        )
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to a temporary file in the same folder, then rename: never a half-written file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, allow_nan=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_metrics(path: Path) -> RunMetrics:
+    return RunMetrics.from_json(json.loads(Path(path).read_text()))

@@ -1,0 +1,308 @@
+"""The harness, run on every rank: process group, checks, warmup, timing, profiling, outputs.
+
+Per mode: `warmup_steps` untimed steps (AllReduce == AllGather(ReduceScatter) is checked on
+their real gradients), `steps` timed unprofiled steps, then one profiler warmup step and
+`profile_steps` profiled steps. Every mode runs the same steps on the same data, so compare mode
+can check that both end with equal parameters.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import socket
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+from profile_overlap import modes as pipelines
+from profile_overlap import status as run_status
+from profile_overlap.config import Config
+from profile_overlap.errors import UserError
+from profile_overlap.metrics import SCHEMA_VERSION, Memory, ModeMetrics, RunMetrics, Speedup, StepTimes, write_json_atomic
+from profile_overlap.verify import DecompositionChecker, compare_params, ranks_agree
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+RUN_NAME = "{stamp}-{mode}-{backend}-w{world}"
+
+
+def resolve_backend(config: Config) -> str:
+    if config.backend != "auto":
+        return config.backend
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def check_devices(backend: str) -> torch.device:
+    """Fail before any collective when the backend cannot run here."""
+    if backend == "gloo":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise UserError("--backend nccl needs CUDA, and this machine has no usable GPU: use --backend gloo (CPU)")
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if local_world > torch.cuda.device_count():
+        raise UserError(
+            f"{local_world} ranks on this node but only {torch.cuda.device_count()} GPU(s): "
+            f"use --nproc-per-node {torch.cuda.device_count()} or fewer, or --backend gloo"
+        )
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def _agree_on_config(config: Config) -> None:
+    """Every rank must run the same config; compare a digest and name the differing fields."""
+    world = dist.get_world_size()
+    mine = (config.digest(), config.to_dict())
+    everyone: list = [None] * world
+    dist.all_gather_object(everyone, mine)
+    if all(digest == everyone[0][0] for digest, _ in everyone):
+        return
+    reference = everyone[0][1]
+    differing = sorted({k for _, cfg in everyone for k, v in cfg.items() if v != reference[k] and k not in ("nproc_per_node", "name", "out")})
+    detail = ", ".join(f"{k}: " + "/".join(str(cfg[k]) for _, cfg in everyone) for k in differing)
+    raise UserError(f"ranks were started with different configs ({detail}): start every node with the same flags")
+
+
+def _make_run_dir(config: Config, *, backend: str, world: int) -> Path:
+    """Rank 0 creates a fresh folder (never reusing one) and every rank learns its path."""
+    box: list = [None]
+    if dist.get_rank() == 0:
+        try:
+            box[0] = str(_create_fresh_dir(config, backend=backend, world=world))
+        except UserError as err:
+            box[0] = err
+    dist.broadcast_object_list(box, src=0)
+    if isinstance(box[0], UserError):
+        raise box[0]
+    return Path(box[0])
+
+
+def _create_fresh_dir(config: Config, *, backend: str, world: int) -> Path:
+    out = Path(config.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot create --out {out}: {err.strerror}; pick a writable folder") from None
+    if not os.access(out, os.W_OK):
+        raise UserError(f"--out {out} is not writable; pick a writable folder")
+    if config.name:
+        path = out / config.name
+        try:
+            path.mkdir()
+        except FileExistsError:
+            raise UserError(f"run folder {path} already exists and is never overwritten: pick another --name") from None
+        return path
+    base = RUN_NAME.format(stamp=time.strftime("%Y%m%d-%H%M%S"), mode=config.mode, backend=backend, world=world)
+    for suffix in ["", *(f"-{i}" for i in range(2, 1000))]:
+        try:
+            (out / (base + suffix)).mkdir()
+            return out / (base + suffix)
+        except FileExistsError:
+            continue
+    raise UserError(f"too many runs named {base}* in {out}; give --name")
+
+
+def _environment(backend: str, device: torch.device) -> dict:
+    world = dist.get_world_size()
+    mine = {
+        "rank": dist.get_rank(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
+        "node_rank": int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", 0))),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+    }
+    ranks: list = [None] * world
+    dist.all_gather_object(ranks, mine)
+    nccl = None
+    if backend == "nccl":
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([os.path.basename(sys.executable), "-m", "profile_overlap", *sys.argv[1:]]),
+        "launcher": "torchrun" if os.environ.get("TORCHELASTIC_RUN_ID") else "python",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "gloo": f"bundled with torch {torch.__version__}" if backend == "gloo" else None,
+        "backend": backend,
+        "device_type": device.type,
+        "world_size": world,
+        "num_nodes": len({r["node_rank"] for r in ranks}),
+        "hosts": sorted({r["host"] for r in ranks}),
+        "ranks": ranks,
+    }
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed_steps(step_fn, state, *, first_step: int, num_steps: int, device: torch.device) -> list[float]:
+    """This rank's step times in ms. GPU: CUDA events, no host sync inside the loop. CPU: a
+    barrier before each step so all ranks start together, perf_counter around it."""
+    if device.type == "cuda":
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(num_steps)]
+        for i, (start, end) in enumerate(events):
+            start.record()
+            step_fn(state, first_step + i)
+            end.record()
+        torch.cuda.synchronize(device)
+        return [start.elapsed_time(end) for start, end in events]
+    times = []
+    for i in range(num_steps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        step_fn(state, first_step + i)
+        times.append((time.perf_counter() - t0) * 1e3)
+    dist.barrier()
+    return times
+
+
+def _profiled_steps(step_fn, state, *, first_step: int, config: Config, trace_dir: Path, worker: str, device: torch.device) -> Path:
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    before = set(trace_dir.glob(f"{worker}.*.pt.trace.json*"))
+    with profile(
+        activities=activities,
+        schedule=schedule(wait=0, warmup=1, active=config.profile_steps, repeat=1),
+        record_shapes=True,
+        on_trace_ready=tensorboard_trace_handler(str(trace_dir), worker_name=worker, use_gzip=config.gzip),
+    ) as prof:
+        for i in range(config.profile_steps + 1):
+            step_fn(state, first_step + i)
+            prof.step()
+    _sync(device)
+    written = sorted(set(trace_dir.glob(f"{worker}.*.pt.trace.json*")) - before)
+    assert len(written) == 1, f"expected one new trace for {worker}, found {written}"
+    return written[0]
+
+
+def run_mode(mode: str, *, config: Config, device: torch.device, run_dir: Path) -> tuple[ModeMetrics, list[torch.Tensor]]:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dtype = DTYPES[config.dtype]
+    state = pipelines.build_state(mode, config=config, rank=rank, world_size=world, device=device, dtype=dtype)
+    step_fn = pipelines.PIPELINES[mode]
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    checker = DecompositionChecker(state)
+    step = 0
+    for _ in range(config.warmup_steps):
+        pipelines.fill_gradients(state, step)
+        checker.check_step(step)
+        step_fn(state, step)
+        step += 1
+    checks = [checker.result()] if config.warmup_steps else []
+    if checks and not checks[0].passed:
+        return _mode_metrics(mode, state, checks=checks, times=[], trace=None, run_dir=run_dir, device=device), state.params
+
+    times = _timed_steps(step_fn, state, first_step=step, num_steps=config.steps, device=device)
+    step += config.steps
+
+    trace = None
+    if config.profile:
+        trace_dir = run_dir / mode
+        trace_dir.mkdir(exist_ok=True)
+        worker = f"{socket.gethostname()}_{rank}"
+        trace = _profiled_steps(step_fn, state, first_step=step, config=config, trace_dir=trace_dir, worker=worker, device=device)
+        step += config.profile_steps + 1
+
+    checks.append(ranks_agree(state.params, name=f"{mode}: parameters equal on every rank", dtype=dtype))
+    return _mode_metrics(mode, state, checks=checks, times=times, trace=trace, run_dir=run_dir, device=device), state.params
+
+
+def _mode_metrics(mode: str, state, *, checks, times, trace, run_dir: Path, device: torch.device) -> ModeMetrics:
+    """Gather this mode's per-rank results to every rank and build the record."""
+    world = dist.get_world_size()
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    mine = {"times": times, "memory": Memory(rank=state.rank, peak_allocated_bytes=peak, **state.memory_bytes()),
+            "analysis": None}
+    gathered: list = [None] * world
+    dist.all_gather_object(gathered, mine)
+    # A step takes as long as its slowest rank.
+    step_times = [max(r["times"][i] for r in gathered) for i in range(len(times))]
+    method = "cuda_events" if device.type == "cuda" else "perf_counter+barrier"
+    return ModeMetrics(
+        mode=mode,
+        step_time=StepTimes.from_times(step_times, method=method),
+        memory=tuple(r["memory"] for r in gathered),
+        checks=tuple(checks),
+        trace_dir=str(trace.parent.relative_to(run_dir)) if trace else None,
+        analysis=None,
+    )
+
+
+def _speedup(modes: dict[str, ModeMetrics]) -> Speedup | None:
+    if set(modes) != {"sequential", "split"} or not all(m.step_time.times_ms for m in modes.values()):
+        return None
+    seq, split = modes["sequential"], modes["split"]
+    measured = seq.step_time.median_ms / split.step_time.median_ms
+    predicted = None
+    if seq.analysis:
+        ranks = seq.analysis["ranks"]
+        comm = sum(r["comm_us"] for r in ranks) / len(ranks)
+        compute = sum(r["compute_us"] for r in ranks) / len(ranks)
+        if max(comm, compute) > 0:
+            predicted = (comm + compute) / max(comm, compute)
+    return Speedup(measured=measured, predicted=predicted)
+
+
+def run(config: Config) -> int:
+    """Entry point on every rank. Returns the exit code."""
+    backend = resolve_backend(config)
+    device = check_devices(backend)
+    dist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=config.timeout_s),
+                            device_id=device if device.type == "cuda" else None)
+    run_dir = None
+    try:
+        world = dist.get_world_size()
+        _agree_on_config(config)
+        try:
+            config.check_world_size(world)
+        except ValueError as err:
+            raise UserError(str(err)) from None
+        run_dir = _make_run_dir(config, backend=backend, world=world)
+        env = _environment(backend, device)
+        rank = dist.get_rank()
+        if rank == 0:
+            write_json_atomic(run_dir / "config.json", config.to_dict())
+            write_json_atomic(run_dir / "env.json", env)
+            run_status.write(run_dir, "running")
+
+        modes: dict[str, ModeMetrics] = {}
+        final_params: dict[str, list[torch.Tensor]] = {}
+        for mode in config.modes:
+            modes[mode], final_params[mode] = run_mode(mode, config=config, device=device, run_dir=run_dir)
+        cross = []
+        if len(final_params) == 2 and all(m.step_time.times_ms and m.checks[0].passed for m in modes.values()):
+            cross.append(compare_params(final_params["sequential"], final_params["split"],
+                                        name="sequential == split: final parameters", dtype=DTYPES[config.dtype]))
+        metrics = RunMetrics(schema_version=SCHEMA_VERSION, run_dir=str(run_dir), config=config.to_dict(), env=env,
+                             modes=modes, checks=tuple(cross), speedup=_speedup(modes))
+        if rank == 0:
+            write_json_atomic(run_dir / "metrics.json", metrics.to_json())
+            from profile_overlap import console
+
+            console.print_run_summary(metrics)
+            failed = [c for c in metrics.all_checks() if not c.passed]
+            if failed:
+                run_status.write(run_dir, "failed", reason="verification failed: " + "; ".join(
+                    c.describe() for c in failed))
+            else:
+                run_status.write(run_dir, "succeeded")
+        dist.barrier()
+        return 0 if metrics.passed else 1
+    except BaseException as err:
+        if run_dir is not None:
+            reason = f"{type(err).__name__}: {err}".strip().splitlines()[0][:500]
+            run_status.write(run_dir, "interrupted" if isinstance(err, KeyboardInterrupt) else "failed", reason=reason)
+        raise
+    finally:
+        dist.destroy_process_group()

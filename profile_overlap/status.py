@@ -1,0 +1,31 @@
+"""status.json: whether a run folder is complete. A run that did not finish never looks finished.
+
+States: running, succeeded, failed, interrupted. Written atomically by rank 0 (and by any rank
+that fails), so a reader sees the old state or the new one, never half a file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+from profile_overlap.metrics import write_json_atomic
+
+STATES = ("running", "succeeded", "failed", "interrupted")
+
+
+def write(run_dir: Path, state: str, *, reason: str | None = None) -> None:
+    assert state in STATES, state
+    write_json_atomic(Path(run_dir) / "status.json", {
+        "state": state,
+        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "reason": reason,
+    })
+
+
+def read(run_dir: Path) -> dict | None:
+    path = Path(run_dir) / "status.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text())

@@ -1,0 +1,120 @@
+"""Correctness beside speed: AllReduce(X) == AllGather(ReduceScatter(X)) on real gradients, and
+equal final parameters between modes and across ranks.
+
+Tolerances are relative to the largest magnitude involved (at least 1), per dtype. On gloo,
+reduce_scatter runs as an all_reduce, so the float32 results are usually bit-identical; NCCL's
+ring reduce_scatter may sum in another order, which the tolerance allows for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.distributed as dist
+
+from profile_overlap.metrics import CheckResult
+from profile_overlap.modes import State, all_gather_single, reduce_scatter
+
+# Relative tolerance: |a - b| <= TOLERANCE[dtype] * max(1, max|a|).
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}
+
+
+def _worst_over_ranks(errors: torch.Tensor, bounds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """All ranks' per-item errors and bounds, gathered to every rank: shape [world, items]."""
+    world = dist.get_world_size()
+    both = torch.stack([errors, bounds]).to(torch.float64)
+    gathered = [torch.empty_like(both) for _ in range(world)]
+    dist.all_gather(gathered, both)
+    stacked = torch.stack(gathered)  # [world, 2, items]
+    return stacked[:, 0], stacked[:, 1]
+
+
+def _reduce_check(name: str, errors: torch.Tensor, bounds: torch.Tensor, *, steps: list[int | None], layers: list[int | None], tolerance: float) -> CheckResult:
+    all_errors, all_bounds = _worst_over_ranks(errors.cpu(), bounds.cpu())
+    excess = all_errors - all_bounds
+    passed = bool((excess <= 0).all())
+    # Name the worst offender when failing, else the largest error.
+    flat = int(torch.argmax(all_errors if passed else excess))
+    rank, item = divmod(flat, all_errors.shape[1])
+    return CheckResult(
+        name=name,
+        passed=passed,
+        max_abs_err=float(all_errors.max()),
+        tolerance=tolerance,
+        num_checked=all_errors.numel(),
+        worst_rank=rank,
+        worst_step=steps[item],
+        worst_layer=layers[item],
+    )
+
+
+class DecompositionChecker:
+    """Accumulates AllReduce vs AllGather(ReduceScatter) errors over the warmup steps.
+
+    Two comparisons per (step, layer): this rank's reduce_scatter shard against its rows of the
+    all_reduce result (this names the rank that went wrong), and the all_gather of every shard
+    against the whole all_reduce result (what the split pipeline actually uses).
+    """
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.tolerance = TOLERANCE[state.dtype]
+        self.shard_errors: list[torch.Tensor] = []
+        self.gathered_errors: list[torch.Tensor] = []
+        self.bounds: list[torch.Tensor] = []
+        self.steps: list[int | None] = []
+        self.layers: list[int | None] = []
+
+    def check_step(self, step: int) -> None:
+        """Compare both reductions of this step's gradients (call after fill_gradients)."""
+        state = self.state
+        rows = state.grads[0].shape[0] // state.world_size
+        for layer, grad in enumerate(state.grads):
+            reduced = grad.clone()
+            dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
+            shard = torch.empty(rows, *grad.shape[1:], dtype=grad.dtype, device=grad.device)
+            reduce_scatter(state, shard, grad, step=step, layer=layer)
+            gathered = torch.empty_like(grad)
+            all_gather_single(gathered, shard)
+            mine = reduced[state.rank * rows:(state.rank + 1) * rows]
+            self.shard_errors.append((mine.float() - shard.float()).abs().max())
+            self.gathered_errors.append((reduced.float() - gathered.float()).abs().max())
+            self.bounds.append(self.tolerance * reduced.float().abs().max().clamp(min=1.0))
+            self.steps.append(step)
+            self.layers.append(layer)
+
+    def result(self) -> CheckResult:
+        bounds = torch.stack(self.bounds)
+        kwargs = dict(steps=self.steps, layers=self.layers, tolerance=self.tolerance)
+        name = "AllReduce == AllGather(ReduceScatter)"
+        shard = _reduce_check(name, torch.stack(self.shard_errors), bounds, **kwargs)
+        gathered = _reduce_check(name, torch.stack(self.gathered_errors), bounds, **kwargs)
+        # A bad shard shows up on every rank after the all_gather; the shard check names its owner.
+        worst = shard if not shard.passed else gathered
+        return dataclasses.replace(
+            worst, passed=shard.passed and gathered.passed,
+            max_abs_err=max(shard.max_abs_err, gathered.max_abs_err),
+            num_checked=shard.num_checked + gathered.num_checked,
+        )
+
+
+def compare_params(a: list[torch.Tensor], b: list[torch.Tensor], *, name: str, dtype: torch.dtype) -> CheckResult:
+    """Max error between two parameter lists on each rank, reduced over ranks."""
+    tolerance = TOLERANCE[dtype]
+    errors = torch.stack([(x.float() - y.float()).abs().max() for x, y in zip(a, b)])
+    bounds = torch.stack([tolerance * x.float().abs().max().clamp(min=1.0) for x in a])
+    return _reduce_check(name, errors, bounds, steps=[None] * len(a), layers=list(range(len(a))), tolerance=tolerance)
+
+
+def ranks_agree(params: list[torch.Tensor], *, name: str, dtype: torch.dtype) -> CheckResult:
+    """Every rank ends with the same parameters: compare each layer with rank 0's copy."""
+    tolerance = TOLERANCE[dtype]
+    errors, bounds = [], []
+    for param in params:
+        reference = param.clone()
+        dist.broadcast(reference, src=0)
+        errors.append((param.float() - reference.float()).abs().max())
+        bounds.append(tolerance * reference.float().abs().max().clamp(min=1.0))
+    return _reduce_check(name, torch.stack(errors), torch.stack(bounds), steps=[None] * len(params),
+                         layers=list(range(len(params))), tolerance=tolerance)

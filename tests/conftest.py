@@ -1,0 +1,81 @@
+"""Shared fixtures: real torchrun jobs on gloo, small enough for 2 CPU cores.
+
+The session-scoped runs are made once and read by many tests (traces, analysis, reports,
+TensorBoard); tests must not modify them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+
+# Small and quick: each run is dominated by process start-up and torch import.
+SMALL = ["--layers", "4", "--dim", "64", "--batch", "16", "--steps", "3", "--warmup-steps", "1", "--profile-steps", "2"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "PROFILE_OVERLAP_FAULT")}
+    env.update(extra)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def torchrun(args: list[str], *, nproc: int, env: dict | None = None, timeout: float = 240, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`torchrun --standalone --nproc-per-node N -m profile_overlap ARGS` in a real subprocess."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "profile_overlap", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env or clean_env(), cwd=cwd or REPO)
+
+
+def cli(args: list[str], *, env: dict | None = None, timeout: float = 240, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m profile_overlap ARGS` in a real subprocess."""
+    return subprocess.run([sys.executable, "-m", "profile_overlap", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env or clean_env(), cwd=cwd or REPO)
+
+
+def only_run_dir(out: Path) -> Path:
+    dirs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def load_trace(path: Path) -> dict:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def _compare_run(tmp_path_factory, nproc: int) -> Path:
+    out = tmp_path_factory.mktemp(f"compare{nproc}")
+    proc = torchrun(["--mode", "compare", "--out", str(out), *SMALL], nproc=nproc)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = only_run_dir(out)
+    (run_dir / "_stdout.txt").write_text(proc.stdout)
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def compare_run_2(tmp_path_factory) -> Path:
+    """A finished 2-rank compare run folder (read-only for tests)."""
+    return _compare_run(tmp_path_factory, 2)
+
+
+@pytest.fixture(scope="session")
+def compare_run_4(tmp_path_factory) -> Path:
+    """A finished 4-rank compare run folder (read-only for tests)."""
+    return _compare_run(tmp_path_factory, 4)

@@ -1,0 +1,148 @@
+"""End-to-end runs under torchrun on gloo: outputs, traces, verification, faults, multi-node."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SMALL, clean_env, free_port, load_trace, only_run_dir, torchrun
+
+PHASES = {
+    "sequential": {"sequential/all_reduce", "sequential/update", "backward/gradients", "forward/layer0", "forward/layer3"},
+    "split": {"split/reduce_scatter", "split/shard_update", "split/all_gather", "split/wait_all_gather",
+              "backward/gradients", "forward/layer0", "forward/layer3"},
+}
+
+
+def _thread_names(trace: dict) -> dict:
+    return {e["tid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("ph") == "M" and e.get("name") == "thread_name"}
+
+
+def check_mode_traces(run_dir: Path, mode: str, nproc: int) -> None:
+    traces = sorted((run_dir / mode).glob("*.pt.trace.json.gz"))
+    assert len(traces) == nproc, traces
+    ranks = set()
+    for path in traces:
+        # torch-tb-profiler's pattern <worker>[.<span>].pt.trace.json[.gz], worker = <host>_<rank>
+        assert re.fullmatch(r".+_\d+\.\d+\.pt\.trace\.json\.gz", path.name), path.name
+        trace = load_trace(path)
+        ranks.add(trace["distributedInfo"]["rank"])
+        assert trace["distributedInfo"]["backend"] == "gloo"
+        events = trace["traceEvents"]
+        names = {e.get("name") for e in events}
+        assert PHASES[mode] <= names, PHASES[mode] - names
+        threads = _thread_names(trace)
+        main_tid = next(e["tid"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+        gloo = [e for e in events if str(e.get("name", "")).startswith("gloo:")]
+        assert gloo, "no gloo:* communication events"
+        # On gloo's worker threads, never the main thread. (Kineto sometimes records a worker
+        # under its pre-rename name "python" instead of "pt_gloo_runloop", so names alone won't do.)
+        assert all(e["tid"] != main_tid for e in gloo)
+        assert any("pt_gloo_runloop" in threads.get(e["tid"], "") for e in gloo)
+        main_ops = {e["name"] for e in events if e.get("cat") == "cpu_op" and e["tid"] == main_tid}
+        assert {"aten::mm", "aten::tanh"} <= main_ops
+    assert ranks == set(range(nproc))
+
+
+def test_compare_run_writes_everything(compare_run_4):
+    run_dir = compare_run_4
+    assert re.fullmatch(r"\d{8}-\d{6}-compare-gloo-w4", run_dir.name)
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["mode"] == "compare" and config["dim"] == 64 and config["layers"] == 4
+    env = json.loads((run_dir / "env.json").read_text())
+    assert env["world_size"] == 4 and env["backend"] == "gloo" and env["torch"]
+    assert [r["rank"] for r in env["ranks"]] == [0, 1, 2, 3]
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "succeeded"
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    for mode in ("sequential", "split"):
+        m = metrics["modes"][mode]
+        assert len(m["step_time"]["times_ms"]) == 3
+        assert 0 < m["step_time"]["p10_ms"] <= m["step_time"]["median_ms"] <= m["step_time"]["p90_ms"]
+        assert all(c["passed"] for c in m["checks"])
+        check_mode_traces(run_dir, mode, 4)
+    assert [c["passed"] for c in metrics["checks"]] == [True]
+    # ZeRO's memory claim, measured on the tensors each rank holds: 1/N of the optimizer state.
+    seq_state = metrics["modes"]["sequential"]["memory"][0]["optimizer_state_bytes"]
+    split_state = metrics["modes"]["split"]["memory"][0]["optimizer_state_bytes"]
+    assert seq_state == 2 * 4 * 64 * 64 * 4  # exp_avg + exp_avg_sq, K*d*d float32
+    assert split_state * 4 == seq_state
+    assert metrics["speedup"]["measured"] > 0
+
+
+def test_compare_run_summary_on_rank0_only(compare_run_4):
+    out = (compare_run_4 / "_stdout.txt").read_text()
+    assert out.count("step time and overlap per mode") == 1
+    assert "AllReduce == AllGather(ReduceScatter): OK" in out
+    assert "sequential == split: final parameters: OK" in out
+    assert str(compare_run_4) in out.replace("\n", "")
+
+
+@pytest.mark.parametrize("mode", ["sequential", "split"])
+def test_single_mode_two_ranks(tmp_path, mode):
+    proc = torchrun(["--mode", mode, "--out", str(tmp_path), *SMALL], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert list(metrics["modes"]) == [mode]
+    assert metrics["speedup"] is None
+    check_mode_traces(run_dir, mode, 2)
+    other = {"sequential": "split", "split": "sequential"}[mode]
+    assert not (run_dir / other).exists()
+
+
+def test_compare_two_ranks(compare_run_2):
+    metrics = json.loads((compare_run_2 / "metrics.json").read_text())
+    assert set(metrics["modes"]) == {"sequential", "split"}
+    for mode in ("sequential", "split"):
+        check_mode_traces(compare_run_2, mode, 2)
+
+
+def test_injected_fault_fails_verification(tmp_path):
+    env = clean_env(PROFILE_OVERLAP_FAULT="corrupt:rank=1:step=0:layer=2")
+    proc = torchrun(["--mode", "split", "--out", str(tmp_path), *SMALL], nproc=2, env=env)
+    assert proc.returncode != 0
+    assert "AllReduce == AllGather(ReduceScatter): FAILED" in proc.stdout
+    assert "at rank 1, step 0, layer 2" in proc.stdout
+    run_dir = only_run_dir(tmp_path)
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "failed" and "verification failed" in status["reason"]
+    check = json.loads((run_dir / "metrics.json").read_text())["modes"]["split"]["checks"][0]
+    assert not check["passed"] and check["max_abs_err"] >= 1.0 and (check["worst_rank"], check["worst_step"], check["worst_layer"]) == (1, 0, 2)
+
+
+def test_no_profile_times_steps_only(tmp_path):
+    proc = torchrun(["--mode", "split", "--no-profile", "--out", str(tmp_path), *SMALL], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    assert not (run_dir / "split").exists()
+    assert len(json.loads((run_dir / "metrics.json").read_text())["modes"]["split"]["step_time"]["times_ms"]) == 3
+
+
+def test_self_launch_without_torchrun(tmp_path):
+    """Without torchrun it starts its own ranks through torch's elastic launcher."""
+    cmd = [sys.executable, "-m", "profile_overlap", "--nproc-per-node", "2", "--mode", "split", "--no-profile", "--out", str(tmp_path), *SMALL]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=clean_env(), cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    env = json.loads((only_run_dir(tmp_path) / "env.json").read_text())
+    assert env["world_size"] == 2
+
+
+def test_two_nodes_through_c10d_rendezvous(tmp_path):
+    """Two torchrun agents on this machine form one 4-rank job (2 ranks each)."""
+    port = free_port()
+    agents = []
+    for node in range(2):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test{port}",
+               "-m", "profile_overlap", "--mode", "split", "--no-profile", "--out", str(tmp_path), "--name", "twonodes", *SMALL]
+        agents.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=REPO))
+    outputs = [a.communicate(timeout=240) for a in agents]
+    assert [a.returncode for a in agents] == [0, 0], [o[1][-2000:] for o in outputs]
+    env = json.loads((tmp_path / "twonodes" / "env.json").read_text())
+    assert env["world_size"] == 4 and env["num_nodes"] == 2
+    assert sorted(r["node_rank"] for r in env["ranks"]) == [0, 0, 1, 1]
