@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
+from profile_overlap import analysis
 from profile_overlap import modes as pipelines
 from profile_overlap import status as run_status
 from profile_overlap.config import Config
@@ -184,7 +185,7 @@ def _profiled_steps(step_fn, state, *, first_step: int, config: Config, trace_di
     return written[0]
 
 
-def run_mode(mode: str, *, config: Config, device: torch.device, run_dir: Path) -> tuple[ModeMetrics, list[torch.Tensor]]:
+def run_mode(mode: str, *, config: Config, device: torch.device, run_dir: Path) -> tuple[ModeMetrics, analysis.TraceAnalysis | None, list[torch.Tensor]]:
     rank, world = dist.get_rank(), dist.get_world_size()
     dtype = DTYPES[config.dtype]
     state = pipelines.build_state(mode, config=config, rank=rank, world_size=world, device=device, dtype=dtype)
@@ -201,7 +202,7 @@ def run_mode(mode: str, *, config: Config, device: torch.device, run_dir: Path) 
         step += 1
     checks = [checker.result()] if config.warmup_steps else []
     if checks and not checks[0].passed:
-        return _mode_metrics(mode, state, checks=checks, times=[], trace=None, run_dir=run_dir, device=device), state.params
+        return *_mode_metrics(mode, state, checks=checks, times=[], trace=None, run_dir=run_dir, device=device), state.params
 
     times = _timed_steps(step_fn, state, first_step=step, num_steps=config.steps, device=device)
     step += config.steps
@@ -215,17 +216,23 @@ def run_mode(mode: str, *, config: Config, device: torch.device, run_dir: Path) 
         step += config.profile_steps + 1
 
     checks.append(ranks_agree(state.params, name=f"{mode}: parameters equal on every rank", dtype=dtype))
-    return _mode_metrics(mode, state, checks=checks, times=times, trace=trace, run_dir=run_dir, device=device), state.params
+    return *_mode_metrics(mode, state, checks=checks, times=times, trace=trace, run_dir=run_dir, device=device), state.params
 
 
-def _mode_metrics(mode: str, state, *, checks, times, trace, run_dir: Path, device: torch.device) -> ModeMetrics:
+def _mode_metrics(mode: str, state, *, checks, times, trace, run_dir: Path, device: torch.device) -> tuple[ModeMetrics, analysis.TraceAnalysis | None]:
     """Gather this mode's per-rank results to every rank and build the record."""
     world = dist.get_world_size()
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    # Each rank analyzes only its own trace; the small results travel, never the files, so this
+    # scales to any number of ranks and needs no shared file system.
+    rank_analysis = analysis.analyze_rank([trace]) if trace else None
     mine = {"times": times, "memory": Memory(rank=state.rank, peak_allocated_bytes=peak, **state.memory_bytes()),
-            "analysis": None}
+            "analysis": rank_analysis}
     gathered: list = [None] * world
     dist.all_gather_object(gathered, mine)
+    combined = None
+    if trace:
+        combined = analysis.combine([r["analysis"] for r in gathered], source=str(trace.parent))
     # A step takes as long as its slowest rank.
     step_times = [max(r["times"][i] for r in gathered) for i in range(len(times))]
     method = "cuda_events" if device.type == "cuda" else "perf_counter+barrier"
@@ -235,8 +242,28 @@ def _mode_metrics(mode: str, state, *, checks, times, trace, run_dir: Path, devi
         memory=tuple(r["memory"] for r in gathered),
         checks=tuple(checks),
         trace_dir=str(trace.parent.relative_to(run_dir)) if trace else None,
-        analysis=None,
-    )
+        analysis=analysis.to_json(combined) if combined else None,
+    ), combined
+
+
+def timeline_record(analyses: dict[str, analysis.TraceAnalysis | None]) -> dict:
+    """timeline.json: per mode and rank, the profiled steps' windows and their compute and
+    communication spans (merged at display resolution by the analysis), for the figures."""
+    record = {}
+    for mode, result in analyses.items():
+        if result is None:
+            continue
+        record[mode] = {
+            "ranks": [
+                {
+                    "rank": r.rank,
+                    "steps": [{"step": s.step, "start_us": s.start_us, "step_us": s.step_us} for s in r.steps],
+                    "spans": [[sp.step, round(sp.start_us, 3), round(sp.end_us, 3), sp.kind, sp.label] for sp in r.timeline],
+                }
+                for r in result.ranks
+            ],
+        }
+    return {"schema": "spans are [step, start_us, end_us, kind (comm|compute), label]", "modes": record}
 
 
 def _speedup(modes: dict[str, ModeMetrics]) -> Speedup | None:
@@ -277,9 +304,10 @@ def run(config: Config) -> int:
             run_status.write(run_dir, "running")
 
         modes: dict[str, ModeMetrics] = {}
+        analyses: dict[str, analysis.TraceAnalysis] = {}
         final_params: dict[str, list[torch.Tensor]] = {}
         for mode in config.modes:
-            modes[mode], final_params[mode] = run_mode(mode, config=config, device=device, run_dir=run_dir)
+            modes[mode], analyses[mode], final_params[mode] = run_mode(mode, config=config, device=device, run_dir=run_dir)
         cross = []
         if len(final_params) == 2 and all(m.step_time.times_ms and m.checks[0].passed for m in modes.values()):
             cross.append(compare_params(final_params["sequential"], final_params["split"],
@@ -288,6 +316,8 @@ def run(config: Config) -> int:
                              modes=modes, checks=tuple(cross), speedup=_speedup(modes))
         if rank == 0:
             write_json_atomic(run_dir / "metrics.json", metrics.to_json())
+            if any(analyses.values()):
+                write_json_atomic(run_dir / "timeline.json", timeline_record(analyses))
             from profile_overlap import console
 
             console.print_run_summary(metrics)

@@ -146,3 +146,42 @@ def test_two_nodes_through_c10d_rendezvous(tmp_path):
     env = json.loads((tmp_path / "twonodes" / "env.json").read_text())
     assert env["world_size"] == 4 and env["num_nodes"] == 2
     assert sorted(r["node_rank"] for r in env["ranks"]) == [0, 0, 1, 1]
+
+
+def _gloo_busy_us(trace: dict) -> float:
+    """Union length of the gloo:* events, computed here independently of the analysis code."""
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in trace["traceEvents"] if str(e.get("name", "")).startswith("gloo:"))
+    total, cur_start, cur_end = 0.0, None, None
+    for start, end in spans:
+        if cur_end is None or start > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    return total + (cur_end - cur_start if cur_end is not None else 0.0)
+
+
+def test_in_run_analysis_is_consistent_with_the_traces(compare_run_4):
+    """split hides some all_gather behind the forward pass on every rank; sequential hides nothing;
+    comm_us is the union of the gloo events in each rank's own trace."""
+    metrics = json.loads((compare_run_4 / "metrics.json").read_text())
+    for mode in ("sequential", "split"):
+        ranks = metrics["modes"][mode]["analysis"]["ranks"]
+        assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
+        for r in ranks:
+            path = next(p for p in (compare_run_4 / mode).glob(f"*_{r['rank']}.*.pt.trace.json.gz"))
+            assert r["comm_us"] == pytest.approx(_gloo_busy_us(load_trace(path)), rel=1e-6)
+            assert r["device"] == "cpu" and len(r["steps"]) == 2
+            if mode == "split":
+                assert r["overlap_us"] > 0 and r["overlap_pct"] > 0
+                assert {c["kind"] for c in r["collectives"]} == {"reduce_scatter", "all_gather"}
+            else:
+                assert r["overlap_us"] == 0
+                assert {c["kind"] for c in r["collectives"]} == {"all_reduce"}
+    timeline = json.loads((compare_run_4 / "timeline.json").read_text())
+    assert set(timeline["modes"]) == {"sequential", "split"}
+    labels = {span[4] for r in timeline["modes"]["split"]["ranks"] for span in r["spans"]}
+    assert any(label.startswith("forward/layer") for label in labels)
+    out = (compare_run_4 / "_stdout.txt").read_text()
+    assert "ideal from the sequential mode's comm and compute" in out
