@@ -43,6 +43,8 @@ MAX_TIMELINE_STEPS = 16
 MAX_SPANS_PER_STEP = 256
 """Per step and class (comm / compute): the timeline is merged coarser until it fits."""
 TIMELINE_GAP_FRACTION = 1 / 2000
+PARALLEL_MIN_BYTES = 2 << 20
+"""analyze_dir reads files in worker processes only when they hold more than this in total."""
 """Timeline spans closer than this fraction of the step merge."""
 
 # Bytes per element, by the dtype names the profiler writes (`Input type`, kernel `dtype`).
@@ -755,7 +757,9 @@ def analyze_dir(folder: Path, *, hta_compat: bool = False, steps: tuple[int | No
         raise UserError(f"no *.json or *.json.gz trace files under {folder}; point analyze at a "
                         "torch.profiler output folder (tensorboard_trace_handler's dir_name)")
     workers = max_workers or min(len(paths), os.cpu_count() or 1)
-    if len(paths) > 1 and workers > 1:
+    # Worker processes cost ~0.3 s to start: only worth it when there is real parsing to share.
+    total_bytes = sum(p.stat().st_size for p in paths)
+    if len(paths) > 1 and workers > 1 and total_bytes > PARALLEL_MIN_BYTES:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             results = list(pool.map(_extract_path, [str(p) for p in paths]))
     else:
@@ -782,8 +786,15 @@ def analyze_dir(folder: Path, *, hta_compat: bool = False, steps: tuple[int | No
                 "name; rename it with its rank (e.g. rank3.json)")
         files = [f for f in files if f.rank is not None]
     by_rank: dict[int | None, list[FileEvents]] = defaultdict(list)
-    for f in files:
-        by_rank[f.rank].append(f)
+    for f in sorted(files, key=lambda f: f.t_min):
+        # Several files of one rank are fine when they are successive profiler spans (one file
+        # per `on_trace_ready` cycle); two that cover the same time are copies or two runs.
+        clash = next((g for g in by_rank[f.rank] if f.t_min < g.t_max), None)
+        if clash is None:
+            by_rank[f.rank].append(f)
+        else:
+            bad(f"{clash.path} and {f.path} both claim rank {f.rank} and cover the same time, so they are "
+                "not successive profiler spans of one worker; remove the duplicate or analyze each run's folder separately")
     ranks = []
     for rank, group in sorted(by_rank.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
         try:

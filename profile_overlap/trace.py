@@ -98,9 +98,10 @@ _OUTER = msgspec.json.Decoder(_Outer)
 # ---------------------------------------------------------------- what the analysis gets
 
 
-@dataclass(frozen=True)
-class CollectiveArgs:
-    """The arguments that describe a collective, from a kernel or a CPU op (None if absent)."""
+class CollectiveArgs(msgspec.Struct, frozen=True):
+    """The arguments that describe a collective, from a kernel or a CPU op (None if absent).
+    A msgspec Struct rather than a dataclass: one is built per collective event, and this is
+    several times cheaper to construct."""
 
     collective_name: str | None = None
     in_nelems: int | None = None
@@ -108,6 +109,7 @@ class CollectiveArgs:
     dtype: str | None = None
     group_size: int | None = None
     pg_name: str | None = None
+    pg_ranks: str | list | None = None
     input_dims: list | None = None
     input_type: list | None = None
 
@@ -163,40 +165,30 @@ _CPU_CAT_CODE = {"cpu_op": CPU_OP, "user_annotation": USER_ANNOTATION, "gpu_user
 
 
 class _Columns:
-    def __init__(self, names: dict[str, int], tids: dict[str, int]) -> None:
+    def __init__(self, names: dict[str, int], tids: dict) -> None:
         self.names, self.tids = names, tids
         self.name, self.tid, self.cat = array("i"), array("i"), array("b")
         self.ts, self.dur = array("d"), array("d")
         self.ext, self.corr = array("q"), array("q")
         self.args: dict[int, CollectiveArgs] = {}
 
-    def append(self, e: _Event, cat: int) -> int:
-        code = self.names.get(e.name)
-        if code is None:
-            code = self.names[e.name] = len(self.names)
-        tid = str(e.tid)
-        tcode = self.tids.get(tid)
-        if tcode is None:
-            tcode = self.tids[tid] = len(self.tids)
-        self.name.append(code)
-        self.tid.append(tcode)
-        self.cat.append(cat)
-        self.ts.append(e.ts)
-        self.dur.append(e.dur)
-        a = e.args
-        if a is None:
-            self.ext.append(-1)
-            self.corr.append(-1)
-        else:
-            self.ext.append(a.external_id if a.external_id != -1 else a.external_id_lower)
-            self.corr.append(a.correlation)
-        return len(self.ts) - 1
+    def extend(self, events: list[_Event], cats: list[int]) -> list[int]:
+        """Append events (list comprehensions: several times faster than a per-event method).
+        Returns their name codes."""
+        names, tids = self.names, self.tids
+        codes = [names.setdefault(e.name, len(names)) for e in events]
+        self.name.extend(codes)
+        self.tid.extend([tids.setdefault(e.tid, len(tids)) for e in events])
+        self.cat.extend(cats)
+        self.ts.extend([e.ts for e in events])
+        self.dur.extend([e.dur for e in events])
+        self.ext.extend([max(a.external_id, a.external_id_lower) if (a := e.args) is not None else -1 for e in events])
+        self.corr.extend([a.correlation if (a := e.args) is not None else -1 for e in events])
+        return codes
 
     def freeze(self) -> Events:
-        names = tuple(self.names)
-        tids = tuple(self.tids)
         return Events(
-            names=names, tids=tids,
+            names=tuple(self.names), tids=tuple(str(t) for t in self.tids),
             name=np.frombuffer(self.name, dtype=np.int32).copy(),
             tid=np.frombuffer(self.tid, dtype=np.int32).copy(),
             ts=np.frombuffer(self.ts, dtype=np.float64).copy(),
@@ -213,6 +205,7 @@ def _collective_args(a: _Args) -> CollectiveArgs:
     return CollectiveArgs(
         collective_name=a.collective_name, in_nelems=a.in_nelems, out_nelems=a.out_nelems,
         dtype=a.dtype, group_size=a.group_size, pg_name=a.pg_name,
+        pg_ranks=msgspec.json.decode(a.pg_ranks) if a.pg_ranks else None,
         input_dims=msgspec.json.decode(a.input_dims) if a.input_dims else None,
         input_type=msgspec.json.decode(a.input_type) if a.input_type else None,
     )
@@ -222,38 +215,45 @@ class _Sink:
     """Receives decoded events chunk by chunk and keeps what the analysis needs."""
 
     def __init__(self) -> None:
-        tids: dict[str, int] = {}
+        tids: dict = {}
         self.kernels = _Columns({}, {})
         self.cpu = _Columns({}, tids)
         self.rt_corr, self.rt_ts, self.rt_tid = array("q"), array("d"), array("i")
         self.thread_names: dict[str, list[str]] = {}
         self.pid: str | None = None
+        self.collective_codes: set[int] = set()
+        self.checked_names = 0
 
     def add(self, events: list[_Event]) -> None:
-        kernels, cpu = self.kernels, self.cpu
-        for e in events:
-            cat = e.cat
-            if cat in KERNEL_CATS:
-                row = kernels.append(e, 0)
+        kernels = [e for e in events if e.cat in KERNEL_CATS]
+        if kernels:
+            base = len(self.kernels.ts)
+            self.kernels.extend(kernels, [0] * len(kernels))
+            for i, e in enumerate(kernels):
                 a = e.args
                 if a is not None and (a.collective_name is not None or a.in_nelems is not None):
-                    kernels.args[row] = _collective_args(a)
-            elif cat in CPU_CATS:
-                row = cpu.append(e, _CPU_CAT_CODE[cat])
-                if cat == "cpu_op" and self.pid is None:
-                    self.pid = str(e.pid)
-                if e.args is not None and COLLECTIVE_OP_RE.match(e.name):
-                    cpu.args[row] = _collective_args(e.args)
-            elif cat in RUNTIME_CATS:
-                if e.args is not None and e.args.correlation != -1:
-                    self.rt_corr.append(e.args.correlation)
-                    self.rt_ts.append(e.ts)
-                    tid = str(e.tid)
-                    code = cpu.tids.get(tid)
-                    if code is None:
-                        code = cpu.tids[tid] = len(cpu.tids)
-                    self.rt_tid.append(code)
-            elif e.ph == "M" and e.name == "thread_name" and e.args is not None and e.args.name:
+                    self.kernels.args[base + i] = _collective_args(a)
+        cpu = [e for e in events if e.cat in CPU_CATS]
+        if cpu:
+            if self.pid is None:
+                self.pid = next((str(e.pid) for e in cpu if e.cat == "cpu_op"), None)
+            base = len(self.cpu.ts)
+            codes = self.cpu.extend(cpu, [_CPU_CAT_CODE[e.cat] for e in cpu])
+            names = list(self.cpu.names)
+            self.collective_codes.update(c for c in range(self.checked_names, len(names)) if COLLECTIVE_OP_RE.match(names[c]))
+            self.checked_names = len(names)
+            wanted = self.collective_codes
+            for i, code in enumerate(codes):
+                if code in wanted and cpu[i].args is not None:
+                    self.cpu.args[base + i] = _collective_args(cpu[i].args)
+        runtime = [e for e in events if e.cat in RUNTIME_CATS and e.args is not None and e.args.correlation != -1]
+        if runtime:
+            tids = self.cpu.tids
+            self.rt_corr.extend([e.args.correlation for e in runtime])
+            self.rt_ts.extend([e.ts for e in runtime])
+            self.rt_tid.extend([tids.setdefault(e.tid, len(tids)) for e in runtime])
+        for e in events:
+            if e.ph == "M" and e.name == "thread_name" and e.args is not None and e.args.name:
                 self.thread_names.setdefault(str(e.tid), []).append(e.args.name)
 
 

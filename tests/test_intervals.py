@@ -1,0 +1,87 @@
+"""Interval arithmetic, on cases worked by hand."""
+
+import numpy as np
+
+from profile_overlap import intervals as iv
+
+
+def u(*pairs):
+    return iv.union([p[0] for p in pairs], [p[1] for p in pairs])
+
+
+def pairs(x):
+    return list(zip(x[0].tolist(), x[1].tolist()))
+
+
+def test_empty():
+    assert pairs(u()) == []
+    assert iv.length(u()) == 0
+    assert iv.intersection_length(u(), u((0, 5))) == 0
+    assert iv.intersection_length(u((0, 5)), u()) == 0
+    assert pairs(iv.clip(u(), 0, 10)) == []
+
+
+def test_zero_length_intervals_vanish():
+    assert pairs(u((3, 3), (5, 4))) == []
+
+
+def test_nested():
+    # [0,10) contains [2,3) and [4,9): the union is just [0,10).
+    assert pairs(u((2, 3), (0, 10), (4, 9))) == [(0, 10)]
+
+
+def test_touching_merge_and_keep_length():
+    assert pairs(u((0, 5), (5, 7))) == [(0, 7)]
+    assert iv.length(u((0, 5), (5, 7))) == 7
+
+
+def test_identical():
+    assert pairs(u((1, 4), (1, 4), (1, 4))) == [(1, 4)]
+    assert iv.intersection_length(u((1, 4)), u((1, 4))) == 3
+
+
+def test_disjoint_and_unsorted():
+    assert pairs(u((8, 9), (0, 2), (4, 6))) == [(0, 2), (4, 6), (8, 9)]
+    assert iv.length(u((8, 9), (0, 2), (4, 6))) == 2 + 2 + 1
+
+
+def test_many_streams():
+    # comm on two streams: [0,10) and [5,20) -> [0,20); compute on three streams:
+    # [2,4), [3,6) and [18,30) -> [2,6) + [18,30). Overlap: [2,6) (4) + [18,20) (2) = 6.
+    comm = u((0, 10), (5, 20))
+    compute = u((2, 4), (3, 6), (18, 30))
+    assert pairs(comm) == [(0, 20)]
+    assert pairs(compute) == [(2, 6), (18, 30)]
+    assert iv.intersection_length(comm, compute) == 4 + 2
+    assert pairs(iv.intersect(compute, comm)) == [(2, 6), (18, 20)]
+
+
+def test_intersection_same_start():
+    # Both unions start at 0: the piece [0,3) must be counted once.
+    assert iv.intersection_length(u((0, 3)), u((0, 5))) == 3
+    assert iv.intersection_length(u((0, 5), (7, 9)), u((0, 3), (7, 8))) == 3 + 1
+
+
+def test_clip():
+    x = u((0, 10), (20, 30), (40, 50))
+    assert pairs(iv.clip(x, 5, 25)) == [(5, 10), (20, 25)]
+    assert pairs(iv.clip(x, 10, 20)) == []
+    assert pairs(iv.clip(x, 0, 100)) == [(0, 10), (20, 30), (40, 50)]
+    assert pairs(iv.clip(x, 25, 25)) == []
+
+
+def test_difference():
+    x = u((0, 10), (20, 30))
+    assert pairs(iv.difference(x, u((5, 22)))) == [(0, 5), (22, 30)]
+    assert pairs(iv.difference(x, u((0, 10)))) == [(20, 30)]
+    assert pairs(iv.difference(x, u())) == [(0, 10), (20, 30)]
+
+
+def test_gap_merges_close_intervals():
+    assert pairs(iv.union([0, 10.5], [10, 20], gap=1)) == [(0, 20)]
+    assert pairs(iv.union([0, 12], [10, 20], gap=1)) == [(0, 10), (12, 20)]
+
+
+def test_float_times():
+    x = u((0.25, 0.75), (0.5, 1.5))
+    assert np.isclose(iv.length(x), 1.25)
