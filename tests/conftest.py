@@ -21,6 +21,10 @@ DATA = Path(__file__).resolve().parent / "data"
 
 # Small and quick: each run is dominated by process start-up and torch import.
 SMALL = ["--layers", "4", "--dim", "64", "--batch", "16", "--steps", "3", "--warmup-steps", "1", "--profile-steps", "2"]
+# The shared compare runs do enough forward work (B x d @ d x d, 4 layers) that the split mode's
+# async all_gathers overlap it on every rank even on 2 oversubscribed cores; at SMALL sizes the
+# gathers can finish before the forward pass starts.
+COMPARE = ["--layers", "4", "--dim", "256", "--batch", "512", "--steps", "3", "--warmup-steps", "1", "--profile-steps", "2"]
 
 
 def free_port() -> int:
@@ -62,7 +66,7 @@ def load_trace(path: Path) -> dict:
 
 def _compare_run(tmp_path_factory, nproc: int) -> Path:
     out = tmp_path_factory.mktemp(f"compare{nproc}")
-    proc = torchrun(["--mode", "compare", "--out", str(out), *SMALL], nproc=nproc)
+    proc = torchrun(["--mode", "compare", "--out", str(out), *COMPARE], nproc=nproc)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = only_run_dir(out)
     (run_dir / "_stdout.txt").write_text(proc.stdout)

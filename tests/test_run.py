@@ -53,7 +53,7 @@ def test_compare_run_writes_everything(compare_run_4):
     run_dir = compare_run_4
     assert re.fullmatch(r"\d{8}-\d{6}-compare-gloo-w4", run_dir.name)
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["mode"] == "compare" and config["dim"] == 64 and config["layers"] == 4
+    assert config["mode"] == "compare" and config["dim"] == 256 and config["layers"] == 4
     env = json.loads((run_dir / "env.json").read_text())
     assert env["world_size"] == 4 and env["backend"] == "gloo" and env["torch"]
     assert [r["rank"] for r in env["ranks"]] == [0, 1, 2, 3]
@@ -69,7 +69,7 @@ def test_compare_run_writes_everything(compare_run_4):
     # ZeRO's memory claim, measured on the tensors each rank holds: 1/N of the optimizer state.
     seq_state = metrics["modes"]["sequential"]["memory"][0]["optimizer_state_bytes"]
     split_state = metrics["modes"]["split"]["memory"][0]["optimizer_state_bytes"]
-    assert seq_state == 2 * 4 * 64 * 64 * 4  # exp_avg + exp_avg_sq, K*d*d float32
+    assert seq_state == 2 * 4 * 256 * 256 * 4  # exp_avg + exp_avg_sq, K*d*d float32
     assert split_state * 4 == seq_state
     assert metrics["speedup"]["measured"] > 0
 
