@@ -22,6 +22,7 @@ from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trac
 
 from profile_overlap import analysis
 from profile_overlap import modes as pipelines
+from profile_overlap import outputs
 from profile_overlap import status as run_status
 from profile_overlap.config import Config
 from profile_overlap.errors import UserError
@@ -318,6 +319,7 @@ def run(config: Config) -> int:
             write_json_atomic(run_dir / "metrics.json", metrics.to_json())
             if any(analyses.values()):
                 write_json_atomic(run_dir / "timeline.json", timeline_record(analyses))
+            outputs.render_all(run_dir, metrics)
             from profile_overlap import console
 
             console.print_run_summary(metrics)
