@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -13,12 +15,28 @@ def _fmt(value: float | None, spec: str = ".2f", unit: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{unit}"
 
 
-def summary_table(metrics: RunMetrics) -> Table:
-    """Step time and overlap per mode (the same table goes to TensorBoard and the reports)."""
-    table = Table(title="profile_overlap: step time and overlap per mode", box=box.SIMPLE_HEAVY)
-    for header in ("mode", "step median ms", "p10-p90 ms", "comm ms", "compute ms", "overlap ms",
-                   "exposed comm ms", "overlap %", "opt state MB/rank"):
-        table.add_column(header, justify="left" if header == "mode" else "right")
+@dataclass(frozen=True)
+class ModeSummary:
+    """One row of the summary table, as numbers: profiled times are per profiled step, rank mean."""
+
+    mode: str
+    median_ms: float | None
+    p10_ms: float | None
+    p90_ms: float | None
+    comm_ms: float | None
+    compute_ms: float | None
+    overlap_ms: float | None
+    exposed_comm_ms: float | None
+    overlap_pct: float | None
+    opt_state_mb: float
+
+
+SUMMARY_COLUMNS = ("mode", "step median ms", "p10-p90 ms", "comm ms", "compute ms", "overlap ms",
+                   "exposed comm ms", "overlap %", "opt state MB/rank")
+
+
+def mode_summaries(metrics: RunMetrics) -> list[ModeSummary]:
+    out = []
     for name, mode in metrics.modes.items():
         st = mode.step_time
         comm = compute = overlap = exposed = pct = None
@@ -30,10 +48,29 @@ def summary_table(metrics: RunMetrics) -> Table:
                 sum(r[k] for r in ranks) / len(ranks) / steps / 1e3 for k in ("comm_us", "compute_us", "overlap_us", "exposed_comm_us")
             )
             pct = 100 * overlap / comm if comm else None
-        opt_mb = max(m.optimizer_state_bytes for m in mode.memory) / 2**20
-        spread = f"{st.p10_ms:.2f}-{st.p90_ms:.2f}" if st.times_ms else "-"
-        table.add_row(name, _fmt(st.median_ms), spread, _fmt(comm), _fmt(compute),
-                      _fmt(overlap), _fmt(exposed), _fmt(pct, ".1f"), f"{opt_mb:.2f}")
+        out.append(ModeSummary(mode=name, median_ms=st.median_ms, p10_ms=st.p10_ms, p90_ms=st.p90_ms,
+                               comm_ms=comm, compute_ms=compute, overlap_ms=overlap, exposed_comm_ms=exposed,
+                               overlap_pct=pct, opt_state_mb=max(m.optimizer_state_bytes for m in mode.memory) / 2**20))
+    return out
+
+
+def summary_rows(metrics: RunMetrics) -> list[tuple[str, ...]]:
+    """The summary table's cells, one row per mode, in SUMMARY_COLUMNS order (console, TensorBoard, reports)."""
+    rows = []
+    for m in mode_summaries(metrics):
+        spread = f"{m.p10_ms:.2f}-{m.p90_ms:.2f}" if m.p10_ms is not None else "-"
+        rows.append((m.mode, _fmt(m.median_ms), spread, _fmt(m.comm_ms), _fmt(m.compute_ms), _fmt(m.overlap_ms),
+                     _fmt(m.exposed_comm_ms), _fmt(m.overlap_pct, ".1f"), f"{m.opt_state_mb:.2f}"))
+    return rows
+
+
+def summary_table(metrics: RunMetrics) -> Table:
+    """Step time and overlap per mode (the same table goes to TensorBoard and the reports)."""
+    table = Table(title="profile_overlap: step time and overlap per mode", box=box.SIMPLE_HEAVY)
+    for header in SUMMARY_COLUMNS:
+        table.add_column(header, justify="left" if header == "mode" else "right")
+    for row in summary_rows(metrics):
+        table.add_row(*row)
     return table
 
 
