@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from typing import Any, Callable
 
 from profile_overlap.config import Config
 from profile_overlap.errors import UserError
@@ -28,15 +29,18 @@ def default_nproc() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 4
 
 
-def _rank_entry(config: Config) -> int:
+def _rank_entry(entry: Callable[[Any], int], config: Any, command: str) -> int:
     """One rank, in a process started by elastic_launch."""
     from profile_overlap.__main__ import report_user_error
 
     try:
-        return run_rank(config)
+        code = entry(config)
     except UserError as err:
-        report_user_error("run", err)
+        report_user_error(command, err)
         sys.exit(err.exit_code)
+    if code:
+        sys.exit(code)
+    return code
 
 
 def run_rank(config: Config) -> int:
@@ -48,9 +52,11 @@ def run_rank(config: Config) -> int:
     return code
 
 
-def launch_or_run(config: Config) -> int:
+def launch_or_run(config: Any, *, entry: Callable[[Any], int] = run_rank, command: str = "run") -> int:
+    """Run `entry(config)` as this rank under torchrun, else launch `config.nproc_per_node` local
+    ranks that each run it. `entry` must be a module-level function (it is pickled by name)."""
     if under_torchrun():
-        return run_rank(config)
+        return entry(config)
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -61,7 +67,7 @@ def launch_or_run(config: Config) -> int:
         max_restarts=0, monitor_interval=0.1,
     )
     try:
-        elastic_launch(launch_config, _rank_entry)(config)
+        elastic_launch(launch_config, _rank_entry)(entry, config, command)
     except ChildFailedError as err:
         rank, failure = err.get_first_failure()
         code = failure.exitcode
