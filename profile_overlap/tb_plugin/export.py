@@ -1,0 +1,72 @@
+"""Plugin data for traces we did not run: `analyze DIR --tensorboard` writes a metrics record and a
+timeline.json, the two files the Overlap tab reads from a run folder, into a folder of the
+TensorBoard logdir. Torch-free, like `analyze`.
+
+The record is a real `RunMetrics` (so `metrics.load_metrics` reads it): one mode named
+FOREIGN_MODE whose `analysis` is the `analyze --json` record; there are no step times, memory or
+verification checks for a job we only have traces of.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from profile_overlap import analysis as trace_analysis
+from profile_overlap.errors import UserError
+from profile_overlap.metrics import SCHEMA_VERSION, ModeMetrics, RunMetrics, StepTimes, write_json_atomic
+
+FOREIGN_MODE = "trace"
+"""The one mode of a record written for foreign traces (our runs have sequential / split)."""
+TIMELINE_SCHEMA = "spans are [step, start_us, end_us, kind (comm|compute), label]"
+
+
+def timeline_record(analyses: dict[str, trace_analysis.TraceAnalysis | None]) -> dict:
+    """timeline.json: per mode and rank, the profiled steps' windows and their compute and
+    communication spans (merged at display resolution by the analysis), for the figures."""
+    record = {}
+    for mode, result in analyses.items():
+        if result is None:
+            continue
+        record[mode] = {
+            "ranks": [
+                {
+                    "rank": r.rank,
+                    "steps": [{"step": s.step, "start_us": s.start_us, "step_us": s.step_us} for s in r.steps],
+                    "spans": [[sp.step, round(sp.start_us, 3), round(sp.end_us, 3), sp.kind, sp.label] for sp in r.timeline],
+                }
+                for r in result.ranks
+            ],
+        }
+    return {"schema": TIMELINE_SCHEMA, "modes": record}
+
+
+def plugin_metrics(result: trace_analysis.TraceAnalysis, *, out_dir: Path) -> RunMetrics:
+    """The metrics record of foreign traces: their analysis and nothing we cannot know."""
+    mode = ModeMetrics(
+        mode=FOREIGN_MODE,
+        step_time=StepTimes.from_times([], method="none (traces only)"),
+        memory=(),
+        checks=(),
+        trace_dir=result.source,
+        analysis=trace_analysis.to_json(result),
+    )
+    return RunMetrics(
+        schema_version=SCHEMA_VERSION, run_dir=str(out_dir),
+        config={"source": result.source, "hta_compat": result.hta_compat},
+        env={"command": "profile_overlap analyze --tensorboard", "world_size": result.world_size},
+        modes={FOREIGN_MODE: mode}, checks=(), speedup=None,
+    )
+
+
+def write_plugin_data(out_dir: Path, result: trace_analysis.TraceAnalysis) -> Path:
+    """Write out_dir/metrics.json and out_dir/timeline.json (atomically) for the Overlap tab;
+    returns out_dir. `tensorboard --logdir` any folder above out_dir then shows it."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out_dir / "metrics.json", plugin_metrics(result, out_dir=out_dir).to_json())
+        write_json_atomic(out_dir / "timeline.json", timeline_record({FOREIGN_MODE: result}))
+    except OSError as err:
+        raise UserError(f"cannot write the TensorBoard data to {out_dir}: {err.strerror}; "
+                        "pick a writable folder with --tensorboard OUT") from None
+    return out_dir

@@ -1,0 +1,212 @@
+"""The Overlap tab: a TensorBoard dynamic plugin serving run folders to one ES module.
+
+Registered in pyproject.toml under `[project.entry-points."tensorboard_plugins"]`, so after
+`pip install -e .`, `tensorboard --logdir runs` shows the tab. A run folder is any folder under
+the logdir that holds metrics.json (our runs, and `analyze DIR --tensorboard` output); its
+timeline.json is optional. Routes, under /data/plugin/profile_overlap/:
+
+    index.js, style.css             the frontend (no build step, no external request)
+    runs                            {"runs": [{"run", "modes", "world_size", "status", "has_timeline", "error"}]}
+                                    (status: status.json's state, e.g. succeeded or failed)
+    metrics?run=R                   R/metrics.json, byte for byte
+    timeline?run=R&mode=M           one mode of R/timeline.json; &max_spans=K merges each rank's
+                                    spans of each kind down to K (the reply says how many it merged)
+
+`run` is a path relative to the logdir; anything that resolves outside it is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+from tensorboard.backend import http_util
+from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
+
+PLUGIN_NAME = "profile_overlap"
+TAB_NAME = "Overlap"
+METRICS_FILE = "metrics.json"
+TIMELINE_FILE = "timeline.json"
+STATUS_FILE = "status.json"
+MIN_MAX_SPANS = 16
+_STATIC = {"/index.js": ("index.js", "text/javascript"), "/style.css": ("style.css", "text/css")}
+
+
+class RequestError(Exception):
+    """A bad request: answered with its HTTP code and a one-line message, never a traceback."""
+
+    def __init__(self, message: str, *, code: int = 400) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def find_runs(logdir: Path) -> list[Path]:
+    """Every folder at or under `logdir` that holds metrics.json, sorted. Hidden folders are
+    skipped, and the walk does not descend into a run (its subfolders hold traces)."""
+    runs = []
+    for folder, subdirs, files in os.walk(logdir):
+        if METRICS_FILE in files:
+            runs.append(Path(folder))
+            subdirs[:] = []
+        else:
+            subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+    return sorted(runs)
+
+
+def describe_run(logdir: Path, run_dir: Path) -> dict:
+    """One row of the run picker, read from the run's own files."""
+    entry = {"run": run_dir.relative_to(logdir).as_posix(), "modes": [], "world_size": None,
+             "status": None, "has_timeline": (run_dir / TIMELINE_FILE).is_file(), "error": None}
+    try:
+        record = json.loads((run_dir / METRICS_FILE).read_text())
+        entry["modes"] = list(record["modes"])
+        entry["world_size"] = (record.get("env") or {}).get("world_size")
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        entry["error"] = f"unreadable {METRICS_FILE}: {err}"
+    try:
+        entry["status"] = json.loads((run_dir / STATUS_FILE).read_text()).get("state")
+    except (OSError, ValueError, AttributeError):
+        pass
+    return entry
+
+
+def merge_spans(spans: list[list], *, max_spans: int) -> list[list]:
+    """At most `max_spans` spans of each kind: the largest gaps between consecutive spans stay,
+    the rest close. A merged span keeps its first piece's step and its longest piece's label
+    (as the analysis does when it writes the timeline)."""
+    out = []
+    for kind in ("comm", "compute"):
+        mine = sorted((s for s in spans if s[3] == kind), key=lambda s: s[1])
+        if len(mine) <= max_spans:
+            out.extend(mine)
+            continue
+        start = np.array([s[1] for s in mine], dtype=np.float64)
+        end = np.array([s[2] for s in mine], dtype=np.float64)
+        gap = start[1:] - np.maximum.accumulate(end)[:-1]
+        breaks = np.zeros(len(mine), dtype=bool)
+        breaks[1 + np.argsort(-gap, kind="stable")[:max_spans - 1]] = True
+        breaks[0] = True
+        first = np.flatnonzero(breaks)
+        last = np.r_[first[1:], len(mine)]
+        for a, b in zip(first.tolist(), last.tolist()):
+            piece = mine[a:b]
+            longest = max(piece, key=lambda s: s[2] - s[1])
+            out.append([piece[0][0], piece[0][1], max(s[2] for s in piece), kind, longest[4]])
+    out.sort(key=lambda s: s[1])
+    return out
+
+
+class OverlapPlugin(base_plugin.TBPlugin):
+    plugin_name = PLUGIN_NAME
+
+    def __init__(self, context: base_plugin.TBContext) -> None:
+        self._logdir_flag = context.logdir
+
+    # ------------------------------------------------------------- TensorBoard's interface
+
+    def get_plugin_apps(self):
+        apps = {route: self._serve_static for route in _STATIC}
+        apps.update({"/runs": self._serve_runs, "/metrics": self._serve_metrics, "/timeline": self._serve_timeline})
+        return apps
+
+    def is_active(self) -> bool:
+        logdir = self._logdir()
+        return logdir is not None and bool(find_runs(logdir))
+
+    def frontend_metadata(self):
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name=TAB_NAME)
+
+    # ------------------------------------------------------------- paths
+
+    def _logdir(self) -> Path | None:
+        """The local logdir; None for none or a remote one (gs://, s3://), which we do not read."""
+        if not self._logdir_flag or "://" in self._logdir_flag:
+            return None
+        return Path(self._logdir_flag).expanduser().resolve()
+
+    def _run_dir(self, request) -> Path:
+        logdir = self._logdir()
+        if logdir is None:
+            raise RequestError("TensorBoard was started without a local --logdir", code=404)
+        run = request.args.get("run")
+        if run is None:
+            raise RequestError("missing ?run=: pass a run from the runs route")
+        run_dir = (logdir / run).resolve()
+        if not run_dir.is_relative_to(logdir):
+            raise RequestError(f"run {run!r} is outside the logdir", code=403)
+        if not (run_dir / METRICS_FILE).is_file():
+            raise RequestError(f"run {run!r} has no {METRICS_FILE}", code=404)
+        return run_dir
+
+    # ------------------------------------------------------------- routes
+
+    @wrappers.Request.application
+    def _serve_static(self, request):
+        name, mimetype = _STATIC[request.path[request.path.rindex("/"):]]
+        content = resources.files(__package__).joinpath("static", name).read_bytes()
+        return http_util.Respond(request, content, mimetype)
+
+    @wrappers.Request.application
+    def _serve_runs(self, request):
+        logdir = self._logdir()
+        runs = [describe_run(logdir, d) for d in find_runs(logdir)] if logdir else []
+        return http_util.Respond(request, {"logdir": str(logdir) if logdir else None, "runs": runs}, "application/json")
+
+    @wrappers.Request.application
+    def _serve_metrics(self, request):
+        try:
+            # Byte for byte: the tab shows the record's own numbers, never a re-serialisation.
+            content = (self._run_dir(request) / METRICS_FILE).read_bytes()
+        except RequestError as err:
+            return _error(request, err)
+        return http_util.Respond(request, content, "application/json")
+
+    @wrappers.Request.application
+    def _serve_timeline(self, request):
+        try:
+            return http_util.Respond(request, self._timeline(request), "application/json")
+        except RequestError as err:
+            return _error(request, err)
+
+    def _timeline(self, request) -> dict:
+        run_dir = self._run_dir(request)
+        mode = request.args.get("mode")
+        max_spans = request.args.get("max_spans")
+        if max_spans is not None:
+            try:
+                max_spans = int(max_spans)
+            except ValueError:
+                raise RequestError(f"max_spans={max_spans!r} is not a whole number") from None
+            if max_spans < MIN_MAX_SPANS:
+                raise RequestError(f"max_spans={max_spans} is below {MIN_MAX_SPANS}")
+        path = run_dir / TIMELINE_FILE
+        if not path.is_file():
+            raise RequestError(f"this run has no {TIMELINE_FILE} (it was not profiled)", code=404)
+        try:
+            modes = json.loads(path.read_text())["modes"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise RequestError(f"unreadable {TIMELINE_FILE}: {err}", code=500) from None
+        if mode not in modes:
+            raise RequestError(f"mode {mode!r} is not in this run's timeline (it has {', '.join(modes) or 'none'})", code=404)
+        ranks = modes[mode]["ranks"]
+        num_in_file = sum(len(r["spans"]) for r in ranks)
+        if max_spans is not None:
+            ranks = [{**r, "spans": merge_spans(r["spans"], max_spans=max_spans)} for r in ranks]
+        num_served = sum(len(r["spans"]) for r in ranks)
+        return {"mode": mode, "ranks": ranks, "max_spans": max_spans,
+                "num_spans_in_file": num_in_file, "num_spans_served": num_served}
+
+
+def _error(request, err: RequestError):
+    return http_util.Respond(request, {"error": str(err)}, "application/json", code=err.code)
+
+
+class OverlapLoader(base_plugin.TBLoader):
+    """The entry point TensorBoard loads; the plugin needs no flags of its own."""
+
+    def load(self, context: base_plugin.TBContext) -> OverlapPlugin:
+        return OverlapPlugin(context)
