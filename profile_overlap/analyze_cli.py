@@ -2,6 +2,7 @@
 
     python -m profile_overlap analyze runs/<run>/split
     python -m profile_overlap analyze traces/ --json overlap.json --steps 3:5 --hta-compat
+    python -m profile_overlap analyze traces/ --tensorboard     # then: tensorboard --logdir traces
 
 Prints one table per rank, then the collectives, the profiler steps and the cross-rank
 wait/transfer split. Does not import torch.
@@ -27,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hta-compat", action="store_true",
                         help="drop the last profiler step of each rank, as Holistic Trace Analysis's get_comm_comp_overlap does by default")
     parser.add_argument("--skip-bad", action="store_true", help="warn about unreadable or non-trace files and analyze the rest")
+    parser.add_argument("--tensorboard", type=Path, nargs="?", const=True, metavar="OUT",
+                        help="also write the Overlap tab's data (metrics.json, timeline.json) to OUT (default: DIR/overlap), for `tensorboard --logdir DIR`")
 
 
 def parse_steps(text: str) -> tuple[int | None, int | None]:
@@ -135,4 +138,9 @@ def main(args: argparse.Namespace) -> int:
         except OSError as err:
             raise UserError(f"cannot write {args.json}: {err.strerror}; pick a writable path for --json") from None
         print(f"wrote {args.json}")
+    if args.tensorboard:
+        from profile_overlap.tb_plugin.export import write_plugin_data
+
+        out = write_plugin_data(args.dir / "overlap" if args.tensorboard is True else args.tensorboard, analysis)
+        print(f"wrote {out}/metrics.json and timeline.json: `tensorboard --logdir {out.parent}` shows them in the Overlap tab")
     return 0
