@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("profile_overlap.config", "run sequential and/or split under torchrun, verify and profile them (default)"),
     "analyze": ("profile_overlap.analyze_cli", "measure overlap in any folder of PyTorch profiler traces"),
     "bench-collectives": ("profile_overlap.bench_collectives", "time and check all_reduce, reduce_scatter and all_gather per size, nccl-tests style"),
+    "report": ("profile_overlap.report_cli", "the report of a finished run (HTML, Markdown, JSON), --compare two runs, --fail-if gates"),
     "explain": ("profile_overlap.explain", "the AllReduce == AllGather(ReduceScatter) worked example, no process group"),
 }
 

@@ -1,0 +1,157 @@
+"""Notes a report adds because the numbers call for them: each rule reads the record, fires only
+when its condition holds, and quotes the numbers that made it fire (linked to their definitions).
+
+A rule returns None when it has nothing to say; the order of RULES is the order in the report
+(the most consequential first).
+"""
+
+from __future__ import annotations
+
+from profile_overlap.metrics import RunMetrics
+from profile_overlap.report import Inline, ModeSummary, Ref, headline_mode, ms, pct, slowest_rank, times, within_noise
+
+# Thresholds, with the reason each is where it is.
+GLOO_RS_AS_ALL_REDUCE = 0.7
+"""reduce_scatter moves half an all_reduce's data; at 70% or more of the all_reduce's time per
+call it is evidently doing the all_reduce's work (gloo's implementation)."""
+EXPOSED_OVER_COMPUTE = 1.0
+"""More exposed communication than the whole compute it could hide behind."""
+COMPUTE_BOUND_PREDICTED = 1.1
+"""Perfect overlap would gain less than 10%."""
+WELL_HIDDEN_PCT = 80.0
+STRAGGLER_WAIT_SHARE = 0.3
+"""A rank waiting for 30% of its collective time is waiting on a peer, not moving data."""
+NOISY_SPREAD = 0.2
+"""p10-p90 wider than 20% of the median."""
+SHORT_OF_IDEAL = 0.8
+"""Measured speedup below 80% of the predicted ideal."""
+
+
+def notes(m: RunMetrics, s: dict[str, ModeSummary]) -> tuple[Inline, ...]:
+    found = tuple(n for rule in RULES if (n := rule(m, s)) is not None)
+    return found or (("Nothing in the numbers calls for a note: verification passed, step times are steady, "
+                      "and no rank waited long for another.",),)
+
+
+def failed_checks(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
+    bad = [c for c in m.all_checks() if not c.passed]
+    if not bad:
+        return None
+    c = bad[0]
+    return (f"Verification failed ({len(bad)} check{'s' if len(bad) > 1 else ''}): {c.name} differs by ",
+            Ref(f"{c.max_abs_err:.3g}", "max_abs_err"), " (", Ref(f"tolerance {c.tolerance:.3g}", "tolerance"),
+            f") at rank {c.worst_rank}. Fix correctness before reading any timing.")
+
+
+def gloo_reduce_scatter(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
+    if m.env.get("backend") != "gloo" or "sequential" not in s or "split" not in s:
+        return None
+    ar = _kind(s["sequential"], "all_reduce")
+    rs = _kind(s["split"], "reduce_scatter")
+    ag = _kind(s["split"], "all_gather")
+    if ar is None or rs is None:
+        return None
+    ratio = rs.time_per_call_us.mean / ar.time_per_call_us.mean
+    if ratio < GLOO_RS_AS_ALL_REDUCE:
+        return None
+    text: list = ["On gloo, reduce_scatter runs as a full all_reduce: split's reduce_scatter took ",
+                  Ref(f"{ms(rs.time_per_call_us.mean / 1e3)} ms", "time_per_call_us"), " per call, ",
+                  f"{ratio:.0%} of sequential's all_reduce of the same bucket (",
+                  Ref(f"{ms(ar.time_per_call_us.mean / 1e3)} ms", "time_per_call_us"), ")"]
+    if ag is not None:
+        text += [", and split then all_gathers on top (", Ref(f"{ms(ag.time_per_call_us.mean / 1e3)} ms", "time_per_call_us"),
+                 " per call)"]
+    text += [". So split communicates more than sequential here (", Ref(f"{ms(s['split'].comm_ms)} ms", "comm_ms"),
+             " vs ", Ref(f"{ms(s['sequential'].comm_ms)} ms", "comm_ms"),
+             " per step) and cannot win on CPU; its gains (overlap, 1/N optimizer state) show on NCCL, where "
+             "reduce_scatter moves half an all_reduce's data."]
+    return tuple(text)
+
+
+def exposed_dominates(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
+    x = s[headline_mode(m)]
+    if x.exposed_comm_ms is None or not x.compute_ms or x.exposed_comm_ms / x.compute_ms < EXPOSED_OVER_COMPUTE:
+        return None
+    return (f"Exposed communication dominates {x.mode}: ", Ref(f"{ms(x.exposed_comm_ms)} ms", "exposed_comm_ms"),
+            " per step waits for communication, ", f"{x.exposed_comm_ms / x.compute_ms:.1f}× the ",
+            Ref(f"{ms(x.compute_ms)} ms", "compute_ms"), " of compute there is to hide it behind. Give the overlap more to work with: "
+            f"more layers (more, smaller buckets, so the first all_gather starts sooner; now --layers {m.config['layers']}) "
+            f"or a larger batch (more forward compute per step; now --batch {m.config['batch']}).")
+
+
+def compute_bound(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
+    if not m.speedup or m.speedup.predicted is None or m.speedup.predicted >= COMPUTE_BOUND_PREDICTED:
+        return None
+    seq = s["sequential"]
+    return ("The run is compute-bound: sequential spent ", Ref(f"{ms(seq.comm_ms)} ms", "comm_ms"),
+            " per step communicating and ", Ref(f"{ms(seq.compute_ms)} ms", "compute_ms"),
+            " computing, so even hiding all of its communication would gain at most ",
+            Ref(times(m.speedup.predicted), "predicted_speedup"), ". Overlap cannot help much further; "
+            "the split's remaining benefit is memory (1/N of the optimizer state).")
+
+
+def well_hidden(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
+    x = s.get("split")
+    if x is None or x.overlap_pct is None or x.overlap_pct < WELL_HIDDEN_PCT:
+        return None
+    return ("The split hid ", Ref(f"{pct(x.overlap_pct)}%", "mode_overlap_pct"), " of its communication; only ",
+            Ref(f"{ms(x.exposed_comm_ms)} ms", "exposed_comm_ms"), " per step is left exposed, so compute now sets the pace.")
+
+
+def short_of_ideal(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
+    sp = m.speedup
+    if not sp or sp.predicted is None or sp.measured >= SHORT_OF_IDEAL * sp.predicted or sp.predicted < COMPUTE_BOUND_PREDICTED:
+        return None
+    split = s["split"]
+    return ("The measured speedup ", Ref(times(sp.measured), "speedup"), " falls short of the ideal ",
+            Ref(times(sp.predicted), "predicted_speedup"), " that perfect overlap of sequential's communication would give: "
+            "split hid ", Ref(f"{ms(split.overlap_ms)} ms", "overlap_ms"), " of its ", Ref(f"{ms(split.comm_ms)} ms", "comm_ms"),
+            " per step (", Ref(f"{pct(split.overlap_pct)}%", "mode_overlap_pct"), ").")
+
+
+def stragglers(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
+    worst = None
+    for name, mode in m.modes.items():
+        ranks = mode.analysis["ranks"] if mode.analysis else []
+        slow = slowest_rank(ranks)
+        if slow is None:
+            continue
+        for r in ranks:
+            total = r["wait_us"] + r["transfer_us"]
+            share = r["wait_us"] / total if total else 0.0
+            if share >= STRAGGLER_WAIT_SHARE and (worst is None or share > worst[0]):
+                worst = (share, name, r, slow)
+    if worst is None:
+        return None
+    share, name, r, slow = worst
+    hosts = {x["rank"]: x["host"] for x in m.env.get("ranks", [])}
+    shared = m.env.get("num_nodes") == 1 and m.env.get("device_type") == "cpu"
+    advice = ("All ranks share one CPU host here, so this is most likely the OS scheduling ranks unevenly, not a slow link."
+              if shared else f"Look at what else runs on {hosts.get(slow, 'its host')}, and at its links.")
+    return (f"Ranks wait for each other: in {name}, rank {r['rank']} spent ", Ref(f"{pct(100 * share)}%", "wait_share_pct"),
+            " of its collective time (", Ref(f"{ms(r['wait_us'] / 1e3)} ms", "wait_us"), ") waiting, mostly for rank ",
+            str(slow), " (", Ref("the slowest rank", "slowest_rank"), "). ", advice)
+
+
+def noisy_steps(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
+    noisy = [x for x in s.values() if x.step_time.median_ms and
+             (x.step_time.p90_ms - x.step_time.p10_ms) / x.step_time.median_ms > NOISY_SPREAD]
+    if not noisy:
+        return None
+    x = max(noisy, key=lambda x: (x.step_time.p90_ms - x.step_time.p10_ms) / x.step_time.median_ms)
+    st = x.step_time
+    tail = ""
+    if m.speedup and len(s) == 2 and within_noise(s["sequential"].step_time, s["split"].step_time):
+        tail = " That is why the verdict calls the two modes equal."
+    return (f"Step times are noisy: {x.mode}'s p10–p90 spans ", Ref(f"{ms(st.p10_ms)} – {ms(st.p90_ms)} ms", "step_time_ms"),
+            f", {(st.p90_ms - st.p10_ms) / st.median_ms:.0%} of its median ", Ref(f"{ms(st.median_ms)} ms", "step_time_ms"),
+            f". Differences smaller than that are not meaningful; use more --steps (now {m.config['steps']}) or a quieter machine.",
+            tail)
+
+
+def _kind(x: ModeSummary, kind: str):
+    return next((c for c in x.collectives if c.kind == kind), None)
+
+
+RULES = (failed_checks, gloo_reduce_scatter, compute_bound, exposed_dominates, short_of_ideal, well_hidden, stragglers,
+         noisy_steps)

@@ -1,0 +1,119 @@
+"""`python -m profile_overlap report RUN_DIR`: the report of a finished run, for a review or a PR.
+
+    python -m profile_overlap report runs/<run>                          # report.html, report.md, timeline.png, report.json
+    python -m profile_overlap report runs/<run> --format html --out /tmp/review
+    python -m profile_overlap report --compare runs/<before> runs/<after>
+    python -m profile_overlap report runs/<run> --fail-if "overlap_pct<60" --fail-if "speedup<1.1"   # a CI gate
+
+A run writes its report itself when it finishes; this command rewrites it (or writes it
+elsewhere, or compares two runs). `--fail-if` exits with status 1, naming the condition, when a
+condition holds. Does not import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import operator
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from profile_overlap.errors import UserError
+
+_OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt}
+_CONDITION = re.compile(r"^\s*([A-Za-z_]+)\s*(<=|>=|==|!=|<|>)\s*([-+0-9.eE]+)\s*$")
+
+
+@dataclass(frozen=True)
+class Condition:
+    name: str
+    op: str
+    value: float
+    text: str
+
+    def holds(self, actual: float) -> bool:
+        return _OPS[self.op](actual, self.value)
+
+
+def parse_condition(text: str) -> Condition:
+    from profile_overlap.report import HEADLINE_NAMES
+
+    found = _CONDITION.match(text)
+    if not found:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME<VALUE (also <=, >, >=, ==, !=), e.g. \"overlap_pct<60\"")
+    name, op, value = found.groups()
+    if name not in HEADLINE_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown metric {name!r} in {text!r}: use one of {', '.join(HEADLINE_NAMES)}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} in {text!r} is not a number") from None
+    return Condition(name=name, op=op, value=number, text=text.strip())
+
+
+def _formats(text: str) -> tuple[str, ...]:
+    from profile_overlap.report import FORMATS
+
+    chosen = tuple(f.strip() for f in text.split(",") if f.strip())
+    bad = [f for f in chosen if f not in FORMATS]
+    if bad or not chosen:
+        raise argparse.ArgumentTypeError(f"{text!r}: formats are a comma-separated list of {', '.join(FORMATS)}")
+    return chosen
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = (
+        "Examples:\n"
+        "  python -m profile_overlap report runs/<run>\n"
+        "  python -m profile_overlap report --compare runs/<before> runs/<after>\n"
+        "  python -m profile_overlap report runs/<run> --fail-if \"overlap_pct<60\" --fail-if \"speedup<1.1\"\n\n"
+        "--fail-if names: speedup, predicted_speedup, sequential_step_ms, split_step_ms, overlap_pct,\n"
+        "exposed_comm_ms, comm_ms, compute_ms, optimizer_state_mib, max_error, failed_checks\n"
+        "(defined in the README's Metrics section, \"Headline names\")."
+    )
+    parser.add_argument("run_dir", type=Path, nargs="?", metavar="RUN_DIR", help="a run folder (runs/<run>)")
+    parser.add_argument("--compare", type=Path, nargs=2, metavar=("RUN_A", "RUN_B"),
+                        help="before/after report of two runs (A before, B after) instead of one run's report")
+    parser.add_argument("--format", type=_formats, default=("html", "md", "json"), metavar="html,md,json",
+                        help="which files to write (default: all three)")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="folder to write into (default: the run folder; with --compare, the current folder)")
+    parser.add_argument("--fail-if", type=parse_condition, action="append", default=[], metavar="COND",
+                        help="exit 1 when COND holds, e.g. \"overlap_pct<60\" (repeatable; with --compare, checked on RUN_B)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from profile_overlap import report
+
+    if args.compare and args.run_dir:
+        raise UserError("give either RUN_DIR or --compare RUN_A RUN_B, not both")
+    if not args.compare and not args.run_dir:
+        raise UserError("no run folder given: profile_overlap report RUN_DIR (or --compare RUN_A RUN_B)")
+    if args.compare:
+        written = report.write_compare(*args.compare, out=args.out, formats=args.format)
+        gated = report.load_run(args.compare[1])
+    else:
+        written = report.write(args.run_dir, out=args.out, formats=args.format)
+        gated = report.load_run(args.run_dir)
+    for path in written:
+        print(f"wrote {path}")
+    return gate(report.headline(gated.metrics), args.fail_if, run_name=gated.name)
+
+
+def gate(values: dict[str, float | None], conditions: list[Condition], *, run_name: str) -> int:
+    """1 when any condition holds (each one named on stderr), else 0. A condition on a number the
+    run does not have is a user error: a gate must not pass by accident."""
+    failed = 0
+    for cond in conditions:
+        actual = values[cond.name]
+        if actual is None:
+            raise UserError(f"--fail-if {cond.text!r}: run {run_name} has no {cond.name} "
+                            "(speedup and predicted_speedup need a --mode compare run)")
+        if cond.holds(actual):
+            print(f"profile_overlap report: FAIL: {cond.text} holds for {run_name} ({cond.name} = {actual:.4g})", file=sys.stderr)
+            failed += 1
+        else:
+            print(f"profile_overlap report: pass: {cond.text} does not hold ({cond.name} = {actual:.4g})")
+    return 1 if failed else 0
