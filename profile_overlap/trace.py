@@ -25,8 +25,9 @@ import numpy as np
 
 from profile_overlap.errors import UserError
 
-CHUNK_BYTES = 8 << 20
-"""Decompressed bytes decoded at a time."""
+CHUNK_BYTES = 2 << 20
+"""Decompressed bytes decoded at a time. Measured on a 76 MB trace: 8 MiB chunks peak at 2x the
+file, 2 MiB at 1.2x, with no loss of speed (decoded Structs cost several times their JSON)."""
 
 KERNEL_CATS = frozenset({"kernel", "Kernel"})
 CPU_CATS = frozenset({"cpu_op", "user_annotation", "gpu_user_annotation"})
