@@ -463,12 +463,9 @@ def reproduce_command(m: RunMetrics) -> str:
     args = command.split(" -m profile_overlap", 1)[1].strip() if " -m profile_overlap" in command else command
     per_node = env["world_size"] // max(env["num_nodes"], 1)
     if env["num_nodes"] == 1:
-        head = f"torchrun --standalone --nproc-per-node {per_node}"
-    else:
-        head = (f"torchrun --nnodes {env['num_nodes']} --nproc-per-node {per_node} "
-                "--rdzv-backend c10d --rdzv-endpoint HOST:PORT   # on every node")
-        return f"{head.split('   #')[0]} -m profile_overlap {args}   # on every node; HOST:PORT = the first node"
-    return f"{head} -m profile_overlap {args}".strip()
+        return f"torchrun --standalone --nproc-per-node {per_node} -m profile_overlap {args}".strip()
+    return (f"torchrun --nnodes {env['num_nodes']} --nproc-per-node {per_node} --rdzv-backend c10d --rdzv-endpoint HOST:PORT "
+            f"-m profile_overlap {args}   # on every node; HOST:PORT: the first node's address and a free port")
 
 
 def verification_blocks(m: RunMetrics) -> tuple:
