@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         report_user_error(command, err)
         return err.exit_code
     except KeyboardInterrupt:
-        print(f"{PROG} {command}: interrupted", file=sys.stderr)
+        if os.environ.get("LOCAL_RANK", "0") == "0":
+            print(f"{PROG} {command}: interrupted", file=sys.stderr)
         return 130
 
 

@@ -57,10 +57,12 @@ def launch_or_run(config: Any, *, entry: Callable[[Any], int] = run_rank, comman
     ranks that each run it. `entry` must be a module-level function (it is pickled by name)."""
     if under_torchrun():
         return entry(config)
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     nproc = config.nproc_per_node or default_nproc()
+    os.environ["PROFILE_OVERLAP_SELF_LAUNCHED"] = "1"  # inherited by the ranks: env.json's launcher
     launch_config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=nproc,
         run_id=str(uuid.uuid4()), rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0",
@@ -68,6 +70,9 @@ def launch_or_run(config: Any, *, entry: Callable[[Any], int] = run_rank, comman
     )
     try:
         elastic_launch(launch_config, _rank_entry)(entry, config, command)
+    except SignalException as err:
+        # Ctrl-C or SIGTERM reached the launcher; it has already stopped every rank.
+        raise KeyboardInterrupt from err
     except ChildFailedError as err:
         rank, failure = err.get_first_failure()
         code = failure.exitcode

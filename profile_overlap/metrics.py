@@ -76,7 +76,8 @@ class Memory:
 class CheckResult:
     name: str
     passed: bool
-    max_abs_err: float
+    max_abs_err: float | None
+    """None when some compared value was NaN or infinite."""
     tolerance: float
     num_checked: int
     worst_rank: int
@@ -90,7 +91,8 @@ class CheckResult:
         if self.worst_layer is not None:
             where += f", layer {self.worst_layer}"
         verdict = "OK" if self.passed else "FAILED"
-        return (f"{self.name}: {verdict} (max error {self.max_abs_err:.3g} at {where}; "
+        error = "non-finite values" if self.max_abs_err is None else f"max error {self.max_abs_err:.3g}"
+        return (f"{self.name}: {verdict} ({error} at {where}; "
                 f"tolerance {self.tolerance:.3g} relative; {self.num_checked} checks)")
 
 

@@ -78,7 +78,7 @@ class State:
     """K full d x d gradient buckets, refilled every step."""
     batch: torch.Tensor
     exp_avg: list[torch.Tensor]
-    """Adam first moment: full d x d (sequential) or this rank's d/N x d shard (split)."""
+    """Adam first moment, float32: full d x d (sequential) or this rank's d/N x d shard (split)."""
     exp_avg_sq: list[torch.Tensor]
     shards: list[torch.Tensor] = field(default_factory=list)
     """split only: this rank's master copy of its d/N x d rows of each layer."""
@@ -125,8 +125,8 @@ def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.
         params=params,
         grads=[torch.empty_like(p) for p in params],
         batch=batch,
-        exp_avg=[torch.zeros_like(t) for t in state_like],
-        exp_avg_sq=[torch.zeros_like(t) for t in state_like],
+        exp_avg=[torch.zeros_like(t, dtype=torch.float32) for t in state_like],
+        exp_avg_sq=[torch.zeros_like(t, dtype=torch.float32) for t in state_like],
         shards=shards,
         shard_grads=[torch.empty_like(s) for s in shards],
         fault=Fault.from_env(),
@@ -150,12 +150,20 @@ def reduce_scatter(state: State, out: torch.Tensor, grad: torch.Tensor, *, step:
 
 
 def adam_(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *, step: int, lr: float) -> None:
-    """One elementwise Adam update, so updating a shard equals updating those rows of the full tensor."""
+    """One elementwise Adam update, so updating a shard equals updating those rows of the full tensor.
+
+    The moments are float32 whatever the parameter dtype, as in mixed-precision training: in
+    float16, eps=1e-8 and 0.001*g^2 flush to zero and the update divides by zero.
+    """
     beta1, beta2 = ADAM_BETAS
-    exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
-    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    grad32 = grad.float()
+    exp_avg.mul_(beta1).add_(grad32, alpha=1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad32, grad32, value=1 - beta2)
     denom = (exp_avg_sq / (1 - beta2**step)).sqrt_().add_(ADAM_EPS)
-    param.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1**step))
+    if param.dtype == torch.float32:
+        param.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1**step))
+    else:
+        param.copy_(param.float().addcdiv_(exp_avg, denom, value=-lr / (1 - beta1**step)))
 
 
 def forward(state: State, wait: Callable[[int], None] | None = None) -> torch.Tensor:

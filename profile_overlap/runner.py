@@ -9,8 +9,13 @@ can check that both end with equal parameters.
 from __future__ import annotations
 
 import datetime as dt
+import errno
+import gzip
 import os
 import platform
+import shlex
+import shutil
+import signal
 import socket
 import sys
 import time
@@ -18,7 +23,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+from torch.profiler import ProfilerActivity, profile, schedule
 
 from profile_overlap import analysis
 from profile_overlap import modes as pipelines
@@ -109,6 +114,21 @@ def _create_fresh_dir(config: Config, *, backend: str, world: int) -> Path:
     raise UserError(f"too many runs named {base}* in {out}; give --name")
 
 
+def _launcher() -> str:
+    """torchrun, or this package's own launcher (which also goes through torch elastic)."""
+    return "python" if os.environ.get("PROFILE_OVERLAP_SELF_LAUNCHED") else "torchrun"
+
+
+def _reproduce_command(*, num_nodes: int) -> str:
+    """The command line that reruns this job with the same flags."""
+    args = [a for a in sys.argv[1:]]
+    if _launcher() == "torchrun":
+        local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+        where = ["--standalone"] if num_nodes == 1 else [f"--nnodes={num_nodes}", "--rdzv-backend=c10d", "--rdzv-endpoint=<host>:<port>"]
+        return shlex.join(["torchrun", *where, f"--nproc-per-node={local}", "-m", "profile_overlap", *args])
+    return shlex.join(["python", "-m", "profile_overlap", *args])
+
+
 def _environment(backend: str, device: torch.device) -> dict:
     world = dist.get_world_size()
     mine = {
@@ -126,8 +146,8 @@ def _environment(backend: str, device: torch.device) -> dict:
         nccl = ".".join(map(str, torch.cuda.nccl.version()))
     return {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([os.path.basename(sys.executable), "-m", "profile_overlap", *sys.argv[1:]]),
-        "launcher": "torchrun" if os.environ.get("TORCHELASTIC_RUN_ID") else "python",
+        "command": _reproduce_command(num_nodes=len({r["node_rank"] for r in ranks})),
+        "launcher": _launcher(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
@@ -168,21 +188,60 @@ def _timed_steps(step_fn, state, *, first_step: int, num_steps: int, device: tor
     return times
 
 
+def _ends_with_brace(path: Path) -> bool:
+    """A complete Chrome trace is one JSON object; Kineto's writer truncates silently when the
+    disk fills, so check the last byte rather than trusting the export call."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - 64))
+        return f.read().rstrip().endswith(b"}")
+
+
+def _trace_writer(trace_dir: Path, worker: str, *, use_gzip: bool, written: list[Path]):
+    """Like torch's tensorboard_trace_handler (same <worker>.<span>.pt.trace.json[.gz] names, which
+    torch-tb-profiler expects), but the trace is exported to a hidden partial file, checked, then
+    compressed and renamed: a full disk leaves no trace that looks whole."""
+
+    def handler(prof) -> None:
+        name = f"{worker}.{time.time_ns()}.pt.trace.json"
+        final = trace_dir / (name + (".gz" if use_gzip else ""))
+        partial = trace_dir / f".partial-{name}"
+        partial_gz = trace_dir / f".partial-{name}.gz"
+        try:
+            prof.export_chrome_trace(str(partial))
+            if not partial.exists() or not _ends_with_brace(partial):
+                raise OSError(errno.ENOSPC, "the profiler wrote an incomplete trace, most likely the disk is full")
+            if use_gzip:
+                with open(partial, "rb") as src, gzip.open(partial_gz, "wb", compresslevel=6) as dst:
+                    shutil.copyfileobj(src, dst, length=1 << 20)
+                os.replace(partial_gz, final)
+                partial.unlink()
+            else:
+                os.replace(partial, final)
+        except OSError as err:
+            for leftover in trace_dir.glob(f".partial-{name}*"):  # ours, and Kineto's own .tmp
+                leftover.unlink(missing_ok=True)
+            raise UserError(f"writing trace {final} failed ({err.strerror or err}): free disk space or pick another --out",
+                            exit_code=1) from None
+        written.append(final)
+
+    return handler
+
+
 def _profiled_steps(step_fn, state, *, first_step: int, config: Config, trace_dir: Path, worker: str, device: torch.device) -> Path:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    before = set(trace_dir.glob(f"{worker}.*.pt.trace.json*"))
+    written: list[Path] = []
     with profile(
         activities=activities,
         schedule=schedule(wait=0, warmup=1, active=config.profile_steps, repeat=1),
         record_shapes=True,
-        on_trace_ready=tensorboard_trace_handler(str(trace_dir), worker_name=worker, use_gzip=config.gzip),
+        on_trace_ready=_trace_writer(trace_dir, worker, use_gzip=config.gzip, written=written),
     ) as prof:
         for i in range(config.profile_steps + 1):
             step_fn(state, first_step + i)
             prof.step()
     _sync(device)
-    written = sorted(set(trace_dir.glob(f"{worker}.*.pt.trace.json*")) - before)
-    assert len(written) == 1, f"expected one new trace for {worker}, found {written}"
+    assert len(written) == 1, f"expected one trace for {worker}, got {written}"
     return written[0]
 
 
@@ -282,10 +341,34 @@ def _speedup(modes: dict[str, ModeMetrics]) -> Speedup | None:
     return Speedup(measured=measured, predicted=predicted)
 
 
+class Terminated(Exception):
+    """SIGTERM: the launcher stops every rank when one fails, or the job was cancelled."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated("stopped by SIGTERM from the launcher (another rank failed, or the job was cancelled)")
+
+
+def _failure_reason(err: BaseException) -> str:
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted by the user (Ctrl-C)"
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    transport = "/gloo/" in text or "nccl" in text.lower() or "Timed out" in text
+    if isinstance(err, dist.DistError) or transport:
+        # gloo appends advice and an emoji after the first sentence; the first sentence is the fact.
+        text = f"a collective failed: another rank crashed, hung or timed out ({text.split('. ')[0][:300]})"
+    return f"rank {dist.get_rank() if dist.is_initialized() else '?'}: {text}"
+
+
 def run(config: Config) -> int:
-    """Entry point on every rank. Returns the exit code."""
+    """Entry point on every rank. Returns the exit code.
+
+    Every fault ends with the run folder's status.json saying failed or interrupted and why,
+    and a one-line message instead of a traceback (PROFILE_OVERLAP_DEBUG=1 keeps tracebacks).
+    """
     backend = resolve_backend(config)
     device = check_devices(backend)
+    signal.signal(signal.SIGTERM, _raise_terminated)
     dist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=config.timeout_s),
                             device_id=device if device.type == "cuda" else None)
     run_dir = None
@@ -297,44 +380,55 @@ def run(config: Config) -> int:
         except ValueError as err:
             raise UserError(str(err)) from None
         run_dir = _make_run_dir(config, backend=backend, world=world)
-        env = _environment(backend, device)
-        rank = dist.get_rank()
-        if rank == 0:
-            write_json_atomic(run_dir / "config.json", config.to_dict())
-            write_json_atomic(run_dir / "env.json", env)
-            run_status.write(run_dir, "running")
-
-        modes: dict[str, ModeMetrics] = {}
-        analyses: dict[str, analysis.TraceAnalysis] = {}
-        final_params: dict[str, list[torch.Tensor]] = {}
-        for mode in config.modes:
-            modes[mode], analyses[mode], final_params[mode] = run_mode(mode, config=config, device=device, run_dir=run_dir)
-        cross = []
-        if len(final_params) == 2 and all(m.step_time.times_ms and m.checks[0].passed for m in modes.values()):
-            cross.append(compare_params(final_params["sequential"], final_params["split"],
-                                        name="sequential == split: final parameters", dtype=DTYPES[config.dtype]))
-        metrics = RunMetrics(schema_version=SCHEMA_VERSION, run_dir=str(run_dir), config=config.to_dict(), env=env,
-                             modes=modes, checks=tuple(cross), speedup=_speedup(modes))
-        if rank == 0:
-            write_json_atomic(run_dir / "metrics.json", metrics.to_json())
-            if any(analyses.values()):
-                write_json_atomic(run_dir / "timeline.json", timeline_record(analyses))
-            outputs.render_all(run_dir, metrics)
-            from profile_overlap import console
-
-            console.print_run_summary(metrics)
-            failed = [c for c in metrics.all_checks() if not c.passed]
-            if failed:
-                run_status.write(run_dir, "failed", reason="verification failed: " + "; ".join(
-                    c.describe() for c in failed))
-            else:
-                run_status.write(run_dir, "succeeded")
-        dist.barrier()
-        return 0 if metrics.passed else 1
+        return _run_in_folder(config, backend=backend, device=device, run_dir=run_dir)
     except BaseException as err:
-        if run_dir is not None:
-            reason = f"{type(err).__name__}: {err}".strip().splitlines()[0][:500]
-            run_status.write(run_dir, "interrupted" if isinstance(err, KeyboardInterrupt) else "failed", reason=reason)
-        raise
+        if run_dir is None:
+            raise
+        reason = _failure_reason(err)
+        interrupted = isinstance(err, KeyboardInterrupt)
+        # The first rank to fail writes the reason; ranks stopped afterwards don't overwrite it.
+        run_status.write_if_running(run_dir, "interrupted" if interrupted else "failed", reason=reason)
+        if interrupted or isinstance(err, UserError) or os.environ.get("PROFILE_OVERLAP_DEBUG"):
+            raise
+        raise UserError(f"run failed, {reason}; {run_dir} is marked failed", exit_code=1) from None
     finally:
+        # Status is written: a SIGTERM from here on (the launcher stopping us) just ends the process.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         dist.destroy_process_group()
+
+
+def _run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir: Path) -> int:
+    env = _environment(backend, device)
+    rank = dist.get_rank()
+    if rank == 0:
+        write_json_atomic(run_dir / "config.json", config.to_dict())
+        write_json_atomic(run_dir / "env.json", env)
+        run_status.write(run_dir, "running")
+
+    modes: dict[str, ModeMetrics] = {}
+    analyses: dict[str, analysis.TraceAnalysis] = {}
+    final_params: dict[str, list[torch.Tensor]] = {}
+    for mode in config.modes:
+        modes[mode], analyses[mode], final_params[mode] = run_mode(mode, config=config, device=device, run_dir=run_dir)
+    cross = []
+    if len(final_params) == 2 and all(m.step_time.times_ms and m.checks[0].passed for m in modes.values()):
+        cross.append(compare_params(final_params["sequential"], final_params["split"],
+                                    name="sequential == split: final parameters", dtype=DTYPES[config.dtype]))
+    metrics = RunMetrics(schema_version=SCHEMA_VERSION, run_dir=str(run_dir), config=config.to_dict(), env=env,
+                         modes=modes, checks=tuple(cross), speedup=_speedup(modes))
+    if rank == 0:
+        failed = [c for c in metrics.all_checks() if not c.passed]
+        if failed:
+            # Before any report is rendered, so that no report can claim success.
+            run_status.write(run_dir, "failed", reason="verification failed: " + "; ".join(c.describe() for c in failed))
+        write_json_atomic(run_dir / "metrics.json", metrics.to_json())
+        if any(analyses.values()):
+            write_json_atomic(run_dir / "timeline.json", timeline_record(analyses))
+        outputs.render_all(run_dir, metrics)
+        from profile_overlap import console
+
+        console.print_run_summary(metrics)
+        if not failed:
+            run_status.write(run_dir, "succeeded")
+    dist.barrier()
+    return 0 if metrics.passed else 1

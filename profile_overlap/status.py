@@ -29,3 +29,10 @@ def read(run_dir: Path) -> dict | None:
     if not path.is_file():
         return None
     return json.loads(path.read_text())
+
+
+def write_if_running(run_dir: Path, state: str, *, reason: str | None = None) -> None:
+    """Record a failure unless another rank already has (its reason is the root cause)."""
+    current = read(run_dir)
+    if current is None or current["state"] == "running":
+        write(run_dir, state, reason=reason)

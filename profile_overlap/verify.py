@@ -32,15 +32,18 @@ def _worst_over_ranks(errors: torch.Tensor, bounds: torch.Tensor) -> tuple[torch
 
 def _reduce_check(name: str, errors: torch.Tensor, bounds: torch.Tensor, *, steps: list[int | None], layers: list[int | None], tolerance: float) -> CheckResult:
     all_errors, all_bounds = _worst_over_ranks(errors.cpu(), bounds.cpu())
+    # NaN/inf (a diverged update) fail the check; nan_to_num keeps argmax meaningful.
+    finite = bool(torch.isfinite(all_errors).all())
+    all_errors = torch.nan_to_num(all_errors, nan=float("inf"))
     excess = all_errors - all_bounds
-    passed = bool((excess <= 0).all())
+    passed = finite and bool((excess <= 0).all())
     # Name the worst offender when failing, else the largest error.
     flat = int(torch.argmax(all_errors if passed else excess))
     rank, item = divmod(flat, all_errors.shape[1])
     return CheckResult(
         name=name,
         passed=passed,
-        max_abs_err=float(all_errors.max()),
+        max_abs_err=float(all_errors.max()) if finite else None,
         tolerance=tolerance,
         num_checked=all_errors.numel(),
         worst_rank=rank,
@@ -94,7 +97,7 @@ class DecompositionChecker:
         worst = shard if not shard.passed else gathered
         return dataclasses.replace(
             worst, passed=shard.passed and gathered.passed,
-            max_abs_err=max(shard.max_abs_err, gathered.max_abs_err),
+            max_abs_err=None if None in (shard.max_abs_err, gathered.max_abs_err) else max(shard.max_abs_err, gathered.max_abs_err),
             num_checked=shard.num_checked + gathered.num_checked,
         )
 

@@ -69,7 +69,7 @@ def test_compare_run_writes_everything(compare_run_4):
     # ZeRO's memory claim, measured on the tensors each rank holds: 1/N of the optimizer state.
     seq_state = metrics["modes"]["sequential"]["memory"][0]["optimizer_state_bytes"]
     split_state = metrics["modes"]["split"]["memory"][0]["optimizer_state_bytes"]
-    assert seq_state == 2 * 4 * 256 * 256 * 4  # exp_avg + exp_avg_sq, K*d*d float32
+    assert seq_state == 2 * 4 * 256 * 256 * 4  # exp_avg + exp_avg_sq, K*d*d, float32 moments
     assert split_state * 4 == seq_state
     assert metrics["speedup"]["measured"] > 0
 

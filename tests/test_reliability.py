@@ -1,0 +1,153 @@
+"""Faults and bad input: a one-line answer, a bounded end, and a run folder that never lies.
+
+Each test is one row of the reliability table in the README ("When things go wrong"); ranks are
+real processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SMALL, clean_env, free_port, only_run_dir, torchrun
+
+
+def _status(run_dir: Path) -> dict:
+    return json.loads((run_dir / "status.json").read_text())
+
+
+def _one_line_error(stderr: str, text: str) -> None:
+    lines = [line for line in stderr.splitlines() if line.startswith("profile_overlap")]
+    assert any(text in line for line in lines), stderr[-3000:]
+    # Our ranks print no traceback (torchrun's own agent may print its failure summary).
+    assert "[rank0]: Traceback" not in stderr and "[rank1]: Traceback" not in stderr
+
+
+@pytest.mark.parametrize("kind, timeout_s", [("kill", 60), ("hang", 8)])
+def test_dead_or_hung_rank_ends_the_job_and_marks_the_run_failed(tmp_path, kind, timeout_s):
+    env = clean_env(PROFILE_OVERLAP_FAULT=f"{kind}:rank=1:step=3")
+    started = time.monotonic()
+    proc = torchrun(["--mode", "split", "--out", str(tmp_path), "--timeout", str(timeout_s), *SMALL], nproc=2, env=env, timeout=120)
+    elapsed = time.monotonic() - started
+    assert proc.returncode != 0
+    assert elapsed < timeout_s + 60  # start-up plus the process-group timeout, not forever
+    run_dir = only_run_dir(tmp_path)
+    status = _status(run_dir)
+    assert status["state"] == "failed"
+    assert "another rank crashed, hung or timed out" in status["reason"]
+    assert not (run_dir / "metrics.json").exists()  # nothing claims success
+    _one_line_error(proc.stderr, "is marked failed")
+
+
+def test_configs_that_differ_across_nodes_are_named(tmp_path):
+    port = free_port()
+    agents = []
+    for node, dim in enumerate(("64", "128")):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"cfg{port}",
+               "-m", "profile_overlap", "--mode", "split", "--no-profile", "--out", str(tmp_path), *SMALL, "--dim", dim]
+        agents.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=REPO))
+    outputs = [a.communicate(timeout=120) for a in agents]
+    assert all(a.returncode != 0 for a in agents)
+    for _, stderr in outputs:
+        _one_line_error(stderr, "ranks were started with different configs (dim: 64/128)")
+    assert not any(tmp_path.iterdir())  # detected before any run folder is made
+
+
+def test_dim_not_divisible_by_world_size(tmp_path):
+    proc = torchrun(["--out", str(tmp_path), *SMALL, "--dim", "66"], nproc=4)
+    assert proc.returncode != 0  # torchrun exits 1 when any rank fails, whatever the rank's code
+    _one_line_error(proc.stderr, "--dim 66 is not divisible by the world size 4")
+    assert proc.stderr.count("profile_overlap run: error") == 1  # once, not once per rank
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_nccl_without_cuda_suggests_gloo(tmp_path):
+    proc = torchrun(["--backend", "nccl", "--out", str(tmp_path), *SMALL], nproc=2)
+    assert proc.returncode != 0  # torchrun exits 1 when any rank fails, whatever the rank's code
+    _one_line_error(proc.stderr, "--backend nccl needs CUDA")
+    assert "use --backend gloo" in proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_low_precision_runs_on_gloo(tmp_path, dtype):
+    """gloo reduces bf16/fp16 on this torch: documented as supported, and verified."""
+    proc = torchrun(["--mode", "compare", "--no-profile", "--dtype", dtype, "--out", str(tmp_path), *SMALL], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    metrics = json.loads((only_run_dir(tmp_path) / "metrics.json").read_text())
+    checks = [c for m in metrics["modes"].values() for c in m["checks"]] + metrics["checks"]
+    assert checks and all(c["passed"] for c in checks)
+    assert checks[0]["tolerance"] == {"bfloat16": 2e-2, "float16": 2e-3}[dtype]
+
+
+def test_out_that_cannot_be_created(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    proc = torchrun(["--out", str(blocker / "runs"), *SMALL], nproc=2)
+    assert proc.returncode != 0  # torchrun exits 1 when any rank fails, whatever the rank's code
+    _one_line_error(proc.stderr, f"cannot create --out {blocker / 'runs'}")
+    assert blocker.read_text() == "not a folder"
+
+
+def test_full_disk_while_writing_a_trace(tmp_path):
+    """RLIMIT_FSIZE makes every write past 100 kB fail, as a full disk would."""
+    earlier = tmp_path / "earlier-run"
+    earlier.mkdir()
+    (earlier / "metrics.json").write_text("{}")
+
+    def small_disk() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG errors instead of being killed
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "profile_overlap",
+           "--out", str(tmp_path), *SMALL]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=clean_env(), cwd=REPO, preexec_fn=small_disk)
+    assert proc.returncode != 0
+    _one_line_error(proc.stderr, "free disk space or pick another --out")
+    run_dir = next(p for p in tmp_path.iterdir() if p != earlier)
+    assert _status(run_dir)["state"] == "failed"
+    leftovers = [p.name for p in (run_dir / "sequential").iterdir()]
+    assert leftovers == []  # no partial trace left looking whole
+    assert (earlier / "metrics.json").read_text() == "{}"
+
+
+def test_runs_in_the_same_second_get_distinct_folders(tmp_path, monkeypatch):
+    from profile_overlap import runner
+    from profile_overlap.config import Config
+    from profile_overlap.errors import UserError
+
+    monkeypatch.setattr(runner.time, "strftime", lambda fmt: "20260101-000000")
+    config = Config(out=str(tmp_path))
+    first = runner._create_fresh_dir(config, backend="gloo", world=2)
+    second = runner._create_fresh_dir(config, backend="gloo", world=2)
+    assert first != second and first.is_dir() and second.is_dir()
+    assert second.name == first.name + "-2"
+    with pytest.raises(UserError, match="already exists and is never overwritten"):
+        runner._create_fresh_dir(Config(out=str(tmp_path), name=first.name), backend="gloo", world=2)
+
+
+def test_ctrl_c_stops_every_rank_and_marks_the_run_interrupted(tmp_path):
+    """Self-launched (python -m profile_overlap): SIGINT to the whole process group, as a terminal sends."""
+    cmd = [sys.executable, "-m", "profile_overlap", "--nproc-per-node", "2", "--out", str(tmp_path), *SMALL, "--steps", "100000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=REPO,
+                            start_new_session=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not list(tmp_path.glob("*/status.json")):
+        time.sleep(0.2)
+    time.sleep(2)  # into the timed steps
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    status = _status(only_run_dir(tmp_path))
+    assert status["state"] == "interrupted" and "Ctrl-C" in status["reason"]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "profile_overlap run: interrupted" in stderr
