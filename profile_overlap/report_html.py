@@ -70,7 +70,8 @@ ul.notes li { margin: 6px 0; }
   th, td { padding: 2px 5px; }
   td.num, th.num { white-space: normal; }
   thead { display: table-header-group; }
-  tr, figure, pre, .verdict, .failed, .warning, caption { break-inside: avoid; page-break-inside: avoid; }
+  /* A table moves whole to the next page when it fits on one; a longer one breaks between rows, header repeated. */
+  table, tr, figure, pre, .verdict, .failed, .warning { break-inside: avoid; page-break-inside: avoid; }
   tbody tr:nth-child(even) td, th, .verdict, .failed, tr.hl td { -webkit-print-color-adjust: exact; print-color-adjust: exact; }
   a.m { text-decoration: none; }
   #definitions { break-before: page; }
