@@ -36,7 +36,6 @@ MEMORY_KERNEL_RE = re.compile(r"Memcpy|Memset")
 SYNC_KERNEL_RE = re.compile(r"^(?:Event|Stream|Context|Device) Sync")
 PROFILER_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 GLOO_EVENT_PREFIX = "gloo:"
-GLOO_THREAD_NAME = "pt_gloo_runloop"
 C10D_PREFIX = "c10d::"
 
 MAX_TIMELINE_STEPS = 16
@@ -425,14 +424,13 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
 
 def _cpu_events(trace: Trace, labeller: _Labeller, main: int | None):
     cpu = trace.cpu
-    gloo_threads = {cpu.tids.index(t) for t, names in trace.thread_names.items()
-                    if t in cpu.tids and any(GLOO_THREAD_NAME in n for n in names)}
+    # gloo:* annotations off the main thread are communication. Not by thread name alone: Kineto
+    # can record a gloo worker under its pre-rename name ("python"), seen on torch 2.13, and a
+    # name-based filter then silently drops that worker's collectives.
     is_gloo = np.array([n.startswith(GLOO_EVENT_PREFIX) for n in cpu.names] or [False])[cpu.name] \
         & (cpu.cat == USER_ANNOTATION)
-    if gloo_threads:
-        is_gloo &= np.isin(cpu.tid, list(gloo_threads))
-    elif main is not None:
-        is_gloo &= cpu.tid != main  # older PyTorch does not name gloo's threads
+    if main is not None:
+        is_gloo &= cpu.tid != main
     is_c10d = np.array([n.startswith(C10D_PREFIX) for n in cpu.names] or [False])[cpu.name]
     on_main = (cpu.tid == main) & (cpu.cat == CPU_OP)
     compute_mask = on_main & ~is_c10d
