@@ -8,6 +8,7 @@ can check that both end with equal parameters.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import gzip
@@ -75,12 +76,12 @@ def _agree_on_config(config: Config) -> None:
     raise UserError(f"ranks were started with different configs ({detail}): start every node with the same flags")
 
 
-def _make_run_dir(config: Config, *, backend: str, world: int) -> Path:
-    """Rank 0 creates a fresh folder (never reusing one) and every rank learns its path."""
+def make_dir(create) -> Path:
+    """Rank 0 creates a fresh folder with `create()` (never reusing one); every rank learns its path."""
     box: list = [None]
     if dist.get_rank() == 0:
         try:
-            box[0] = str(_create_fresh_dir(config, backend=backend, world=world))
+            box[0] = str(create())
         except UserError as err:
             box[0] = err
     dist.broadcast_object_list(box, src=0)
@@ -89,7 +90,11 @@ def _make_run_dir(config: Config, *, backend: str, world: int) -> Path:
     return Path(box[0])
 
 
-def _create_fresh_dir(config: Config, *, backend: str, world: int) -> Path:
+def _make_run_dir(config, *, backend: str, world: int) -> Path:
+    return make_dir(lambda: _create_fresh_dir(config, backend=backend, world=world))
+
+
+def _create_fresh_dir(config: Config, *, backend: str, world: int, label: str | None = None) -> Path:
     out = Path(config.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -104,7 +109,7 @@ def _create_fresh_dir(config: Config, *, backend: str, world: int) -> Path:
         except FileExistsError:
             raise UserError(f"run folder {path} already exists and is never overwritten: pick another --name") from None
         return path
-    base = RUN_NAME.format(stamp=time.strftime("%Y%m%d-%H%M%S"), mode=config.mode, backend=backend, world=world)
+    base = RUN_NAME.format(stamp=time.strftime("%Y%m%d-%H%M%S"), mode=label or config.mode, backend=backend, world=world)
     for suffix in ["", *(f"-{i}" for i in range(2, 1000))]:
         try:
             (out / (base + suffix)).mkdir()
@@ -360,44 +365,57 @@ def _failure_reason(err: BaseException) -> str:
     return f"rank {dist.get_rank() if dist.is_initialized() else '?'}: {text}"
 
 
-def run(config: Config) -> int:
-    """Entry point on every rank. Returns the exit code.
-
-    Every fault ends with the run folder's status.json saying failed or interrupted and why,
-    and a one-line message instead of a traceback (PROFILE_OVERLAP_DEBUG=1 keeps tracebacks).
-    """
+@contextlib.contextmanager
+def process_group(config: Config):
+    """Checks, then the process group for the whole job (one run, or every point of a sweep).
+    Yields (backend, device)."""
     backend = resolve_backend(config)
     device = check_devices(backend)
     signal.signal(signal.SIGTERM, _raise_terminated)
     dist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=config.timeout_s),
                             device_id=device if device.type == "cuda" else None)
-    run_dir = None
     try:
-        world = dist.get_world_size()
         _agree_on_config(config)
         try:
-            config.check_world_size(world)
+            config.check_world_size(dist.get_world_size())
         except ValueError as err:
             raise UserError(str(err)) from None
-        run_dir = _make_run_dir(config, backend=backend, world=world)
-        return _run_in_folder(config, backend=backend, device=device, run_dir=run_dir)
-    except BaseException as err:
-        if run_dir is None:
-            raise
-        reason = _failure_reason(err)
-        interrupted = isinstance(err, KeyboardInterrupt)
-        # The first rank to fail writes the reason; ranks stopped afterwards don't overwrite it.
-        run_status.write_if_running(run_dir, "interrupted" if interrupted else "failed", reason=reason)
-        if interrupted or isinstance(err, UserError) or os.environ.get("PROFILE_OVERLAP_DEBUG"):
-            raise
-        raise UserError(f"run failed, {reason}; {run_dir} is marked failed", exit_code=1) from None
+        yield backend, device
     finally:
         # Status is written: a SIGTERM from here on (the launcher stopping us) just ends the process.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         dist.destroy_process_group()
 
 
-def _run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir: Path) -> int:
+@contextlib.contextmanager
+def failure_recorded(run_dir: Path):
+    """Any fault inside marks run_dir failed or interrupted (the first rank to fail names the
+    reason) and becomes a one-line error; PROFILE_OVERLAP_DEBUG=1 keeps the traceback."""
+    try:
+        yield
+    except BaseException as err:
+        reason = _failure_reason(err)
+        interrupted = isinstance(err, KeyboardInterrupt)
+        run_status.write_if_running(run_dir, "interrupted" if interrupted else "failed", reason=reason)
+        if interrupted or isinstance(err, UserError) or os.environ.get("PROFILE_OVERLAP_DEBUG"):
+            raise
+        raise UserError(f"run failed, {reason}; {run_dir} is marked failed", exit_code=1) from None
+
+
+def run(config: Config) -> int:
+    """Entry point on every rank. Returns the exit code.
+
+    Every fault ends with the run folder's status.json saying failed or interrupted and why,
+    and a one-line message instead of a traceback.
+    """
+    with process_group(config) as (backend, device):
+        run_dir = make_dir(lambda: _create_fresh_dir(config, backend=backend, world=dist.get_world_size()))
+        with failure_recorded(run_dir):
+            metrics = run_in_folder(config, backend=backend, device=device, run_dir=run_dir)
+    return 0 if metrics.passed else 1
+
+
+def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir: Path) -> RunMetrics:
     env = _environment(backend, device)
     rank = dist.get_rank()
     if rank == 0:
@@ -431,4 +449,4 @@ def _run_in_folder(config: Config, *, backend: str, device: torch.device, run_di
         if not failed:
             run_status.write(run_dir, "succeeded")
     dist.barrier()
-    return 0 if metrics.passed else 1
+    return metrics
