@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections import OrderedDict
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
+import orjson
 from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
@@ -33,6 +36,9 @@ METRICS_FILE = "metrics.json"
 TIMELINE_FILE = "timeline.json"
 STATUS_FILE = "status.json"
 MIN_MAX_SPANS = 16
+CACHED_REPLIES = 8
+"""Timeline replies kept serialised: a 64-rank timeline.json takes seconds to parse, and the tab
+asks for each of a run's modes in turn."""
 _STATIC = {"/index.js": ("index.js", "text/javascript"), "/style.css": ("style.css", "text/css")}
 
 
@@ -77,25 +83,29 @@ def describe_run(logdir: Path, run_dir: Path) -> dict:
 def merge_spans(spans: list[list], *, max_spans: int) -> list[list]:
     """At most `max_spans` spans of each kind: the largest gaps between consecutive spans stay,
     the rest close. A merged span keeps its first piece's step and its longest piece's label
-    (as the analysis does when it writes the timeline)."""
+    (as the analysis does when it writes the timeline). Within the budget, `spans` is returned as is."""
+    if max(sum(s[3] == "comm" for s in spans), sum(s[3] == "compute" for s in spans)) <= max_spans:
+        return spans
     out = []
     for kind in ("comm", "compute"):
-        mine = sorted((s for s in spans if s[3] == kind), key=lambda s: s[1])
+        mine = [s for s in spans if s[3] == kind]
         if len(mine) <= max_spans:
             out.extend(mine)
             continue
         start = np.array([s[1] for s in mine], dtype=np.float64)
-        end = np.array([s[2] for s in mine], dtype=np.float64)
+        order = np.argsort(start, kind="stable")
+        start = start[order]
+        end = np.array([s[2] for s in mine], dtype=np.float64)[order]
         gap = start[1:] - np.maximum.accumulate(end)[:-1]
         breaks = np.zeros(len(mine), dtype=bool)
         breaks[1 + np.argsort(-gap, kind="stable")[:max_spans - 1]] = True
         breaks[0] = True
+        group = np.cumsum(breaks) - 1
         first = np.flatnonzero(breaks)
-        last = np.r_[first[1:], len(mine)]
-        for a, b in zip(first.tolist(), last.tolist()):
-            piece = mine[a:b]
-            longest = max(piece, key=lambda s: s[2] - s[1])
-            out.append([piece[0][0], piece[0][1], max(s[2] for s in piece), kind, longest[4]])
+        ends = np.maximum.reduceat(end, first)
+        longest = np.lexsort((-(end - start), group))[first]  # each group's longest piece
+        for a, b, e, best in zip(order[first].tolist(), start[first].tolist(), ends.tolist(), order[longest].tolist()):
+            out.append([mine[a][0], b, e, kind, mine[best][4]])
     out.sort(key=lambda s: s[1])
     return out
 
@@ -105,6 +115,8 @@ class OverlapPlugin(base_plugin.TBPlugin):
 
     def __init__(self, context: base_plugin.TBContext) -> None:
         self._logdir_flag = context.logdir
+        self._replies: OrderedDict[tuple, bytes] = OrderedDict()
+        self._lock = threading.Lock()  # TensorBoard serves requests from several threads
 
     # ------------------------------------------------------------- TensorBoard's interface
 
@@ -172,7 +184,8 @@ class OverlapPlugin(base_plugin.TBPlugin):
         except RequestError as err:
             return _error(request, err)
 
-    def _timeline(self, request) -> dict:
+    def _timeline(self, request) -> bytes:
+        """One mode's reply, serialised; every mode of the file is prepared on the first request."""
         run_dir = self._run_dir(request)
         mode = request.args.get("mode")
         max_spans = request.args.get("max_spans")
@@ -184,21 +197,40 @@ class OverlapPlugin(base_plugin.TBPlugin):
             if max_spans < MIN_MAX_SPANS:
                 raise RequestError(f"max_spans={max_spans} is below {MIN_MAX_SPANS}")
         path = run_dir / TIMELINE_FILE
-        if not path.is_file():
-            raise RequestError(f"this run has no {TIMELINE_FILE} (it was not profiled)", code=404)
         try:
-            modes = json.loads(path.read_text())["modes"]
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise RequestError(f"unreadable {TIMELINE_FILE}: {err}", code=500) from None
-        if mode not in modes:
-            raise RequestError(f"mode {mode!r} is not in this run's timeline (it has {', '.join(modes) or 'none'})", code=404)
-        ranks = modes[mode]["ranks"]
+            stat = path.stat()
+        except OSError:
+            raise RequestError(f"this run has no {TIMELINE_FILE} (it was not profiled)", code=404) from None
+        key = (str(path), stat.st_mtime_ns, stat.st_size, max_spans)
+        with self._lock:
+            replies = self._replies.get(key)
+            if replies is None:
+                replies = timeline_replies(path, max_spans=max_spans)
+                self._replies[key] = replies
+                while len(self._replies) > CACHED_REPLIES:
+                    self._replies.popitem(last=False)
+            self._replies.move_to_end(key)
+        if mode not in replies:
+            raise RequestError(f"mode {mode!r} is not in this run's timeline (it has {', '.join(replies) or 'none'})", code=404)
+        return replies[mode]
+
+
+def timeline_replies(path: Path, *, max_spans: int | None) -> dict[str, bytes]:
+    """Per mode of a timeline.json: the serialised reply of the timeline route."""
+    try:
+        modes = orjson.loads(path.read_bytes())["modes"]
+        ranks_of = {mode: record["ranks"] for mode, record in modes.items()}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise RequestError(f"unreadable {TIMELINE_FILE}: {err}", code=500) from None
+    replies = {}
+    for mode, ranks in ranks_of.items():
         num_in_file = sum(len(r["spans"]) for r in ranks)
         if max_spans is not None:
             ranks = [{**r, "spans": merge_spans(r["spans"], max_spans=max_spans)} for r in ranks]
-        num_served = sum(len(r["spans"]) for r in ranks)
-        return {"mode": mode, "ranks": ranks, "max_spans": max_spans,
-                "num_spans_in_file": num_in_file, "num_spans_served": num_served}
+        replies[mode] = orjson.dumps({
+            "mode": mode, "ranks": ranks, "max_spans": max_spans,
+            "num_spans_in_file": num_in_file, "num_spans_served": sum(len(r["spans"]) for r in ranks)})
+    return replies
 
 
 def _error(request, err: RequestError):

@@ -5,7 +5,9 @@
 
 const COLORS = { compute: "#4e79a7", comm: "#f28e2b", overlap: "#59a14f" };
 const LANES = ["compute", "comm", "overlap"];
-const MAX_SPANS = 4096; // per rank and kind; the server merges beyond this and says so
+// Spans asked of the server per rank and kind (it merges beyond this and says so): about
+// 2^17 per kind in all, so that 64 ranks stay smooth; never fewer than 256 per rank.
+const maxSpans = (worldSize) => Math.max(256, Math.min(4096, Math.floor(131072 / (worldSize || 1))));
 const LABEL_W = 64; // px left of the lanes, for rank names
 const AXIS_H = 22;
 const MODE_TITLES = {
@@ -81,12 +83,7 @@ function prepareRank(rank) {
   const lanes = {};
   for (const kind of ["comm", "compute"]) {
     const spans = byKind[kind].sort((a, b) => a[1] - b[1]);
-    lanes[kind] = {
-      start: Float64Array.from(spans, (s) => s[1]),
-      end: Float64Array.from(spans, (s) => s[2]),
-      step: spans.map((s) => s[0]),
-      label: spans.map((s) => s[4]),
-    };
+    lanes[kind] = laneOf(spans);
   }
   const a = union(lanes.comm), b = union(lanes.compute);
   const os = [], oe = [];
@@ -95,8 +92,17 @@ function prepareRank(rank) {
     if (hi > lo) { os.push(lo); oe.push(hi); }
     if (a[i][1] < b[j][1]) i++; else j++;
   }
-  lanes.overlap = { start: Float64Array.from(os), end: Float64Array.from(oe), step: [], label: [] };
+  lanes.overlap = laneOf(os.map((s, i) => [null, s, oe[i], "overlap", ""]));
   return { rank: rank.rank, steps: rank.steps, lanes };
+}
+
+// A lane: spans sorted by start, plus the running maximum of their ends, so that both "first
+// span ending after t" and "last span starting before t" are binary searches.
+function laneOf(spans) {
+  const end = Float64Array.from(spans, (s) => s[2]);
+  const endMax = Float64Array.from(end);
+  for (let i = 1; i < endMax.length; i++) endMax[i] = Math.max(endMax[i], endMax[i - 1]);
+  return { start: Float64Array.from(spans, (s) => s[1]), end, endMax, step: spans.map((s) => s[0]), label: spans.map((s) => s[4]) };
 }
 
 function union(lane) {
@@ -109,12 +115,22 @@ function union(lane) {
   return out;
 }
 
-// First index whose end is >= t (ends are sorted too: spans of one kind do not nest).
+// First index whose (running maximum) end is >= t.
 function firstEnding(lane, t) {
   let lo = 0, hi = lane.start.length;
   while (lo < hi) {
     const mid = (lo + hi) >> 1;
-    if (lane.end[mid] < t) lo = mid + 1; else hi = mid;
+    if (lane.endMax[mid] < t) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+// First index whose start is > t.
+function firstStartAfter(lane, t) {
+  let lo = 0, hi = lane.start.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (lane.start[mid] <= t) lo = mid + 1; else hi = mid;
   }
   return lo;
 }
@@ -126,13 +142,11 @@ class Timeline {
     this.mode = mode;
     this.analysis = analysis;
     this.ranks = reply.ranks.map(prepareRank);
-    const starts = [], ends = [];
+    this.t0 = Infinity; this.t1 = -Infinity;
     for (const r of reply.ranks) {
-      for (const s of r.steps) { starts.push(s.start_us); ends.push(s.start_us + s.step_us); }
-      for (const s of r.spans) { starts.push(s[1]); ends.push(s[2]); }
+      for (const s of r.steps) { this.t0 = Math.min(this.t0, s.start_us); this.t1 = Math.max(this.t1, s.start_us + s.step_us); }
+      for (const s of r.spans) { this.t0 = Math.min(this.t0, s[1]); this.t1 = Math.max(this.t1, s[2]); }
     }
-    this.t0 = Math.min(...starts);
-    this.t1 = Math.max(...ends);
     this.view = [this.t0, this.t1];
     this.numSpans = reply.ranks.reduce((n, r) => n + r.spans.length, 0);
     const ranks = this.ranks.length;
@@ -185,7 +199,8 @@ class Timeline {
     c.addEventListener("dblclick", () => { this.view = [this.t0, this.t1]; this.schedule(); });
   }
 
-  plotW() { return Math.max(this.canvas.clientWidth - LABEL_W - 8, 50); }
+  // The canvas width is read once per draw: reading layout inside the loop would force reflows.
+  plotW() { return Math.max(this.width - LABEL_W - 8, 50); }
   timeAt(x) { return this.view[0] + (x - LABEL_W) / this.plotW() * (this.view[1] - this.view[0]); }
   xOf(t) { return LABEL_W + (t - this.view[0]) / (this.view[1] - this.view[0]) * this.plotW(); }
 
@@ -196,8 +211,10 @@ class Timeline {
 
   draw() {
     const c = this.canvas, dpr = window.devicePixelRatio || 1;
-    const width = c.clientWidth, height = AXIS_H + this.ranks.length * this.groupH + 4;
-    c.style.height = `${height}px`;
+    const height = AXIS_H + this.ranks.length * this.groupH + 4;
+    if (c.style.height !== `${height}px`) c.style.height = `${height}px`;
+    const width = this.width = c.clientWidth;
+    const began = performance.now(); // after the layout read: what follows is this panel's own work
     c.width = Math.round(width * dpr); c.height = Math.round(height * dpr);
     const g = c.getContext("2d");
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
@@ -227,17 +244,25 @@ class Timeline {
         const lane = r.lanes[kind];
         g.fillStyle = COLORS[kind];
         const ly = y + k * this.laneH, lh = Math.max(this.laneH - 1, 2);
-        // Merge at pixel resolution: spans closer than a pixel become one rectangle.
-        let rx0 = null, rx1 = null;
-        for (let j = firstEnding(lane, v0); j < lane.start.length && lane.start[j] <= v1; j++) {
-          inView++;
+        // Merge at pixel resolution: spans that start within a pixel of a rectangle join it.
+        // Each rectangle costs a few binary searches, however many spans it swallows.
+        const stop = firstStartAfter(lane, v1);
+        let j = firstEnding(lane, v0);
+        inView += Math.max(stop - j, 0);
+        while (j < stop) {
           const x0 = Math.max(this.xOf(lane.start[j]), LABEL_W);
-          const x1 = Math.min(Math.max(this.xOf(lane.end[j]), x0 + 0.5), width - 8);
-          if (rx0 !== null && x0 <= rx1 + 1) { rx1 = Math.max(rx1, x1); continue; }
-          if (rx0 !== null) { g.fillRect(rx0, ly, rx1 - rx0, lh); rects++; }
-          rx0 = x0; rx1 = x1;
+          let x1 = Math.max(this.xOf(lane.endMax[j]), x0 + 0.5);
+          let next = j + 1;
+          for (;;) {
+            const upto = Math.min(firstStartAfter(lane, this.timeAt(x1 + 1)), stop);
+            if (upto <= next) break;
+            x1 = Math.max(x1, this.xOf(lane.endMax[upto - 1]));
+            next = upto;
+          }
+          g.fillRect(x0, ly, Math.min(x1, width - 8) - x0, lh);
+          rects++;
+          j = next;
         }
-        if (rx0 !== null) { g.fillRect(rx0, ly, rx1 - rx0, lh); rects++; }
       });
     });
     const merged = rects < inView
@@ -246,6 +271,7 @@ class Timeline {
     this.note.textContent = `${this.serverNote}${merged} ◆ marks the rank the others wait for.`;
     this.node.dataset.drawnRects = String(rects);
     this.node.dataset.spansInView = String(inView);
+    this.node.dataset.drawMs = (performance.now() - began).toFixed(1);
   }
 
   drawAxis(g, width) {
@@ -290,7 +316,7 @@ class Timeline {
     }
     this.tip.innerHTML = lines.join("<br>");
     this.tip.style.display = "block";
-    const left = Math.min(x + 12, this.canvas.clientWidth - 300);
+    const left = Math.min(x + 12, this.width - 300);
     this.tip.style.left = `${Math.max(left, 0)}px`;
     this.tip.style.top = `${y + 14}px`;
   }
@@ -342,6 +368,13 @@ function rankTable(mode, analysis) {
     "wait (red) | transfer (orange)"], rows, (i) => (analysis.ranks[i].rank === slow ? "po-slow" : ""));
 }
 
+// Long tables (64 ranks × steps) start folded, so the timeline and stragglers stay in view.
+function foldable(mode, what, t) {
+  const rows = t.tBodies[0].rows.length;
+  if (rows <= 32) return t;
+  return el("details", {}, el("summary", { text: `${mode}: ${rows} ${what} rows (click to show)` }), t);
+}
+
 function stepTable(mode, analysis) {
   const rows = [];
   for (const r of analysis.ranks) {
@@ -350,7 +383,7 @@ function stepTable(mode, analysis) {
         exact(s.exposed_comm_us), exact(s.overlap_pct)]);
     }
   }
-  return table(["mode", "rank", "step", "step_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap %"], rows);
+  return foldable(mode, "step", table(["mode", "rank", "step", "step_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap %"], rows));
 }
 
 function collectiveTable(mode, analysis) {
@@ -360,7 +393,7 @@ function collectiveTable(mode, analysis) {
       rows.push([mode, r.rank, c.kind, c.count, bytes(c.nbytes), exact(c.dur_us), exact(c.algbw_gbps), exact(c.busbw_gbps)]);
     }
   }
-  return table(["mode", "rank", "kind", "count", "bytes", "dur_us", "algbw GB/s", "busbw GB/s"], rows);
+  return foldable(mode, "collective", table(["mode", "rank", "kind", "count", "bytes", "dur_us", "algbw GB/s", "busbw GB/s"], rows));
 }
 
 // ------------------------------------------------------------------ explain
@@ -401,7 +434,7 @@ async function showRun(main, run, view) {
         el("p", { class: "po-muted", text: "not profiled: no timeline for this mode" })));
       continue;
     }
-    const reply = await getJSON(`timeline?run=${encodeURIComponent(run.run)}&mode=${encodeURIComponent(mode)}&max_spans=${MAX_SPANS}`);
+    const reply = await getJSON(`timeline?run=${encodeURIComponent(run.run)}&mode=${encodeURIComponent(mode)}&max_spans=${maxSpans(run.world_size)}`);
     const tl = new Timeline(mode, reply, analysis);
     timelines.push(tl);
     panels.append(tl.node);
