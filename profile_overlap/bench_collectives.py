@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
+import hashlib
+import json
 import math
 import re
 import statistics
@@ -126,10 +127,14 @@ class BenchConfig:
         if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
             raise ValueError(f"--name {self.name!r} must be a plain folder name (no '/')")
 
-    @property
-    def mode(self) -> str:
-        """The run folder's middle name (runner's RUN_NAME template)."""
-        return COMMAND
+    def check_world_size(self, world_size: int) -> None:
+        """Checks that need the world size (runner.process_group calls it on every rank)."""
+        self.byte_sizes(world_size)
+
+    def digest(self) -> str:
+        """Hash of the fields every rank must agree on (runner.process_group compares them)."""
+        fields = {k: v for k, v in self.to_dict().items() if k not in ("nproc_per_node", "name", "out", "json")}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
     def byte_sizes(self, world_size: int) -> list[int]:
         """The ladder, each size rounded down to whole elements split evenly over the ranks (as
@@ -342,67 +347,62 @@ def _measure_size(torch, dist, *, nbytes: int, size_index: int, config: BenchCon
 
 
 def run_rank(config: BenchConfig) -> int:
-    """Entry point on every rank (under torchrun, or started by launch.launch_or_run)."""
+    """Entry point on every rank (under torchrun, or started by launch.launch_or_run). The
+    harness's process group and failure handling: a fault marks the run folder failed, in one line."""
     import torch
     import torch.distributed as dist
 
+    from profile_overlap import runner
+
+    with runner.process_group(config) as (backend, device):
+        world = dist.get_world_size()
+        run_dir = runner.make_dir(lambda: runner._create_fresh_dir(config, backend=backend, world=world, label=COMMAND))
+        with runner.failure_recorded(run_dir):
+            result = bench_in_folder(torch, dist, config, backend=backend, device=device, run_dir=run_dir)
+    return 0 if result.passed else 1
+
+
+def bench_in_folder(torch, dist, config: BenchConfig, *, backend: str, device, run_dir: Path) -> BenchResult:
     from profile_overlap import runner
     from profile_overlap import status as run_status
     from profile_overlap.metrics import write_json_atomic
     from profile_overlap.modes import Fault
 
-    backend = runner.resolve_backend(config)
-    device = runner.check_devices(backend)
-    dist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=config.timeout_s),
-                            device_id=device if device.type == "cuda" else None)
-    run_dir = None
-    try:
-        world, rank = dist.get_world_size(), dist.get_rank()
-        try:
-            sizes = config.byte_sizes(world)
-        except ValueError as err:
-            raise UserError(str(err)) from None
-        run_dir = runner._make_run_dir(config, backend=backend, world=world)
-        env = runner._environment(backend, device)
-        if rank == 0:
-            write_json_atomic(run_dir / "config.json", config.to_dict())
-            write_json_atomic(run_dir / "env.json", env)
-            run_status.write(run_dir, "running")
-        fault = Fault.from_env()
+    world, rank = dist.get_world_size(), dist.get_rank()
+    sizes = config.byte_sizes(world)
+    env = runner._environment(backend, device)
+    if rank == 0:
+        write_json_atomic(run_dir / "config.json", config.to_dict())
+        write_json_atomic(run_dir / "env.json", env)
+        run_status.write(run_dir, "running")
+    fault = Fault.from_env()
 
-        times_us: dict[tuple[int, str], list[float]] = {}
-        wrong: dict[tuple[int, str], int] = {}
-        for index, nbytes in enumerate(sizes):
-            mine = _measure_size(torch, dist, nbytes=nbytes, size_index=index, config=config, device=device, fault=fault)
-            everyone: list = [None] * world
-            dist.all_gather_object(everyone, mine)
-            for kind in COLLECTIVES:
-                # An iteration takes as long as its slowest rank.
-                times_us[nbytes, kind] = [max(t) for t in zip(*(r[0][kind] for r in everyone))]
-                wrong[nbytes, kind] = sum(r[1][kind] for r in everyone)
+    times_us: dict[tuple[int, str], list[float]] = {}
+    wrong: dict[tuple[int, str], int] = {}
+    for index, nbytes in enumerate(sizes):
+        mine = _measure_size(torch, dist, nbytes=nbytes, size_index=index, config=config, device=device, fault=fault)
+        everyone: list = [None] * world
+        dist.all_gather_object(everyone, mine)
+        for kind in COLLECTIVES:
+            # An iteration takes as long as its slowest rank.
+            times_us[nbytes, kind] = [max(t) for t in zip(*(r[0][kind] for r in everyone))]
+            wrong[nbytes, kind] = sum(r[1][kind] for r in everyone)
 
-        result = build_result(times_us=times_us, wrong=wrong, sizes=sizes, element_bytes=DTYPE_BYTES[config.dtype],
-                              world_size=world, backend=backend, device_type=device.type, config=config,
-                              env=env, run_dir=str(run_dir))
-        if rank == 0:
-            write_json_atomic(run_dir / "bench.json", result.to_json())
-            if config.json:
-                write_json_atomic(Path(config.json), result.to_json())
-            write_tensorboard(result, run_dir)
-            print(render_table(result), flush=True)
-            if result.passed:
-                run_status.write(run_dir, "succeeded")
-            else:
-                run_status.write(run_dir, "failed", reason=f"{result.num_wrong} wrong values in collective outputs")
-        dist.barrier()
-        return 0 if result.passed else 1
-    except BaseException as err:
-        if run_dir is not None:
-            reason = f"{type(err).__name__}: {err}".strip().splitlines()[0][:500]
-            run_status.write(run_dir, "interrupted" if isinstance(err, KeyboardInterrupt) else "failed", reason=reason)
-        raise
-    finally:
-        dist.destroy_process_group()
+    result = build_result(times_us=times_us, wrong=wrong, sizes=sizes, element_bytes=DTYPE_BYTES[config.dtype],
+                          world_size=world, backend=backend, device_type=device.type, config=config,
+                          env=env, run_dir=str(run_dir))
+    if rank == 0:
+        write_json_atomic(run_dir / "bench.json", result.to_json())
+        if config.json:
+            write_json_atomic(Path(config.json), result.to_json())
+        write_tensorboard(result, run_dir)
+        print(render_table(result), flush=True)
+        if result.passed:
+            run_status.write(run_dir, "succeeded")
+        else:
+            run_status.write(run_dir, "failed", reason=f"{result.num_wrong} wrong values in collective outputs")
+    dist.barrier()
+    return result
 
 
 # ---- renderers (rank 0, from the record only) ---------------------------------------------
@@ -508,4 +508,10 @@ def main(args: argparse.Namespace) -> int:
             raise UserError(f"--json {config.json}: folder {parent} does not exist; create it or pick another path")
     from profile_overlap import launch
 
+    if not launch.under_torchrun():
+        # Self-launched, the world size is known now: refuse bad sizes before starting any rank.
+        try:
+            config.check_world_size(config.nproc_per_node or launch.default_nproc())
+        except ValueError as err:
+            raise UserError(str(err)) from None
     return launch.launch_or_run(config, entry=run_rank, command=COMMAND)

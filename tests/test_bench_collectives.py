@@ -112,6 +112,7 @@ def test_corrupted_output_is_counted_wrong(tmp_path):
     (["--sizes", "1Q"], "is not a size"),
     (["--sizes", "1K:1M:1"], "factor must be an integer of 2 or more"),
     (["--iters", "0"], "--iters must be a positive integer"),
+    (["--nproc-per-node", "2", "--sizes", "4:64"], "sizes below 8 B cannot be split into one float32 element per rank on 2 ranks"),
 ])
 def test_bad_flags_are_one_line_errors(args, message):
     proc = cli(["bench-collectives", *args])
