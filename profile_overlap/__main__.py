@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("profile_overlap.analyze_cli", "measure overlap in any folder of PyTorch profiler traces"),
     "bench-collectives": ("profile_overlap.bench_collectives", "time and check all_reduce, reduce_scatter and all_gather per size, nccl-tests style"),
     "report": ("profile_overlap.report_cli", "the report of a finished run (HTML, Markdown, JSON), --compare two runs, --fail-if gates"),
+    "sweep": ("profile_overlap.sweep", "a compare run per point of a grid (--vary dim=256,512,...) in one job: where does the split pay?"),
     "explain": ("profile_overlap.explain", "the AllReduce == AllGather(ReduceScatter) worked example, no process group"),
 }
 
