@@ -90,10 +90,6 @@ def make_dir(create) -> Path:
     return Path(box[0])
 
 
-def _make_run_dir(config, *, backend: str, world: int) -> Path:
-    return make_dir(lambda: _create_fresh_dir(config, backend=backend, world=world))
-
-
 def _create_fresh_dir(config: Config, *, backend: str, world: int, label: str | None = None) -> Path:
     out = Path(config.out)
     try:
