@@ -1,0 +1,222 @@
+"""The Overlap tab in Debian's Chromium, driven over the DevTools protocol (the stdlib and
+`--remote-debugging-pipe`: no browser download, no extra package). Every request outside the
+loopback server goes to a dead proxy, and the test fails if the page makes one, or logs an error.
+
+Skipped where /usr/bin/chromium (or $CHROMIUM) is absent: `apt-get install -y chromium`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from test_tb_plugin import tb_logdir, tensorboard  # noqa: F401  (shared session fixtures)
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason=f"{CHROMIUM} not found: apt-get install -y chromium")
+COLORS = {"compute": (0x4E, 0x79, 0xA7), "comm": (0xF2, 0x8E, 0x2B), "overlap": (0x59, 0xA1, 0x4F)}
+"""The lane colours of static/index.js."""
+
+
+class Browser:
+    """Headless Chromium; DevTools messages are NUL-terminated JSON on fds 3 (in) and 4 (out)."""
+
+    def __init__(self, *, width: int = 1400, height: int = 1400) -> None:
+        self.profile = tempfile.mkdtemp(prefix="po-chromium-")
+        cmd_r, cmd_w = os.pipe()
+        ev_r, ev_w = os.pipe()
+
+        def as_fds_3_and_4() -> None:
+            a, b = os.dup(cmd_r), os.dup(ev_w)  # dup first: either may already be 3 or 4
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        self.proc = subprocess.Popen(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             # Loopback bypasses the proxy; anything else would go to a port where nothing listens.
+             "--proxy-server=http://127.0.0.1:9", f"--user-data-dir={self.profile}",
+             f"--window-size={width},{height}", "about:blank"],
+            pass_fds=(3, 4), preexec_fn=as_fds_3_and_4, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(cmd_r)
+        os.close(ev_w)
+        self.out, self.inp = cmd_w, ev_r
+        self.buf = b""
+        self.next_id = 0
+        self.events: list[dict] = []
+        page = next(t for t in self.send("Target.getTargets")["targetInfos"] if t["type"] == "page")
+        self.session = self.send("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
+        for domain in ("Page", "Runtime", "Network", "Log", "DOM"):
+            self.send(f"{domain}.enable", self.session)
+        self.send("Emulation.setDeviceMetricsOverride", self.session, width=width, height=height,
+                  deviceScaleFactor=1, mobile=False)
+
+    def send(self, method: str, session: str | None = None, **params) -> dict:
+        self.next_id += 1
+        msg = {"id": self.next_id, "method": method, "params": params}
+        if session:
+            msg["sessionId"] = session
+        os.write(self.out, json.dumps(msg).encode() + b"\0")
+        while True:
+            while b"\0" not in self.buf:
+                chunk = os.read(self.inp, 1 << 16)
+                assert chunk, "chromium closed the DevTools pipe"
+                self.buf += chunk
+            raw, self.buf = self.buf.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self.next_id:
+                assert "error" not in reply, f"{method}: {reply['error']}"
+                return reply["result"]
+            self.events.append(reply)
+
+    def page(self, method: str, **params) -> dict:
+        return self.send(method, self.session, **params)
+
+    def close(self) -> None:
+        try:
+            self.send("Browser.close")
+            self.proc.wait(timeout=15)
+        except Exception:
+            self.proc.kill()
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+class Frame:
+    """JavaScript in one frame (an isolated world: same DOM, none of the page's globals)."""
+
+    def __init__(self, browser: Browser, frame_id: str) -> None:
+        self.browser, self.frame_id = browser, frame_id
+        self.context = browser.page("Page.createIsolatedWorld", frameId=frame_id)["executionContextId"]
+
+    def js(self, expression: str):
+        reply = self.browser.page("Runtime.evaluate", expression=expression, contextId=self.context, returnByValue=True)
+        assert "exceptionDetails" not in reply, reply["exceptionDetails"]
+        return reply["result"].get("value")
+
+    def wait(self, expression: str, *, timeout_s: float = 90):
+        deadline = time.monotonic() + timeout_s
+        while not (value := self.js(expression)):
+            assert time.monotonic() < deadline, f"timed out waiting for {expression}"
+            time.sleep(0.2)
+        return value
+
+
+def plugin_frame(browser: Browser, *, timeout_s: float = 120) -> Frame:
+    """The tab's iframe (plugin_entry.html) once its module has rendered a run."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        children = browser.page("Page.getFrameTree")["frameTree"].get("childFrames", [])
+        found = [c["frame"]["id"] for c in children if "plugin_entry.html" in c["frame"]["url"]]
+        if found:
+            frame = Frame(browser, found[0])
+            state = frame.js("document.body && document.body.dataset.ready")
+            assert state != "error", frame.js("document.body.innerText")
+            if state == "true":
+                return frame
+        assert time.monotonic() < deadline, "the Overlap tab did not render"
+        time.sleep(0.3)
+
+
+def lane_pixels(frame: Frame, mode: str) -> dict[str, int]:
+    """How many canvas pixels of the mode's timeline have each lane colour."""
+    data = frame.js(f"""(() => {{
+        const c = document.querySelector('canvas[data-mode="{mode}"]');
+        return Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data); }})()""")
+    counts = dict.fromkeys(COLORS, 0)
+    by_rgb = {rgb: name for name, rgb in COLORS.items()}
+    for i in range(0, len(data), 4):
+        name = by_rgb.get((data[i], data[i + 1], data[i + 2]))
+        if name:
+            counts[name] += 1
+    return counts
+
+
+@pytest.fixture()
+def browser():
+    b = Browser()
+    yield b
+    b.close()
+
+
+def test_overlap_tab_renders_offline_with_the_records_numbers(browser, tensorboard, tb_logdir, tmp_path):  # noqa: F811
+    metrics = json.loads((tb_logdir / "compare" / "metrics.json").read_text())
+    browser.page("Page.navigate", url=f"{tensorboard}/#{'profile_overlap'}")
+    frame = plugin_frame(browser)
+    assert frame.js("document.getElementById('po-run').selectedOptions[0].text").startswith("compare")
+    assert frame.js("document.getElementById('po-view').value") == "both"
+
+    # Both modes' timelines, side by side, drawn with compute and comm; split also overlaps.
+    assert frame.js("[...document.querySelectorAll('canvas')].map(c => c.dataset.mode)") == ["sequential", "split"]
+    for mode in ("sequential", "split"):
+        pixels = lane_pixels(frame, mode)
+        assert pixels["compute"] > 100 and pixels["comm"] > 100, (mode, pixels)
+    assert lane_pixels(frame, "split")["overlap"] > 20
+    assert lane_pixels(frame, "sequential")["overlap"] == 0  # sequential overlap_us is 0 on both ranks
+
+    # The rank table shows the record's numbers (formatted with thousands separators only).
+    rows = frame.js("""[...document.querySelectorAll('table')].filter(t => t.tHead.innerText.includes('wait_us'))
+        .flatMap(t => [...t.tBodies[0].rows].map(r => [...r.cells].map(c => c.innerText)))""")
+    for mode in ("sequential", "split"):
+        for rec in metrics["modes"][mode]["analysis"]["ranks"]:
+            row = next(r for r in rows if r[0] == mode and r[1].split()[0] == str(rec["rank"]))
+            shown = [float(x.replace(",", "")) for x in row[2:9]]
+            assert shown == [rec[k] for k in ("comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap_pct",
+                                              "wait_us", "transfer_us")]
+    slowest = min(metrics["modes"]["split"]["analysis"]["ranks"], key=lambda r: r["wait_us"])["rank"]
+    assert frame.js("[...document.querySelectorAll('tr.po-slow')].map(r => r.cells[0].innerText + ' ' + r.cells[1].innerText)") \
+        == [f"sequential {min(metrics['modes']['sequential']['analysis']['ranks'], key=lambda r: r['wait_us'])['rank']} ◆",
+            f"split {slowest} ◆"]
+    # Per-step and per-collective tables, and the explain panel for 2 ranks.
+    text = frame.js("document.body.innerText")
+    num_steps = sum(len(r["steps"]) for m in ("sequential", "split") for r in metrics["modes"][m]["analysis"]["ranks"])
+    assert frame.js("[...document.querySelectorAll('table')].filter(t => t.tHead.innerText.includes('step_us'))"
+                    ".reduce((n, t) => n + t.tBodies[0].rows.length, 0)") == num_steps
+    assert "reduce_scatter" in text and "busbw GB/s" in text
+    assert "with this run's 2 ranks" in text and "[4, 6]" in text  # ranks hold [1, 2] and [3, 4]
+
+    # Hover over split's comm lane of rank 0 (in page coordinates: the iframe's box plus the
+    # canvas's box inside it) until a tooltip with the collective's bandwidth shows.
+    owner = browser.page("DOM.getFrameOwner", frameId=frame.frame_id)["backendNodeId"]
+    ix, iy = browser.page("DOM.getBoxModel", backendNodeId=owner)["model"]["content"][:2]
+    cx, cy, cw = frame.js("""(() => { const r = document.querySelector('canvas[data-mode="split"]').getBoundingClientRect();
+        return [r.x, r.y, r.width]; })()""")
+    y = iy + cy + 22 + 14 * 1.5  # axis, then rank 0's compute lane (14 px), then its comm lane
+    tips = []
+    for i in range(80):
+        x = ix + cx + 70 + i * (cw - 80) / 80
+        browser.page("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
+        tip = frame.js("(t => t.style.display === 'block' ? t.innerText : '')(document.querySelectorAll('.po-tip')[1])")
+        if tip:
+            tips.append(tip)
+            if "busbw" in tip:
+                break
+    assert tips and "busbw" in tips[-1] and "rank 0 · comm" in tips[-1], tips
+
+    # Wheel zoom narrows the view; the note says what was drawn.
+    before = int(frame.js("document.querySelectorAll('.po-panel')[1].dataset.spansInView"))
+    for _ in range(6):
+        browser.page("Input.dispatchMouseEvent", type="mouseWheel", x=ix + cx + cw / 2, y=y, deltaX=0, deltaY=-400)
+    after = int(frame.wait("(p => p.dataset.spansInView !== String(%d) && p.dataset.spansInView)("
+                           "document.querySelectorAll('.po-panel')[1])" % before))
+    assert after < before
+    assert "spans in view" in frame.js("document.querySelectorAll('.po-note')[1].innerText")
+
+    shot = tmp_path / "overlap_tab.png"
+    shot.write_bytes(base64.b64decode(browser.page("Page.captureScreenshot", format="png")["data"]))
+    print(f"screenshot: {shot}")
+
+    requests = [e["params"]["request"]["url"] for e in browser.events if e.get("method") == "Network.requestWillBeSent"]
+    assert any("/data/plugin/profile_overlap/timeline" in u for u in requests)
+    outside = [u for u in requests if not u.startswith((tensorboard + "/", "data:", "blob:", "about:"))]
+    assert outside == [], f"requests outside the TensorBoard server: {outside}"
+    errors = [e["params"] for e in browser.events if e.get("method") == "Runtime.exceptionThrown"
+              or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")
+              or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")]
+    assert errors == [], f"console errors: {json.dumps(errors)[:2000]}"
