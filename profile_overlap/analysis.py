@@ -1,6 +1,6 @@
 """Trace files -> overlap metrics: classify events, then measure with interval arithmetic.
 
-The metric definitions are the README's "Metrics" section (docs/metrics.md); in short:
+The metric definitions are the README's "Metrics" section (also shipped as static/metric_defs.md); in short:
 comm = NCCL/RCCL kernels (GPU) or `gloo:*` work on gloo's worker threads (CPU); compute = every
 other kernel except memcpy/memset/sync (GPU) or the main thread's operators outside `c10d::*`
 (CPU); overlap_us = |∪comm ∩ ∪compute|; overlap_pct = 100 · overlap_us / comm_us.
@@ -729,9 +729,39 @@ def _replace(obj, **changes):
     return replace(obj, **changes)
 
 
+TIMELINE_SCHEMA = "spans are [step, start_us, end_us, kind (comm|compute), label]"
+
+
+def timeline_record(analyses: dict[str, TraceAnalysis | None]) -> dict:
+    """timeline.json: per mode and rank, the profiled steps' windows and their compute and
+    communication spans (merged at display resolution by the analysis), for the figures."""
+    record = {}
+    for mode, result in analyses.items():
+        if result is None:
+            continue
+        record[mode] = {
+            "ranks": [
+                {
+                    "rank": r.rank,
+                    "steps": [{"step": s.step, "start_us": s.start_us, "step_us": s.step_us} for s in r.steps],
+                    "spans": [[sp.step, round(sp.start_us, 3), round(sp.end_us, 3), sp.kind, sp.label] for sp in r.timeline],
+                }
+                for r in result.ranks
+            ],
+        }
+    return {"schema": TIMELINE_SCHEMA, "modes": record}
+
+
+# profile_overlap's own records, which sit beside traces in a run folder (or an analyze --tensorboard
+# output folder) and are not traces.
+OWN_RECORDS = frozenset({"metrics.json", "timeline.json", "config.json", "env.json", "status.json",
+                         "report.json", "sweep.json", "bench.json"})
+
+
 def find_trace_files(folder: Path) -> list[Path]:
-    """Every *.json and *.json.gz under `folder`, recursively, sorted."""
-    return sorted(p for p in Path(folder).rglob("*") if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
+    """Every *.json and *.json.gz under `folder`, recursively, sorted, except our own records."""
+    return sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name not in OWN_RECORDS
+                  and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
 
 
 def _extract_path(path: str) -> FileEvents | UserError:

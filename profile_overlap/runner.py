@@ -307,26 +307,6 @@ def _mode_metrics(mode: str, state, *, checks, times, trace, run_dir: Path, devi
     ), combined
 
 
-def timeline_record(analyses: dict[str, analysis.TraceAnalysis | None]) -> dict:
-    """timeline.json: per mode and rank, the profiled steps' windows and their compute and
-    communication spans (merged at display resolution by the analysis), for the figures."""
-    record = {}
-    for mode, result in analyses.items():
-        if result is None:
-            continue
-        record[mode] = {
-            "ranks": [
-                {
-                    "rank": r.rank,
-                    "steps": [{"step": s.step, "start_us": s.start_us, "step_us": s.step_us} for s in r.steps],
-                    "spans": [[sp.step, round(sp.start_us, 3), round(sp.end_us, 3), sp.kind, sp.label] for sp in r.timeline],
-                }
-                for r in result.ranks
-            ],
-        }
-    return {"schema": "spans are [step, start_us, end_us, kind (comm|compute), label]", "modes": record}
-
-
 def _speedup(modes: dict[str, ModeMetrics]) -> Speedup | None:
     if set(modes) != {"sequential", "split"} or not all(m.step_time.times_ms for m in modes.values()):
         return None
@@ -437,7 +417,7 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
             run_status.write(run_dir, "failed", reason="verification failed: " + "; ".join(c.describe() for c in failed))
         write_json_atomic(run_dir / "metrics.json", metrics.to_json())
         if any(analyses.values()):
-            write_json_atomic(run_dir / "timeline.json", timeline_record(analyses))
+            write_json_atomic(run_dir / "timeline.json", analysis.timeline_record(analyses))
         outputs.render_all(run_dir, metrics)
         from profile_overlap import console
 

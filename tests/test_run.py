@@ -185,3 +185,20 @@ def test_in_run_analysis_is_consistent_with_the_traces(compare_run_4):
     assert any(label.startswith("forward/layer") for label in labels)
     out = (compare_run_4 / "_stdout.txt").read_text()
     assert "ideal from the sequential mode's comm and compute" in out
+
+
+def test_analyze_of_a_run_folder_equals_the_in_run_analysis(compare_run_2, tmp_path):
+    """One code path: `analyze` on a mode folder (next to our own metrics.json, timeline.json, ...)
+    gives the numbers the run computed rank by rank."""
+    from conftest import cli
+
+    out = tmp_path / "split.json"
+    proc = cli(["analyze", str(compare_run_2 / "split"), "--json", str(out)])
+    assert proc.returncode == 0, proc.stderr
+    ours = json.loads(out.read_text())
+    in_run = json.loads((compare_run_2 / "metrics.json").read_text())["modes"]["split"]["analysis"]
+    assert ours["world_size"] == in_run["world_size"] == 2
+    for a, b in zip(ours["ranks"], in_run["ranks"]):
+        for key in ("rank", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap_pct", "wait_us", "transfer_us"):
+            assert a[key] == b[key], key
+    assert cli(["analyze", str(compare_run_2 / "sequential")]).returncode == 0

@@ -17,27 +17,6 @@ from profile_overlap.metrics import SCHEMA_VERSION, ModeMetrics, RunMetrics, Ste
 
 FOREIGN_MODE = "trace"
 """The one mode of a record written for foreign traces (our runs have sequential / split)."""
-TIMELINE_SCHEMA = "spans are [step, start_us, end_us, kind (comm|compute), label]"
-
-
-def timeline_record(analyses: dict[str, trace_analysis.TraceAnalysis | None]) -> dict:
-    """timeline.json: per mode and rank, the profiled steps' windows and their compute and
-    communication spans (merged at display resolution by the analysis), for the figures."""
-    record = {}
-    for mode, result in analyses.items():
-        if result is None:
-            continue
-        record[mode] = {
-            "ranks": [
-                {
-                    "rank": r.rank,
-                    "steps": [{"step": s.step, "start_us": s.start_us, "step_us": s.step_us} for s in r.steps],
-                    "spans": [[sp.step, round(sp.start_us, 3), round(sp.end_us, 3), sp.kind, sp.label] for sp in r.timeline],
-                }
-                for r in result.ranks
-            ],
-        }
-    return {"schema": TIMELINE_SCHEMA, "modes": record}
 
 
 def plugin_metrics(result: trace_analysis.TraceAnalysis, *, out_dir: Path) -> RunMetrics:
@@ -65,7 +44,7 @@ def write_plugin_data(out_dir: Path, result: trace_analysis.TraceAnalysis) -> Pa
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out_dir / "metrics.json", plugin_metrics(result, out_dir=out_dir).to_json())
-        write_json_atomic(out_dir / "timeline.json", timeline_record({FOREIGN_MODE: result}))
+        write_json_atomic(out_dir / "timeline.json", trace_analysis.timeline_record({FOREIGN_MODE: result}))
     except OSError as err:
         raise UserError(f"cannot write the TensorBoard data to {out_dir}: {err.strerror}; "
                         "pick a writable folder with --tensorboard OUT") from None
