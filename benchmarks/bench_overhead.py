@@ -41,34 +41,6 @@ def _slowest(dist, times: list[float]) -> list[float]:
     return [max(step) for step in zip(*everyone)]
 
 
-def _timed(step_fn, state, *, first_step: int, num_steps: int, device, after_step=None) -> list[float]:
-    """This rank's step times in ms, as the runner takes them (runner._timed_steps), with an
-    optional per-step hook inside the timed region (prof.step() is part of a profiled step)."""
-    import torch
-    import torch.distributed as dist
-
-    if device.type == "cuda":
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(num_steps)]
-        for i, (start, end) in enumerate(events):
-            start.record()
-            step_fn(state, first_step + i)
-            if after_step:
-                after_step()
-            end.record()
-        torch.cuda.synchronize(device)
-        return [start.elapsed_time(end) for start, end in events]
-    times = []
-    for i in range(num_steps):
-        dist.barrier()
-        t0 = time.perf_counter()
-        step_fn(state, first_step + i)
-        if after_step:
-            after_step()
-        times.append((time.perf_counter() - t0) * 1e3)
-    dist.barrier()
-    return times
-
-
 def run_job(args: argparse.Namespace) -> None:
     import datetime as dt
 
@@ -103,14 +75,14 @@ def run_job(args: argparse.Namespace) -> None:
             result = {}
             for kind in (("off", "on") if block % 2 == 0 else ("on", "off")):
                 if kind == "off":
-                    times = _timed(step_fn, state, first_step=step, num_steps=args.steps, device=device)
+                    times = runner.timed_steps(step_fn, state, first_step=step, num_steps=args.steps, device=device)
                     step += args.steps
                 else:
                     with profile(activities=activities, record_shapes=True) as prof:
                         step_fn(state, step)  # the profiler's warmup step, untimed, as in `run`
                         prof.step()
                         step += 1
-                        times = _timed(step_fn, state, first_step=step, num_steps=args.steps, device=device,
+                        times = runner.timed_steps(step_fn, state, first_step=step, num_steps=args.steps, device=device,
                                        after_step=prof.step)
                         step += args.steps
                         t0 = time.perf_counter()

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from profile_overlap.bandwidth import algbw_gbps, busbw_gbps
-from profile_overlap.config import BACKENDS, DTYPES
+from profile_overlap.config import BACKENDS, DTYPES, check_job_fields
 from profile_overlap.errors import UserError
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
@@ -120,12 +120,7 @@ class BenchConfig:
             raise ValueError(f"--iters must be a positive integer, got {self.iters}")
         if self.warmup < 0:
             raise ValueError(f"--warmup must be 0 or more, got {self.warmup}")
-        if self.timeout_s <= 0:
-            raise ValueError(f"--timeout must be positive, got {self.timeout_s}")
-        if self.nproc_per_node is not None and self.nproc_per_node <= 0:
-            raise ValueError(f"--nproc-per-node must be positive, got {self.nproc_per_node}")
-        if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
-            raise ValueError(f"--name {self.name!r} must be a plain folder name (no '/')")
+        check_job_fields(self)
 
     def check_world_size(self, world_size: int) -> None:
         """Checks that need the world size (runner.process_group calls it on every rank)."""

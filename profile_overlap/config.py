@@ -18,6 +18,16 @@ DTYPES = ("float32", "bfloat16", "float16")
 BACKENDS = ("auto", "nccl", "gloo")
 
 
+def check_job_fields(config) -> None:
+    """Checks of the flags every job command shares (run, sweep, bench-collectives)."""
+    if config.timeout_s <= 0:
+        raise ValueError(f"--timeout must be positive, got {config.timeout_s}")
+    if config.nproc_per_node is not None and config.nproc_per_node <= 0:
+        raise ValueError(f"--nproc-per-node must be positive, got {config.nproc_per_node}")
+    if config.name is not None and (not config.name or "/" in config.name or config.name in (".", "..")):
+        raise ValueError(f"--name {config.name!r} must be a plain folder name (no '/')")
+
+
 @dataclass(frozen=True)
 class Config:
     mode: str = "compare"
@@ -70,12 +80,7 @@ class Config:
                 raise ValueError(f"{flag} must be 0 or more, got {value}")
         if self.profile and self.profile_steps == 0:
             raise ValueError("--profile-steps 0 records nothing: give 1 or more, or pass --no-profile")
-        if self.timeout_s <= 0:
-            raise ValueError(f"--timeout must be positive, got {self.timeout_s}")
-        if self.nproc_per_node is not None and self.nproc_per_node <= 0:
-            raise ValueError(f"--nproc-per-node must be positive, got {self.nproc_per_node}")
-        if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
-            raise ValueError(f"--name {self.name!r} must be a plain folder name (no '/')")
+        check_job_fields(self)
 
     @property
     def modes(self) -> tuple[str, ...]:

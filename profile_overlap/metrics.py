@@ -172,5 +172,18 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
+def ensure_writable_dir(out: Path) -> Path:
+    """Create `out` (an --out folder) if needed; a one-line error when that cannot work."""
+    from profile_overlap.errors import UserError
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot create --out {out}: {err.strerror}; pick a writable folder") from None
+    if not os.access(out, os.W_OK):
+        raise UserError(f"--out {out} is not writable; pick a writable folder")
+    return out
+
+
 def load_metrics(path: Path) -> RunMetrics:
     return RunMetrics.from_json(json.loads(Path(path).read_text()))

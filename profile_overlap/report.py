@@ -25,7 +25,7 @@ from pathlib import Path
 
 from profile_overlap import console
 from profile_overlap.errors import UserError
-from profile_overlap.metrics import CheckResult, ModeMetrics, RunMetrics, StepTimes, load_metrics, write_json_atomic
+from profile_overlap.metrics import CheckResult, ensure_writable_dir, ModeMetrics, RunMetrics, StepTimes, load_metrics, write_json_atomic
 
 DEFINITIONS_PATH = Path(__file__).resolve().parent / "static" / "metric_defs.md"
 """The README's "Metrics" section, shipped with the package so that reports can link to it."""
@@ -690,7 +690,7 @@ def write(run_dir: Path, metrics: RunMetrics | None = None, *, out: Path | None 
     if not check_status:
         run = Run(dir=run.dir, metrics=metrics or run.metrics, timeline=run.timeline, status=None)
     out = Path(out) if out else run_dir
-    _writable(out)
+    ensure_writable_dir(out)
     report = build(run)
     written = []
     fig = _figure(run) if ("html" in formats or "md" in formats) else None
@@ -717,7 +717,7 @@ def write(run_dir: Path, metrics: RunMetrics | None = None, *, out: Path | None 
 def write_compare(a_dir: Path, b_dir: Path, *, out: Path | None = None, formats: tuple[str, ...] = FORMATS) -> list[Path]:
     a, b = load_run(a_dir), load_run(b_dir)
     out = Path(out) if out else Path.cwd()
-    _writable(out)
+    ensure_writable_dir(out)
     stem = f"compare-{_safe(a.name)}-vs-{_safe(b.name)}"
     report = build_compare(a, b)
     written = []
@@ -745,15 +745,6 @@ def _figure(run: Run):
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
-
-
-def _writable(out: Path) -> None:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(f"cannot create --out {out}: {err.strerror}; pick a writable folder") from None
-    if not os.access(out, os.W_OK):
-        raise UserError(f"cannot write the report into {out} (not writable): pass --out DIR")
 
 
 def _write_text(path: Path, text: str) -> Path:

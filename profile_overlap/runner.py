@@ -32,7 +32,7 @@ from profile_overlap import outputs
 from profile_overlap import status as run_status
 from profile_overlap.config import Config
 from profile_overlap.errors import UserError
-from profile_overlap.metrics import SCHEMA_VERSION, Memory, ModeMetrics, RunMetrics, Speedup, StepTimes, write_json_atomic
+from profile_overlap.metrics import SCHEMA_VERSION, ensure_writable_dir, Memory, ModeMetrics, RunMetrics, Speedup, StepTimes, write_json_atomic
 from profile_overlap.verify import DecompositionChecker, compare_params, ranks_agree
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -91,13 +91,7 @@ def make_dir(create) -> Path:
 
 
 def _create_fresh_dir(config: Config, *, backend: str, world: int, label: str | None = None) -> Path:
-    out = Path(config.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(f"cannot create --out {out}: {err.strerror}; pick a writable folder") from None
-    if not os.access(out, os.W_OK):
-        raise UserError(f"--out {out} is not writable; pick a writable folder")
+    out = ensure_writable_dir(Path(config.out))
     if config.name:
         path = out / config.name
         try:
@@ -168,14 +162,17 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _timed_steps(step_fn, state, *, first_step: int, num_steps: int, device: torch.device) -> list[float]:
+def timed_steps(step_fn, state, *, first_step: int, num_steps: int, device: torch.device, after_step=None) -> list[float]:
     """This rank's step times in ms. GPU: CUDA events, no host sync inside the loop. CPU: a
-    barrier before each step so all ranks start together, perf_counter around it."""
+    barrier before each step so all ranks start together, perf_counter around it.
+    `after_step` (the profiler's step(), in the overhead benchmark) is timed with the step."""
     if device.type == "cuda":
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(num_steps)]
         for i, (start, end) in enumerate(events):
             start.record()
             step_fn(state, first_step + i)
+            if after_step:
+                after_step()
             end.record()
         torch.cuda.synchronize(device)
         return [start.elapsed_time(end) for start, end in events]
@@ -184,6 +181,8 @@ def _timed_steps(step_fn, state, *, first_step: int, num_steps: int, device: tor
         dist.barrier()
         t0 = time.perf_counter()
         step_fn(state, first_step + i)
+        if after_step:
+            after_step()
         times.append((time.perf_counter() - t0) * 1e3)
     dist.barrier()
     return times
@@ -265,7 +264,7 @@ def run_mode(mode: str, *, config: Config, device: torch.device, run_dir: Path) 
     if checks and not checks[0].passed:
         return *_mode_metrics(mode, state, checks=checks, times=[], trace=None, run_dir=run_dir, device=device), state.params
 
-    times = _timed_steps(step_fn, state, first_step=step, num_steps=config.steps, device=device)
+    times = timed_steps(step_fn, state, first_step=step, num_steps=config.steps, device=device)
     step += config.steps
 
     trace = None
