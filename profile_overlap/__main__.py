@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("profile_overlap.report_cli", "the report of a finished run (HTML, Markdown, JSON), --compare two runs, --fail-if gates"),
     "sweep": ("profile_overlap.sweep", "a compare run per point of a grid (--vary dim=256,512,...) in one job: where does the split pay?"),
     "explain": ("profile_overlap.explain", "the AllReduce == AllGather(ReduceScatter) worked example, no process group"),
+    "tensorboard": ("profile_overlap.tb_cli", "TensorBoard on loopback over the run folders: scalars, timeline, summary, hparams"),
 }
 
 

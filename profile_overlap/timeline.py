@@ -99,11 +99,14 @@ class _ModeStep:
     note: str | None
 
 
-def figure(metrics: RunMetrics, timeline: dict, *, step: int | None = None, max_ranks: int = 16) -> Figure:
+def figure(metrics: RunMetrics, timeline: dict, *, step: int | None = None, max_ranks: int = 16,
+           modes: tuple[str, ...] | None = None) -> Figure:
     """One profiled step per mode, modes stacked on a shared time axis (ms from each rank's
     ProfilerStep start). `step`: the profiled step to draw in every mode; by default each
     mode's median-length step. More than `max_ranks` ranks are sampled (rank 0, the slowest
-    rank, and evenly spaced ones between), and the figure says so."""
+    rank, and evenly spaced ones between), and the figure says so. `modes`: draw only these
+    (one figure per mode, e.g. for TensorBoard), keeping the time axis of all modes so that
+    figures drawn separately still compare."""
     if max_ranks < 2:
         raise UserError(f"max_ranks must be at least 2 (got {max_ranks})")
     modes_json = timeline.get("modes") or {}
@@ -111,6 +114,12 @@ def figure(metrics: RunMetrics, timeline: dict, *, step: int | None = None, max_
     if not names:
         raise UserError("timeline.json holds no profiled steps; rerun with profiling on (drop --no-profile)")
     panels = [_select(name, modes_json[name], metrics, step=step, max_ranks=max_ranks) for name in names]
+    xmax_ms = max(r.step_us for p in panels for r in p.ranks) / 1e3
+    if modes is not None:
+        missing = sorted(set(modes) - set(names))
+        if missing:
+            raise UserError(f"timeline.json has no profiled steps for mode {', '.join(missing)}; choose from {', '.join(names)}")
+        panels = [p for p in panels if p.mode in modes]
 
     colours = _colour_map(panels)
     lanes = sum(len(p.ranks) for p in panels)
@@ -119,7 +128,6 @@ def figure(metrics: RunMetrics, timeline: dict, *, step: int | None = None, max_
     fig = Figure(figsize=(FIG_WIDTH_IN, height_in), dpi=DPI, layout="constrained")
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False,
                         height_ratios=[len(p.ranks) * 3 + 2 for p in panels])[:, 0]
-    xmax_ms = max(r.step_us for p in panels for r in p.ranks) / 1e3
     for ax, panel in zip(axes, panels):
         _draw_panel(ax, panel, colours=colours, xmax_ms=xmax_ms)
     axes[-1].set_xlabel("time from the rank's ProfilerStep start (ms)")
@@ -129,7 +137,7 @@ def figure(metrics: RunMetrics, timeline: dict, *, step: int | None = None, max_
     run = Path(metrics.run_dir).name
     cfg = metrics.config
     fig.suptitle(
-        f"Communication / compute overlap, one profiled step per mode  ·  {run}\n"
+        f"Communication / compute overlap, one profiled step {'per mode' if len(panels) > 1 else 'of ' + panels[0].mode}  ·  {run}\n"
         f"{metrics.env.get('world_size', '?')} ranks, {metrics.env.get('backend', '?')} on "
         f"{metrics.env.get('device_type', '?')}, K={cfg.get('layers')} layers of {cfg.get('dim')}x{cfg.get('dim')} "
         f"{cfg.get('dtype')}, batch {cfg.get('batch')}",

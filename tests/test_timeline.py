@@ -81,6 +81,13 @@ def test_real_run_figure_png_and_svg(compare_run_2, tmp_path):
     # The split run overlaps some all_gather with the forward pass on every rank.
     assert hatched(fig)
 
+    # One mode alone keeps the time axis of both, so separate figures still compare.
+    alone = timeline.figure(metrics, spans, modes=("split",))
+    assert len(alone.axes) == 1 and alone.axes[0].get_title(loc="left") == titles[1]
+    assert alone.axes[0].get_xlim() == fig.axes[0].get_xlim()
+    with pytest.raises(UserError, match="no profiled steps for mode nope"):
+        timeline.figure(metrics, spans, modes=("nope",))
+
     timeline.save_png(fig, tmp_path / "timeline.png")
     png = (tmp_path / "timeline.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000

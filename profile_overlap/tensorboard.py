@@ -1,0 +1,224 @@
+"""TensorBoard renderer: event files in each mode folder, from the metrics record only.
+
+Each mode folder `runs/<run>/<mode>/` is one TensorBoard run: it already holds the rank traces
+(torch-tb-profiler's PyTorch Profiler tab lists it), and this module adds our own event file.
+Scalar tags are the same in every mode, so TensorBoard overlays sequential and split.
+
+    python -c "from profile_overlap import tensorboard; tensorboard.write_run('runs/<run>')"
+
+Written with tensorboard's own protos and event writer (no TensorFlow, no torch), so it runs
+from a finished folder as cheaply as at the end of a run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.plugins.custom_scalar import layout_pb2
+from tensorboard.plugins.custom_scalar import metadata as custom_scalar_metadata
+from tensorboard.plugins.hparams import summary_v2 as hp
+from tensorboard.plugins.text import summary_v2 as text_summary
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from tensorboard.util import tensor_util
+
+from profile_overlap import console
+from profile_overlap.errors import UserError
+from profile_overlap.metrics import RunMetrics, load_metrics
+
+EVENT_SUFFIX = ".profile_overlap"
+"""Our event files end with this, so a rewrite replaces ours and nothing else."""
+
+PER_STEP = ("step_ms", "comm_ms", "compute_ms", "exposed_comm_ms", "overlap_pct")
+_RECORD_KEY = {"step_ms": "step_us", "comm_ms": "comm_us", "compute_ms": "compute_us",
+               "exposed_comm_ms": "exposed_comm_us", "overlap_pct": "overlap_pct"}
+
+# The HParams dashboard's metrics: tag -> display name. Defined in the README's Metrics section.
+HEADLINE = {
+    "headline/median_step_ms": "median step ms",
+    "headline/overlap_pct": "overlap %",
+    "headline/exposed_comm_ms": "exposed comm ms",
+    "headline/speedup": "speedup (x)",
+}
+
+# The custom-scalars layout: one chart per number, with every mode (run) on it.
+COMPARE_CHARTS = (
+    ("step time, profiled steps, rank mean (ms)", r"^mean/step_ms$"),
+    ("exposed comm, profiled steps, rank mean (ms)", r"^mean/exposed_comm_ms$"),
+    ("overlap, profiled steps, rank mean (%)", r"^mean/overlap_pct$"),
+    ("step time, timed unprofiled steps (ms)", r"^step_time/timed_ms$"),
+)
+
+
+def write_run(run_dir: Path | str, metrics: RunMetrics | None = None) -> list[Path]:
+    """Write one event file into every mode folder of a finished run; returns their paths.
+    Writing again replaces the event files this module wrote before."""
+    run_dir = Path(run_dir)
+    if metrics is None:
+        path = run_dir / "metrics.json"
+        if not path.exists():
+            raise UserError(f"{path} not found; pass a finished run folder (runs/<run>)")
+        metrics = load_metrics(path)
+    spans_path = run_dir / "timeline.json"
+    spans = json.loads(spans_path.read_text()) if spans_path.exists() else None
+    wall_s = time.time()
+    written = []
+    for i, mode in enumerate(metrics.modes):
+        png = _timeline_png(metrics, spans, mode)
+        folder = run_dir / mode
+        folder.mkdir(exist_ok=True)
+        for old in folder.glob(f"events.out.tfevents.*{EVENT_SUFFIX}"):
+            old.unlink()
+        writer = EventFileWriter(str(folder), filename_suffix=EVENT_SUFFIX)
+        try:
+            # The run's summary, verification and configuration go to its first mode only, so the
+            # Text dashboard shows them once.
+            for summary, step in _mode_summaries(metrics, mode, png=png, run_text=i == 0):
+                writer.add_event(event_pb2.Event(wall_time=wall_s, step=step, summary=summary))
+        finally:
+            writer.close()
+        written += list(folder.glob(f"events.out.tfevents.*{EVENT_SUFFIX}"))
+    return written
+
+
+def _timeline_png(metrics: RunMetrics, spans: dict | None, mode: str) -> bytes | None:
+    """This mode's timeline, on the time axis of all modes: the Images dashboard shows the modes side by side."""
+    if not spans or mode not in spans.get("modes", {}):
+        return None
+    from profile_overlap import timeline  # matplotlib: only when there is something to draw
+
+    return timeline.png_bytes(timeline.figure(metrics, spans, modes=(mode,)))
+
+
+def _scalar(tag: str, value: float) -> summary_pb2.Summary:
+    return summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))])
+
+
+def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_text: bool):
+    """(summary, step) pairs for one mode folder."""
+    m = metrics.modes[mode]
+    ranks = (m.analysis or {}).get("ranks", [])
+
+    # Per profiled step: per rank, and the rank mean and max (ranks missing a step are skipped).
+    steps = sorted({s["step"] for r in ranks for s in r["steps"]})
+    for step in steps:
+        for name in PER_STEP:
+            values = []
+            for r in ranks:
+                row = next((s for s in r["steps"] if s["step"] == step), None)
+                value = None if row is None else row[_RECORD_KEY[name]]
+                if value is None:
+                    continue
+                value = value / 1e3 if name.endswith("_ms") else value
+                values.append(value)
+                yield _scalar(f"rank{r['rank']}/{name}", value), step
+            if values:
+                yield _scalar(f"mean/{name}", sum(values) / len(values)), step
+                yield _scalar(f"max/{name}", max(values)), step
+
+    # Bus bandwidth is recorded over all profiled steps together: one point, at the last profiled step.
+    if steps:
+        by_kind: dict[str, list[float]] = {}
+        for r in ranks:
+            for c in r["collectives"]:
+                if c["busbw_gbps"] is not None:
+                    by_kind.setdefault(c["kind"], []).append(c["busbw_gbps"])
+                    yield _scalar(f"rank{r['rank']}/busbw_gbps/{c['kind']}", c["busbw_gbps"]), steps[-1]
+        for kind, values in by_kind.items():
+            yield _scalar(f"mean/busbw_gbps/{kind}", sum(values) / len(values)), steps[-1]
+            yield _scalar(f"max/busbw_gbps/{kind}", max(values)), steps[-1]
+
+    for mem in m.memory:
+        for name in ("param_bytes", "grad_bytes", "optimizer_state_bytes", "peak_allocated_bytes"):
+            value = getattr(mem, name)
+            if value is not None:
+                yield _scalar(f"memory/rank{mem.rank}/{name}", value), 0
+
+    st = m.step_time
+    for i, value in enumerate(st.times_ms, start=1):
+        yield _scalar("step_time/timed_ms", value), i
+    for name in ("median_ms", "p10_ms", "p90_ms"):
+        if getattr(st, name) is not None:
+            yield _scalar(f"step_time/{name}", getattr(st, name)), 0
+
+    if png is not None:
+        yield _image("timeline", png), 0
+    if run_text:
+        yield text_summary.text_pb("summary/table", summary_markdown(metrics)), 0
+        yield text_summary.text_pb("summary/verification", verification_markdown(metrics)), 0
+        yield text_summary.text_pb("summary/configuration", configuration_markdown(metrics)), 0
+
+    yield hp.hparams_config_pb(hparams=[hp.HParam(k) for k in _hparams(metrics, mode)],
+                               metrics=[hp.Metric(tag, display_name=name) for tag, name in HEADLINE.items()]), 0
+    yield hp.hparams_pb(_hparams(metrics, mode), trial_id=f"{Path(metrics.run_dir).name}/{mode}"), 0
+    for tag, value in _headline(metrics, mode).items():
+        yield _scalar(tag, value), 0
+    yield _custom_scalars_layout(), 0
+
+
+def _image(tag: str, png: bytes) -> summary_pb2.Summary:
+    # Width and height from the PNG header (IHDR), so we need no image library.
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    image = summary_pb2.Summary.Image(height=height, width=width, colorspace=4, encoded_image_string=png)
+    return summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, image=image)])
+
+
+def _hparams(metrics: RunMetrics, mode: str) -> dict:
+    """The run configuration as hparams (the config's own mode is the run's; `mode` is this folder's)."""
+    cfg = {k: v for k, v in metrics.config.items() if isinstance(v, (bool, int, float, str))}
+    cfg["run_mode"] = cfg.pop("mode", "")
+    env = metrics.env
+    return {"mode": mode, **cfg, "world_size": env.get("world_size", 0), "backend": str(env.get("backend")),
+            "device_type": str(env.get("device_type")), "torch": str(env.get("torch"))}
+
+
+def _headline(metrics: RunMetrics, mode: str) -> dict[str, float]:
+    row = next(s for s in console.mode_summaries(metrics) if s.mode == mode)
+    out = {"headline/median_step_ms": row.median_ms, "headline/overlap_pct": row.overlap_pct,
+           "headline/exposed_comm_ms": row.exposed_comm_ms,
+           "headline/speedup": metrics.speedup.measured if metrics.speedup else None}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _custom_scalars_layout() -> summary_pb2.Summary:
+    charts = [layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(tag=[regex]))
+              for title, regex in COMPARE_CHARTS]
+    layout = layout_pb2.Layout(category=[layout_pb2.Category(title="sequential vs split", chart=charts)])
+    # What custom_scalar.summary.pb builds, without importing TensorFlow.
+    tensor = tensor_util.make_tensor_proto(np.array(layout.SerializeToString(), dtype=np.object_))
+    meta = summary_pb2.SummaryMetadata.FromString(custom_scalar_metadata.create_summary_metadata().SerializeToString())
+    return summary_pb2.Summary(value=[summary_pb2.Summary.Value(
+        tag=custom_scalar_metadata.CONFIG_SUMMARY_TAG, metadata=meta, tensor=tensor)])
+
+
+def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    align = ["---" if i == 0 else "---:" for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def summary_markdown(metrics: RunMetrics) -> str:
+    """The console's summary table, in Markdown, with the speedup line under it."""
+    text = _md_table(console.SUMMARY_COLUMNS, console.summary_rows(metrics))
+    if metrics.speedup:
+        sp = metrics.speedup
+        text += f"\n\nsplit speedup over sequential (median step time): **{sp.measured:.2f}x**"
+        if sp.predicted:
+            text += f"; ideal from the sequential mode's comm and compute: {sp.predicted:.2f}x"
+    return text
+
+
+def verification_markdown(metrics: RunMetrics) -> str:
+    verdict = "**all checks passed**" if metrics.passed else "**verification FAILED**"
+    return verdict + "\n\n" + "\n".join(f"- {c.describe()}" for c in metrics.all_checks())
+
+
+def configuration_markdown(metrics: RunMetrics) -> str:
+    env = {k: v for k, v in metrics.env.items() if k != "ranks"}
+    rows = [(f"`{k}`", f"`{v}`") for k, v in metrics.config.items()]
+    rows += [(f"`{k}`", f"`{v}`") for k, v in env.items()]
+    return f"run folder `{metrics.run_dir}`\n\n" + _md_table(("setting", "value"), rows)
