@@ -753,14 +753,19 @@ def timeline_record(analyses: dict[str, TraceAnalysis | None]) -> dict:
 
 
 # profile_overlap's own records, which sit beside traces in a run folder (or an analyze --tensorboard
-# output folder) and are not traces.
+# output folder) and are not traces. Skipped only in folders that are ours (a metrics.json or
+# status.json beside them): a stray config.json among a user's traces still gets its error.
 OWN_RECORDS = frozenset({"metrics.json", "timeline.json", "config.json", "env.json", "status.json",
                          "report.json", "sweep.json", "bench.json"})
 
 
+def _is_own_record(path: Path) -> bool:
+    return path.name in OWN_RECORDS and any((path.parent / name).is_file() for name in ("metrics.json", "status.json"))
+
+
 def find_trace_files(folder: Path) -> list[Path]:
     """Every *.json and *.json.gz under `folder`, recursively, sorted, except our own records."""
-    return sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name not in OWN_RECORDS
+    return sorted(p for p in Path(folder).rglob("*") if p.is_file() and not _is_own_record(p)
                   and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
 
 

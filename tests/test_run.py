@@ -202,3 +202,14 @@ def test_analyze_of_a_run_folder_equals_the_in_run_analysis(compare_run_2, tmp_p
         for key in ("rank", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap_pct", "wait_us", "transfer_us"):
             assert a[key] == b[key], key
     assert cli(["analyze", str(compare_run_2 / "sequential")]).returncode == 0
+
+
+def test_analyze_of_a_whole_run_folder_skips_our_records(compare_run_2, tmp_path):
+    """config.json, metrics.json, ... beside the traces are ours, not traces: analyze reads the
+    two modes' traces (one span file per mode and rank, pooled per rank)."""
+    from conftest import cli
+
+    out = tmp_path / "all.json"
+    proc = cli(["analyze", str(compare_run_2), "--json", str(out)])
+    assert proc.returncode == 0, proc.stderr
+    assert [r["rank"] for r in json.loads(out.read_text())["ranks"]] == [0, 1]
