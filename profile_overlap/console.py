@@ -32,7 +32,7 @@ class ModeSummary:
 
 
 SUMMARY_COLUMNS = ("mode", "step median ms", "p10-p90 ms", "comm ms", "compute ms", "overlap ms",
-                   "exposed comm ms", "overlap %", "opt state MB/rank")
+                   "exposed comm ms", "overlap %", "opt state MiB/rank")
 
 
 def mode_summaries(metrics: RunMetrics) -> list[ModeSummary]:
@@ -90,6 +90,12 @@ def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> No
         f"({env['device_type']}), K={cfg['layers']} layers of {cfg['dim']}x{cfg['dim']} {cfg['dtype']}, batch {cfg['batch']}"
     )
     console.print(summary_table(metrics))
+    from profile_overlap import report  # imports this module; the per-kind aggregation lives there
+
+    busbw = [f"{name} " + ", ".join(f"{c.kind} {c.busbw_gbps.mean:.3g}" for c in s.collectives if c.busbw_gbps)
+             for name, s in report.summaries(metrics).items() if any(c.busbw_gbps for c in s.collectives)]
+    if busbw:
+        console.print("busbw GB/s (mean over ranks): " + "; ".join(busbw))
     if metrics.speedup:
         sp = metrics.speedup
         predicted = f"; ideal from the sequential mode's comm and compute: {sp.predicted:.2f}x" if sp.predicted else ""

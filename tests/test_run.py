@@ -185,6 +185,7 @@ def test_in_run_analysis_is_consistent_with_the_traces(compare_run_4):
     assert any(label.startswith("forward/layer") for label in labels)
     out = (compare_run_4 / "_stdout.txt").read_text()
     assert "ideal from the sequential mode's comm and compute" in out
+    assert re.search(r"busbw GB/s \(mean over ranks\): sequential all_reduce [\d.e-]+; split all_gather [\d.e-]+, reduce_scatter", out)
 
 
 def test_analyze_of_a_run_folder_equals_the_in_run_analysis(compare_run_2, tmp_path):

@@ -29,6 +29,9 @@ def test_sweep_runs_every_point_in_one_job(tmp_path):
         assert point["headline"]["speedup"] == pytest.approx(metrics["speedup"]["measured"])
         assert point["split"]["step_ms"] == pytest.approx(metrics["modes"]["split"]["step_time"]["median_ms"])
         assert set(p.name for p in run_dir.iterdir()) >= {"sequential", "split", "report.html"}
+        # Each point is a TensorBoard run per mode with its hparams (the sweep's HParams entries).
+        for mode in ("sequential", "split"):
+            assert list((run_dir / mode).glob("events.out.tfevents.*.profile_overlap"))
     # One crossover statement per series (the other knob's values), each one of three kinds.
     assert sorted(c["series"]["layers"] for c in record["crossover"]) == [2, 3]
     assert all(c["kind"] in ("never", "always", "crossover") for c in record["crossover"])
