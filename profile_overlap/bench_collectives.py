@@ -351,7 +351,7 @@ def run_rank(config: BenchConfig) -> int:
 
     with runner.process_group(config) as (backend, device):
         world = dist.get_world_size()
-        run_dir = runner.make_dir(lambda: runner._create_fresh_dir(config, backend=backend, world=world, label=COMMAND))
+        run_dir = runner.make_dir(lambda: runner.create_fresh_dir(config, backend=backend, world=world, label=COMMAND))
         with runner.failure_recorded(run_dir):
             result = bench_in_folder(torch, dist, config, backend=backend, device=device, run_dir=run_dir)
     return 0 if result.passed else 1
@@ -365,7 +365,7 @@ def bench_in_folder(torch, dist, config: BenchConfig, *, backend: str, device, r
 
     world, rank = dist.get_world_size(), dist.get_rank()
     sizes = config.byte_sizes(world)
-    env = runner._environment(backend, device)
+    env = runner.environment(backend, device)
     if rank == 0:
         write_json_atomic(run_dir / "config.json", config.to_dict())
         write_json_atomic(run_dir / "env.json", env)

@@ -131,7 +131,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     st.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="untimed steps per mode; verification runs on them (default: %(default)s)")
     st.add_argument("--steps", type=int, default=d.steps, help="timed, unprofiled steps per mode (default: %(default)s)")
     st.add_argument("--profile-steps", type=int, default=d.profile_steps, help="profiled steps per mode (default: %(default)s)")
-    st.add_argument("--no-profile", dest="profile", action="store_false", help="time steps only; write no traces")
+    st.add_argument("--profile", action=argparse.BooleanOptionalAction, default=d.profile,
+                    help="record torch.profiler traces; --no-profile times steps only (default: on)")
     st.add_argument("--gzip", action=argparse.BooleanOptionalAction, default=d.gzip, help="gzip the traces (default: on)")
 
     dist = parser.add_argument_group("distributed")

@@ -90,7 +90,7 @@ def make_dir(create) -> Path:
     return Path(box[0])
 
 
-def _create_fresh_dir(config: Config, *, backend: str, world: int, label: str | None = None) -> Path:
+def create_fresh_dir(config: Config, *, backend: str, world: int, label: str | None = None) -> Path:
     out = ensure_writable_dir(Path(config.out))
     if config.name:
         path = out / config.name
@@ -114,17 +114,34 @@ def _launcher() -> str:
     return "python" if os.environ.get("PROFILE_OVERLAP_SELF_LAUNCHED") else "torchrun"
 
 
-def _reproduce_command(*, num_nodes: int) -> str:
-    """The command line that reruns this job with the same flags."""
-    args = [a for a in sys.argv[1:]]
+def reproduce_command(*, num_nodes: int, config: Config | None = None) -> str:
+    """The command line that reruns this job. For a run, every flag is spelled out from the
+    config (a later change of defaults cannot change the rerun) and --name is left out (that
+    folder exists); other commands repeat their own arguments."""
+    args = config_flags(config) if config else sys.argv[1:]
     if _launcher() == "torchrun":
         local = os.environ.get("LOCAL_WORLD_SIZE", "1")
         where = ["--standalone"] if num_nodes == 1 else [f"--nnodes={num_nodes}", "--rdzv-backend=c10d", "--rdzv-endpoint=<host>:<port>"]
         return shlex.join(["torchrun", *where, f"--nproc-per-node={local}", "-m", "profile_overlap", *args])
-    return shlex.join(["python", "-m", "profile_overlap", *args])
+    nproc = ["--nproc-per-node", os.environ.get("LOCAL_WORLD_SIZE", "1")] if config else []
+    return shlex.join(["python", "-m", "profile_overlap", *args, *nproc])
 
 
-def _environment(backend: str, device: torch.device) -> dict:
+def config_flags(config: Config) -> list[str]:
+    """`run` flags that recreate this config (all of them, defaults included)."""
+    flags = ["run"]
+    for name, value in config.to_dict().items():
+        if name in ("name", "nproc_per_node") or value is None:
+            continue
+        if isinstance(value, bool):
+            flags.append(f"--{name}" if value else f"--no-{name}")
+            continue
+        flag = "--timeout" if name == "timeout_s" else "--" + name.replace("_", "-")
+        flags += [flag, str(value)]
+    return flags
+
+
+def environment(backend: str, device: torch.device, *, config: Config | None = None) -> dict:
     world = dist.get_world_size()
     mine = {
         "rank": dist.get_rank(),
@@ -141,7 +158,7 @@ def _environment(backend: str, device: torch.device) -> dict:
         nccl = ".".join(map(str, torch.cuda.nccl.version()))
     return {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": _reproduce_command(num_nodes=len({r["node_rank"] for r in ranks})),
+        "command": reproduce_command(num_nodes=len({r["node_rank"] for r in ranks}), config=config),
         "launcher": _launcher(),
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -384,14 +401,14 @@ def run(config: Config) -> int:
     and a one-line message instead of a traceback.
     """
     with process_group(config) as (backend, device):
-        run_dir = make_dir(lambda: _create_fresh_dir(config, backend=backend, world=dist.get_world_size()))
+        run_dir = make_dir(lambda: create_fresh_dir(config, backend=backend, world=dist.get_world_size()))
         with failure_recorded(run_dir):
             metrics = run_in_folder(config, backend=backend, device=device, run_dir=run_dir)
     return 0 if metrics.passed else 1
 
 
 def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir: Path) -> RunMetrics:
-    env = _environment(backend, device)
+    env = environment(backend, device, config=config)
     rank = dist.get_rank()
     if rank == 0:
         write_json_atomic(run_dir / "config.json", config.to_dict())

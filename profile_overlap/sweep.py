@@ -122,7 +122,7 @@ def run_rank(sweep: SweepConfig) -> int:
                 config.check_world_size(world)
             except ValueError as err:
                 raise UserError(f"sweep point {_label(config, sweep)}: {err}") from None
-        sweep_dir = runner.make_dir(lambda: runner._create_fresh_dir(sweep.base, backend=backend, world=world, label="sweep"))
+        sweep_dir = runner.make_dir(lambda: runner.create_fresh_dir(sweep.base, backend=backend, world=world, label="sweep"))
         with runner.failure_recorded(sweep_dir):
             if dist.get_rank() == 0:
                 write_json_atomic(sweep_dir / "config.json", {"base": sweep.base.to_dict(), "vary": {k: list(v) for k, v in sweep.vary}})

@@ -127,12 +127,12 @@ def test_runs_in_the_same_second_get_distinct_folders(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner.time, "strftime", lambda fmt: "20260101-000000")
     config = Config(out=str(tmp_path))
-    first = runner._create_fresh_dir(config, backend="gloo", world=2)
-    second = runner._create_fresh_dir(config, backend="gloo", world=2)
+    first = runner.create_fresh_dir(config, backend="gloo", world=2)
+    second = runner.create_fresh_dir(config, backend="gloo", world=2)
     assert first != second and first.is_dir() and second.is_dir()
     assert second.name == first.name + "-2"
     with pytest.raises(UserError, match="already exists and is never overwritten"):
-        runner._create_fresh_dir(Config(out=str(tmp_path), name=first.name), backend="gloo", world=2)
+        runner.create_fresh_dir(Config(out=str(tmp_path), name=first.name), backend="gloo", world=2)
 
 
 def test_ctrl_c_stops_every_rank_and_marks_the_run_interrupted(tmp_path):

@@ -214,3 +214,22 @@ def test_analyze_of_a_whole_run_folder_skips_our_records(compare_run_2, tmp_path
     proc = cli(["analyze", str(compare_run_2), "--json", str(out)])
     assert proc.returncode == 0, proc.stderr
     assert [r["rank"] for r in json.loads(out.read_text())["ranks"]] == [0, 1]
+
+
+def test_env_records_a_command_that_recreates_the_config(compare_run_2):
+    """The reproduce command spells out every flag (defaults included) and parses back to the
+    same config; --name is left out, since that folder exists."""
+    import shlex
+
+    from profile_overlap.__main__ import build_parser
+    from profile_overlap.config import from_args
+
+    env = json.loads((compare_run_2 / "env.json").read_text())
+    words = shlex.split(env["command"])
+    assert words[:4] == ["torchrun", "--standalone", "--nproc-per-node=2", "-m"]
+    args = words[words.index("profile_overlap") + 1:]
+    assert args[0] == "run" and "--name" not in args
+    rebuilt = from_args(build_parser("run").parse_args(args[1:]))
+    recorded = json.loads((compare_run_2 / "config.json").read_text())
+    assert {k: v for k, v in rebuilt.to_dict().items() if k != "nproc_per_node"} == \
+           {k: v for k, v in recorded.items() if k != "nproc_per_node"}
