@@ -119,8 +119,10 @@ def test_no_profile_times_steps_only(tmp_path):
     proc = torchrun(["--mode", "split", "--no-profile", "--out", str(tmp_path), *SMALL], nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
-    assert not (run_dir / "split").exists()
-    assert len(json.loads((run_dir / "metrics.json").read_text())["modes"]["split"]["step_time"]["times_ms"]) == 3
+    assert not list(run_dir.glob("**/*.pt.trace.json*"))
+    assert list((run_dir / "split").glob("events.out.tfevents.*"))  # step times still go to TensorBoard
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert len(metrics["modes"]["split"]["step_time"]["times_ms"]) == 3 and metrics["modes"]["split"]["analysis"] is None
 
 
 def test_self_launch_without_torchrun(tmp_path):

@@ -343,7 +343,7 @@ function summary(metrics, modes) {
     box.append(el("div", { class: "po-card" },
       el("b", { text: mode }),
       el("div", { text: st.median_ms == null ? "no timed steps (traces only)"
-        : `step time median ${exact(st.median_ms)} ms (p10 ${exact(st.p10_ms)}, p90 ${exact(st.p90_ms)}; ${st.times_ms.length} steps)` }),
+        : `step time median ${fixed(st.median_ms, 2)} ms (p10 ${fixed(st.p10_ms, 2)}, p90 ${fixed(st.p90_ms, 2)}; ${st.times_ms.length} steps)` }),
       el("div", { text: m.checks.length ? `checks: ${m.checks.filter((c) => c.passed).length}/${m.checks.length} passed` : "" })));
   }
   if (metrics.speedup) {
