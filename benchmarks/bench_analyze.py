@@ -93,6 +93,53 @@ def make_traces(folder: Path, *, ranks: int, mb: float) -> tuple[list[Path], lis
     return files, expected
 
 
+def tile_real_trace(source: Path, folder: Path, *, ranks: int, mb: float) -> tuple[list[Path], float, int]:
+    """Copies of a real trace's steps laid end to end until each rank's file reaches `mb`:
+    timestamps shifted by the trace's span, ProfilerStep numbers, correlation, External id and
+    flow ids offset so every link stays unique. Returns the files, the uncompressed size and
+    the number of tiles (our comm_us must be exactly tiles x the source's)."""
+    import gzip
+
+    import orjson
+
+    doc = orjson.loads(gzip.open(source).read() if source.suffix == ".gz" else source.read_bytes())
+    events = doc["traceEvents"]
+    timed = [e for e in events if "ts" in e and e.get("ph") != "M"]
+    start = min(e["ts"] for e in timed)
+    span = max(e["ts"] + e.get("dur", 0) for e in timed) - start + 1000.0
+    tile_bytes = len(orjson.dumps(events))
+    tiles = max(1, round(mb * 1e6 / tile_bytes))
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for rank in range(ranks):
+        out = []
+        for k in range(tiles):
+            for e in events:
+                if e.get("ph") == "M":
+                    if k == 0:
+                        out.append(e)
+                    continue
+                e = dict(e, ts=e["ts"] + k * span) if "ts" in e else dict(e)
+                if "id" in e and e.get("ph") in ("s", "f", "t"):
+                    e["id"] = e["id"] + k * 10**9 if isinstance(e["id"], int) else f"{e['id']}-{k}"
+                if "args" in e:
+                    args = dict(e["args"])
+                    for key in ("correlation", "External id"):
+                        if isinstance(args.get(key), int):
+                            args[key] += k * 10**9
+                    e["args"] = args
+                name = e.get("name", "")
+                if name.startswith("ProfilerStep#"):
+                    e["name"] = f"ProfilerStep#{int(name[13:]) + k * 1000}"
+                out.append(e)
+        info = dict(doc.get("distributedInfo", {}), rank=rank, world_size=ranks)
+        path = folder / f"rank{rank}.pt.trace.json.gz"
+        body = orjson.dumps({**{k: v for k, v in doc.items() if k != "traceEvents"}, "distributedInfo": info, "traceEvents": out})
+        path.write_bytes(gzip.compress(body, compresslevel=6))
+        files.append(path)
+    return files, len(body), tiles
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=float, default=76, help="uncompressed size of each rank's trace (default 76)")
@@ -101,6 +148,9 @@ def main() -> int:
     ap.add_argument("--scaling", default="2,8,32", help="rank counts for the scaling table (default 2,8,32)")
     ap.add_argument("--scaling-mb", type=float, default=4, help="per-rank size in the scaling table (default 4)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 x 5 MB, 2 runs, scaling 2,8 ranks of 1 MB")
+    ap.add_argument("--from-trace", type=Path, metavar="TRACE",
+                    help="instead of synthetic traces, tile this real trace (e.g. tests/data/hta_nccl_parser_config_1rank/"
+                         "nccl_data.json.gz) up to --mb per rank; no scaling table")
     args = ap.parse_args()
     if args.quick:
         args.mb, args.runs, args.scaling, args.scaling_mb = 5, 2, "2,8", 1
@@ -108,18 +158,27 @@ def main() -> int:
     kinds = ["floor", "ours_1proc", "ours"] + (["hta"] if hta_available() else [])
     with tempfile.TemporaryDirectory(prefix="bench_analyze_") as tmp:
         tmp = Path(tmp)
-        files, expected = make_traces(tmp / "main", ranks=args.ranks, mb=args.mb)
-        largest_mb = max(e.nbytes for e in expected) / 2**20
-        print(f"{args.ranks} ranks x {expected[0].nbytes / 1e6:.1f} MB uncompressed "
-              f"({expected[0].num_events:,} events each, {sum(f.stat().st_size for f in files) / 1e6:.1f} MB gzipped), "
-              f"{args.runs} runs each, medians")
+        from profile_overlap.analysis import analyze_dir, analyze_rank
 
-        # Our numbers are right before they are fast.
-        from profile_overlap.analysis import analyze_dir
-        result = analyze_dir(tmp / "main")
-        for r, e in zip(result.ranks, expected):
-            assert (r.comm_us, r.compute_us, r.overlap_us) == (e.comm_us, e.compute_us, e.overlap_us), (r, e)
-
+        if args.from_trace:
+            files, nbytes, tiles = tile_real_trace(args.from_trace, tmp / "main", ranks=args.ranks, mb=args.mb)
+            largest_mb = nbytes / 2**20
+            print(f"{args.ranks} ranks x {nbytes / 1e6:.1f} MB uncompressed ({tiles} copies of {args.from_trace.name}'s steps, "
+                  f"{sum(f.stat().st_size for f in files) / 1e6:.1f} MB gzipped), {args.runs} runs each, medians")
+            # Our numbers are right before they are fast: k copies end to end hold k times the communication.
+            source = analyze_rank([args.from_trace])
+            for r in analyze_dir(tmp / "main").ranks:
+                assert abs(r.comm_us - tiles * source.comm_us) <= 1e-6 * r.comm_us, (r.comm_us, tiles, source.comm_us)
+        else:
+            files, expected = make_traces(tmp / "main", ranks=args.ranks, mb=args.mb)
+            largest_mb = max(e.nbytes for e in expected) / 2**20
+            print(f"{args.ranks} ranks x {expected[0].nbytes / 1e6:.1f} MB uncompressed "
+                  f"({expected[0].num_events:,} events each, {sum(f.stat().st_size for f in files) / 1e6:.1f} MB gzipped), "
+                  f"{args.runs} runs each, medians")
+            # Our numbers are right before they are fast.
+            result = analyze_dir(tmp / "main")
+            for r, e in zip(result.ranks, expected):
+                assert (r.comm_us, r.compute_us, r.overlap_us) == (e.comm_us, e.compute_us, e.overlap_us), (r, e)
         rows = {}
         for kind in kinds:
             runs = [measure(kind, files) for _ in range(args.runs)]
@@ -136,6 +195,11 @@ def main() -> int:
             print(f"| {label[kind]} | {s:.2f} | {s / floor_s:.2f} | {mb:.0f} | {mb / largest_mb:.2f} |")
         if "hta" not in rows:
             print("\n(HTA is not installed: pip install HolisticTraceAnalysis to add it.)")
+        else:
+            print(f"\nHTA / ours: {rows['hta'][0] / rows['ours_1proc'][0]:.1f}x (1 process), "
+                  f"{rows['hta'][0] / rows['ours'][0]:.1f}x ({args.ranks} processes)")
+        if args.from_trace:
+            return 0
 
         print()
         print(f"Scaling: analyze_dir on N ranks of {args.scaling_mb:g} MB each (median of {args.runs})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich import box
 from rich.console import Console
@@ -104,3 +105,7 @@ def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> No
         colour = "green" if check.passed else "red"
         console.print(f"[{colour}]{check.describe()}[/{colour}]")
     console.print(f"run folder: {metrics.run_dir}")
+    run_dir = Path(metrics.run_dir)
+    if (run_dir / "report.html").exists():
+        console.print(f"report: {run_dir / 'report.html'} (self-contained; report.md beside it for pull requests)")
+    console.print(f"TensorBoard: python -m profile_overlap tensorboard {run_dir.parent}")

@@ -279,7 +279,8 @@ def explain_crossover(record: dict) -> list[str]:
             best = max(series, key=lambda p: p["headline"]["speedup"] or 0)
             s = best["sequential"], best["split"]
             lines.append(
-                f"The split never wins by more than run-to-run noise in this range{where}: at best {best['headline']['speedup']:.2f}x at {x_name}={best['knobs'][x_name]}, "
+                ("The split never wins in this range" if (best["headline"]["speedup"] or 0) <= 1 else
+                 "The split never wins by more than run-to-run noise in this range") + f"{where}: at best {best['headline']['speedup']:.2f}x at {x_name}={best['knobs'][x_name]}, "
                 f"where split communicated {s[1]['comm_ms']:.1f} ms per step against sequential's {s[0]['comm_ms']:.1f} ms and hid "
                 f"{s[1]['overlap_pct']:.0f}% of it." + (" On gloo, reduce_scatter runs as a full all_reduce, so the split pays for "
                                                          "the all_reduce and the all_gather." if s[1]["comm_ms"] > s[0]["comm_ms"] else ""))

@@ -80,6 +80,8 @@ def test_compare_run_summary_on_rank0_only(compare_run_4):
     assert "AllReduce == AllGather(ReduceScatter): OK" in out
     assert "sequential == split: final parameters: OK" in out
     assert str(compare_run_4) in out.replace("\n", "")
+    assert f"report: {compare_run_4 / 'report.html'}" in out
+    assert f"TensorBoard: python -m profile_overlap tensorboard {compare_run_4.parent}" in out
 
 
 @pytest.mark.parametrize("mode", ["sequential", "split"])
