@@ -48,7 +48,7 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-sp
 tr.hl td { background: #fff1c7 !important; font-weight: 600; }
 caption { caption-side: bottom; text-align: left; color: var(--muted); font-size: 12.5px; padding-top: 4px; }
 #definitions table { width: 100%; }
-#definitions td:last-child { white-space: nowrap; }
+#definitions td:last-child { min-width: 4.5em; }  /* units stay readable; prose columns wrap */
 table.kv td:first-child { color: var(--muted); white-space: nowrap; }
 pre { background: #f3f4f7; border: 1px solid var(--rule); border-radius: 4px; padding: 10px 12px; font-size: 12.5px;
       white-space: pre-wrap; overflow-wrap: anywhere; }
