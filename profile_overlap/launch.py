@@ -9,6 +9,7 @@ did with mp.spawn, and reports the job's outcome in one line.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import uuid
 from typing import Any, Callable
@@ -38,6 +39,12 @@ def _rank_entry(entry: Callable[[Any], int], config: Any, command: str) -> int:
     except UserError as err:
         report_user_error(command, err)
         sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        # Ctrl-C reaches every rank (and the launcher forwards another): stop quietly, once.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if os.environ.get("LOCAL_RANK", "0") == "0":
+            print(f"profile_overlap {command}: interrupted", file=sys.stderr)
+        sys.exit(130)
     if code:
         sys.exit(code)
     return code

@@ -386,8 +386,10 @@ def failure_recorded(run_dir: Path):
     try:
         yield
     except BaseException as err:
-        reason = _failure_reason(err)
         interrupted = isinstance(err, KeyboardInterrupt)
+        if interrupted:  # a second Ctrl-C (the launcher forwards one) must not cut the bookkeeping short
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        reason = _failure_reason(err)
         run_status.write_if_running(run_dir, "interrupted" if interrupted else "failed", reason=reason)
         if interrupted or isinstance(err, UserError) or os.environ.get("PROFILE_OVERLAP_DEBUG"):
             raise

@@ -14,7 +14,6 @@ Built on matplotlib's object API (no pyplot), so it needs no display and keeps n
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
 import tempfile
@@ -323,14 +322,3 @@ def _draw_panel(ax, panel: _ModeStep, *, colours: dict[str, str], xmax_ms: float
     ax.set_title(title, loc="left", fontsize=11, fontweight="bold")
     if panel.note:
         ax.set_title(panel.note, loc="right", fontsize=8.5, style="italic", color="#444444")
-
-
-def write_png(run_dir: Path, metrics: RunMetrics) -> Path | None:
-    """timeline.png in the run folder, from its timeline.json; None for a run without profiling."""
-    run_dir = Path(run_dir)
-    spans = run_dir / "timeline.json"
-    if not spans.exists():
-        return None
-    fig = figure(metrics, json.loads(spans.read_text()))
-    save_png(fig, run_dir / "timeline.png")
-    return run_dir / "timeline.png"
