@@ -460,7 +460,7 @@ def _cpu_events(trace: Trace, labeller: _Labeller, main: int | None):
     # Operators inside a c10d op are not compute. Drop them per event (for the timeline); the
     # measured union subtracts the c10d union exactly (`finish_rank`).
     exclude = iv.union(cpu.ts[c10d_rows], end[c10d_rows])
-    compute = compute.take(~iv._covers(exclude, compute.start))
+    compute = compute.take(~iv.covers(exclude, compute.start))
 
     calls = []
     for i, row in enumerate(gloo_rows):
@@ -544,7 +544,7 @@ def finish_rank(files: Sequence[FileEvents], *, hta_compat: bool = False,
                             f"(its steps: {have}); pick steps the traces contain")
         step_num, step_start, step_end = step_num[sel], step_start[sel], step_end[sel]
         windows = iv.union(step_start, step_end)
-        in_window = iv._covers(windows, np.array([c.start_us for c in calls]))
+        in_window = iv.covers(windows, np.array([c.start_us for c in calls]))
         calls = [c for c, ok in zip(calls, in_window) if ok]
     else:
         windows = None

@@ -86,10 +86,6 @@ class Config:
     def modes(self) -> tuple[str, ...]:
         return MODES if self.mode == "compare" else (self.mode,)
 
-    @property
-    def num_params(self) -> int:
-        return self.layers * self.dim * self.dim
-
     def check_world_size(self, world_size: int) -> None:
         """Checks that need the world size, made on every rank before any collective."""
         if self.dim % world_size:

@@ -113,16 +113,12 @@ def difference(a: Union, b: Union) -> Union:
         return a
     points = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
     mid = (points[:-1] + points[1:]) / 2
-    keep = _covers(a, mid) & ~_covers(b, mid)
+    keep = covers(a, mid) & ~covers(b, mid)
     return union(points[:-1][keep], points[1:][keep])
 
 
-def _covers(u: Union, t: np.ndarray) -> np.ndarray:
+def covers(u: Union, t: np.ndarray) -> np.ndarray:
     """For each time in `t`, whether the union covers it (a disjoint union covers t when more of
     its intervals have started than ended by t)."""
     return np.searchsorted(u[0], t, side="right") > np.searchsorted(u[1], t, side="right")
 
-
-def clip_to_windows(u: Union, windows: Union) -> Union:
-    """The part of a union inside any of the (disjoint) windows: the intersection."""
-    return intersect(u, windows)

@@ -87,10 +87,6 @@ class State:
     fault: Fault | None = None
     adam_step: int = 0
 
-    @property
-    def num_layers(self) -> int:
-        return len(self.params)
-
     def bytes_of(self, tensors: list[torch.Tensor]) -> int:
         return sum(t.numel() * t.element_size() for t in tensors)
 
