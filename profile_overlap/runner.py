@@ -297,19 +297,23 @@ def run_mode(mode: str, *, config: Config, device: torch.device, run_dir: Path) 
 
 
 def _mode_metrics(mode: str, state, *, checks, times, trace, run_dir: Path, device: torch.device) -> tuple[ModeMetrics, analysis.TraceAnalysis | None]:
-    """Gather this mode's per-rank results to every rank and build the record."""
+    """Build this mode's record. Step times and memory (a few numbers per rank) go to every rank;
+    the trace analyses go to rank 0 only, which alone writes and renders the record, so traffic
+    grows linearly with the number of ranks. On other ranks `analysis` is None (they only use the
+    checks, which every rank already holds)."""
     world = dist.get_world_size()
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    # Each rank analyzes only its own trace; the small results travel, never the files, so this
-    # scales to any number of ranks and needs no shared file system.
-    rank_analysis = analysis.analyze_rank([trace]) if trace else None
-    mine = {"times": times, "memory": Memory(rank=state.rank, peak_allocated_bytes=peak, **state.memory_bytes()),
-            "analysis": rank_analysis}
+    mine = {"times": times, "memory": Memory(rank=state.rank, peak_allocated_bytes=peak, **state.memory_bytes())}
     gathered: list = [None] * world
     dist.all_gather_object(gathered, mine)
     combined = None
     if trace:
-        combined = analysis.combine([r["analysis"] for r in gathered], source=str(trace.parent))
+        # Each rank analyzes only its own trace; the small results travel, never the files, so this
+        # scales to any number of ranks and needs no shared file system.
+        analyses: list | None = [None] * world if dist.get_rank() == 0 else None
+        dist.gather_object(analysis.analyze_rank([trace]), analyses, dst=0)
+        if analyses is not None:
+            combined = analysis.combine(analyses, source=str(trace.parent))
     # A step takes as long as its slowest rank.
     step_times = [max(r["times"][i] for r in gathered) for i in range(len(times))]
     method = "cuda_events" if device.type == "cuda" else "perf_counter+barrier"
