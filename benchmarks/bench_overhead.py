@@ -42,8 +42,6 @@ def _slowest(dist, times: list[float]) -> list[float]:
 
 
 def run_job(args: argparse.Namespace) -> None:
-    import datetime as dt
-
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile
 
@@ -54,8 +52,7 @@ def run_job(args: argparse.Namespace) -> None:
     config = Config(**{k: getattr(args, k) for k in ("layers", "dim", "batch", "dtype") if getattr(args, k) is not None})
     backend = runner.resolve_backend(config)
     device = runner.check_devices(backend)
-    dist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=config.timeout_s),
-                            device_id=device if device.type == "cuda" else None)
+    runner.init_process_group(backend, device, config.timeout_s)  # its ordering rule matters here too
     rank, world = dist.get_rank(), dist.get_world_size()
     config.check_world_size(world)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])

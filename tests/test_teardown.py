@@ -1,0 +1,40 @@
+"""A good run must end as a success: nothing of the process group may outlive our code.
+
+The teardown abort (issue 11): the default gloo process group was kept alive past
+destroy_process_group by torch.distributed.nn's default arguments (imported by the profiler after
+init), so its worker threads were still running during interpreter finalization, where one of them
+could abort the process after a successful run. runner.init_process_group imports that module first;
+this test checks the outcome on real ranks: once `main` returns, no gloo thread is left.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SMALL, clean_env
+
+HELPER = Path(__file__).resolve().parent / "helpers" / "threads_after_main.py"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [["run", "--mode", "compare"], ["bench-collectives", "--sizes", "1K:4K", "--iters", "2", "--warmup", "1"]])
+def test_no_gloo_thread_outlives_the_job(tmp_path, command):
+    threads_out = tmp_path / "threads"
+    threads_out.mkdir()
+    args = [*command, "--out", str(tmp_path / "runs")]
+    if command[0] == "run":
+        args += SMALL  # profiled: the profiler's first trace is what imported torch.distributed.nn late
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(HELPER), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO,
+                          env=clean_env(THREADS_OUT=str(threads_out)))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for rank in (0, 1):
+        record = json.loads((threads_out / f"rank{rank}.json").read_text())
+        assert record["exit_code"] == 0
+        left = [name for name in record["threads"] if "gloo" in name]
+        assert not left, f"rank {rank}: gloo threads still running after the job returned: {left}"
