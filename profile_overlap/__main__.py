@@ -60,10 +60,18 @@ def build_parser(command: str) -> argparse.ArgumentParser:
 
 
 def report_user_error(command: str, err: UserError) -> None:
-    """One line on stderr. Under torchrun every rank usually hits the same error, so only each
-    node's local rank 0 prints it."""
-    if os.environ.get("LOCAL_RANK", "0") == "0":
-        print(f"{PROG} {command}: error: {err}", file=sys.stderr)
+    """One line on the terminal's stderr. Under torchrun every rank usually hits the same error,
+    so only each node's local rank 0 prints it; every rank hands it to torchrun's agent, which
+    repeats it as the root cause at the bottom of its failure summary."""
+    from profile_overlap import rank_output
+
+    line = f"{PROG} {command}: error: {err}"
+    # A rank that this process's own launcher started leaves the printing to the launcher, which
+    # prints the first failure's line once, last.
+    self_launched_rank = "RANK" in os.environ and os.environ.get("PROFILE_OVERLAP_SELF_LAUNCHED")
+    if os.environ.get("LOCAL_RANK", "0") == "0" and not self_launched_rank:
+        print(line, file=rank_output.err(), flush=True)
+    rank_output.record_error(line)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     command = argv.pop(0) if argv and argv[0] in COMMANDS else "run"
     parser = build_parser(command)
     args = parser.parse_args(argv)
+    if getattr(args, "verbose", False):
+        from profile_overlap.rank_output import VERBOSE_ENV
+
+        os.environ[VERBOSE_ENV] = "1"  # read by every rank, including those this process launches
     try:
         return int(args._module.main(args) or 0)
     except UserError as err:
@@ -81,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except KeyboardInterrupt:
         if os.environ.get("LOCAL_RANK", "0") == "0":
-            print(f"{PROG} {command}: interrupted", file=sys.stderr)
+            from profile_overlap import rank_output
+
+            print(f"{PROG} {command}: interrupted", file=rank_output.err(), flush=True)
         return 130
 
 

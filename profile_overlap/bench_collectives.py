@@ -34,8 +34,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from profile_overlap import rank_output
 from profile_overlap.bandwidth import algbw_gbps, busbw_gbps
-from profile_overlap.config import BACKENDS, DTYPES, check_job_fields
+from profile_overlap.config import BACKENDS, DTYPES, add_verbose_flag, check_job_fields
 from profile_overlap.errors import UserError
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
@@ -391,7 +392,7 @@ def bench_in_folder(torch, dist, config: BenchConfig, *, backend: str, device, r
         if config.json:
             write_json_atomic(Path(config.json), result.to_json())
         write_tensorboard(result, run_dir)
-        print(render_table(result), flush=True)
+        print(render_table(result), file=rank_output.out(), flush=True)
         if result.passed:
             run_status.write(run_dir, "succeeded")
         else:
@@ -489,6 +490,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=d.out, help="parent folder of run folders (default: %(default)s)")
     parser.add_argument("--name", default=None, help="run folder name (default: <YYYYmmdd-HHMMSS>-bench-collectives-<backend>-w<N>)")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the record (bench.json) to OUT")
+    add_verbose_flag(parser)
 
 
 def main(args: argparse.Namespace) -> int:

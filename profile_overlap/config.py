@@ -103,6 +103,15 @@ class Config:
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
+VERBOSE_HELP = ("show everything every rank prints (torch, gloo and profiler logging included) instead of "
+                "our lines only; by default it goes to <run folder>/logs/rank<r>.log (also: PROFILE_OVERLAP_DEBUG=1)")
+
+
+def add_verbose_flag(parser) -> None:
+    """--verbose, shared by the job commands; it is not part of any config (it changes no result)."""
+    parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = Config()
     parser.epilog = (
@@ -141,6 +150,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out = parser.add_argument_group("output")
     out.add_argument("--out", default=d.out, help="parent folder of run folders (default: %(default)s)")
     out.add_argument("--name", default=None, help="run folder name (default: <YYYYmmdd-HHMMSS>-<mode>-<backend>-w<N>)")
+    add_verbose_flag(out)
 
 
 def from_args(args: argparse.Namespace) -> Config:

@@ -9,6 +9,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from profile_overlap import rank_output
 from profile_overlap.metrics import RunMetrics
 
 
@@ -77,9 +78,9 @@ def summary_table(metrics: RunMetrics) -> Table:
 
 def make_console() -> Console:
     """A console that does not squeeze tables to 80 columns when output goes to a file or pipe."""
-    console = Console()
+    console = Console(file=rank_output.out())
     if not console.is_terminal:
-        console = Console(width=160)
+        console = Console(file=rank_output.out(), width=160)
     return console
 
 

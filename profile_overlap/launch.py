@@ -8,12 +8,14 @@ did with mp.spawn, and reports the job's outcome in one line.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
 import uuid
 from typing import Any, Callable
 
+from profile_overlap import rank_output
 from profile_overlap.config import Config
 from profile_overlap.errors import UserError
 
@@ -30,12 +32,24 @@ def default_nproc() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 4
 
 
+def as_rank(entry: Callable[[Any], int], config: Any) -> int:
+    """Run `entry(config)` as this rank, its own output captured to its log (rank_output)."""
+    rank_output.capture()
+    failed = True
+    try:
+        code = entry(config)
+        failed = bool(code)
+        return code
+    finally:
+        rank_output.release(failed=failed)
+
+
 def _rank_entry(entry: Callable[[Any], int], config: Any, command: str) -> int:
     """One rank, in a process started by elastic_launch."""
     from profile_overlap.__main__ import report_user_error
 
     try:
-        code = entry(config)
+        code = as_rank(entry, config)
     except UserError as err:
         report_user_error(command, err)
         sys.exit(err.exit_code)
@@ -43,7 +57,7 @@ def _rank_entry(entry: Callable[[Any], int], config: Any, command: str) -> int:
         # Ctrl-C reaches every rank (and the launcher forwards another): stop quietly, once.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if os.environ.get("LOCAL_RANK", "0") == "0":
-            print(f"profile_overlap {command}: interrupted", file=sys.stderr)
+            print(f"profile_overlap {command}: interrupted", file=rank_output.err(), flush=True)
         sys.exit(130)
     if code:
         sys.exit(code)
@@ -63,13 +77,18 @@ def launch_or_run(config: Any, *, entry: Callable[[Any], int] = run_rank, comman
     """Run `entry(config)` as this rank under torchrun, else launch `config.nproc_per_node` local
     ranks that each run it. `entry` must be a module-level function (it is pickled by name)."""
     if under_torchrun():
-        return entry(config)
+        return as_rank(entry, config)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     nproc = config.nproc_per_node or default_nproc()
     os.environ["PROFILE_OVERLAP_SELF_LAUNCHED"] = "1"  # inherited by the ranks: env.json's launcher
+    if not rank_output.verbose():
+        # The launcher runs in this process: its own logging (a traceback per failed rank) would
+        # bury our one line; the failure it reports reaches us as ChildFailedError below.
+        for name in ("torch.distributed.elastic", "torch.multiprocessing"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     launch_config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=nproc,
         run_id=str(uuid.uuid4()), rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0",
@@ -83,7 +102,10 @@ def launch_or_run(config: Any, *, entry: Callable[[Any], int] = run_rank, comman
     except ChildFailedError as err:
         rank, failure = err.get_first_failure()
         code = failure.exitcode
-        if code == 2:  # a UserError, already printed by that rank
-            return 2
-        raise UserError(f"rank {rank} failed with exit code {code}; see its output above", exit_code=1) from None
+        line = failure.message.get("message") if isinstance(failure.message, dict) else None
+        if line:  # our own one-line error, handed over by the rank (rank_output.record_error)
+            raise UserError(line.split(": error: ", 1)[-1], exit_code=code if code in (1, 2) else 1) from None
+        how = f"was killed by {failure.signal_name()}" if code < 0 else f"exited with code {code} (it crashed)"
+        where = "in the run folder's logs/" if not rank_output.verbose() else "above"
+        raise UserError(f"rank {rank} {how}; its output is {where}", exit_code=1) from None
     return 0

@@ -84,6 +84,11 @@ class CheckResult:
     worst_step: int | None
     worst_layer: int | None
 
+    @property
+    def error_text(self) -> str:
+        """max_abs_err for display: 3 significant digits, or 'not finite'."""
+        return "not finite" if self.max_abs_err is None else f"{self.max_abs_err:.3g}"
+
     def describe(self) -> str:
         where = f"rank {self.worst_rank}"
         if self.worst_step is not None:
@@ -91,7 +96,7 @@ class CheckResult:
         if self.worst_layer is not None:
             where += f", layer {self.worst_layer}"
         verdict = "OK" if self.passed else "FAILED"
-        error = "non-finite values" if self.max_abs_err is None else f"max error {self.max_abs_err:.3g}"
+        error = "values not finite" if self.max_abs_err is None else f"max error {self.max_abs_err:.3g}"
         return (f"{self.name}: {verdict} ({error} at {where}; "
                 f"tolerance {self.tolerance:.3g} relative; {self.num_checked} checks)")
 

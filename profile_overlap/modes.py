@@ -34,11 +34,15 @@ ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
 
 
+FAULT_KINDS = ("corrupt", "nan", "kill", "hang")
+
+
 @dataclass
 class Fault:
     """Test-only fault injection, from PROFILE_OVERLAP_FAULT=<kind>:rank=R:step=S[:layer=L].
 
-    kind: corrupt (add 1 to the reduce_scatter result), kill (the process exits), hang (sleeps).
+    kind: corrupt (add 1 to the reduce_scatter result), nan (write a NaN into it), kill (the
+    process exits), hang (sleeps).
     """
 
     kind: str
@@ -53,8 +57,8 @@ class Fault:
             return None
         kind, *pairs = spec.split(":")
         fields = dict(pair.split("=", 1) for pair in pairs)
-        if kind not in ("corrupt", "kill", "hang"):
-            raise ValueError(f"PROFILE_OVERLAP_FAULT kind {kind!r} is not one of corrupt, kill, hang")
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"PROFILE_OVERLAP_FAULT kind {kind!r} is not one of {', '.join(FAULT_KINDS)}")
         return cls(kind=kind, rank=int(fields.get("rank", 0)), step=int(fields.get("step", 0)), layer=int(fields.get("layer", 0)))
 
     def hits(self, *, rank: int, step: int, layer: int | None = None) -> bool:
@@ -141,8 +145,12 @@ def fill_gradients(state: State, step: int) -> None:
 def reduce_scatter(state: State, out: torch.Tensor, grad: torch.Tensor, *, step: int, layer: int) -> None:
     """Sum-reduce `grad` across ranks and keep this rank's rows in `out`. Faults are injected here."""
     reduce_scatter_single(out, grad, op=dist.ReduceOp.SUM)
-    if state.fault and state.fault.kind == "corrupt" and state.fault.hits(rank=state.rank, step=step, layer=layer):
-        out.add_(1.0)
+    fault = state.fault
+    if fault and fault.hits(rank=state.rank, step=step, layer=layer):
+        if fault.kind == "corrupt":
+            out.add_(1.0)
+        elif fault.kind == "nan":
+            out.view(-1)[0] = float("nan")
 
 
 def adam_(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *, step: int, lr: float) -> None:

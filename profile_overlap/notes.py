@@ -38,8 +38,9 @@ def failed_checks(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     if not bad:
         return None
     c = bad[0]
-    return (f"Verification failed ({len(bad)} check{'s' if len(bad) > 1 else ''}): {c.name} differs by ",
-            Ref(f"{c.max_abs_err:.3g}", "max_abs_err"), " (", Ref(f"tolerance {c.tolerance:.3g}", "tolerance"),
+    differs = "has values that are " if c.max_abs_err is None else "differs by "
+    return (f"Verification failed ({len(bad)} check{'s' if len(bad) > 1 else ''}): {c.name} {differs}",
+            Ref(c.error_text, "max_abs_err"), " (", Ref(f"tolerance {c.tolerance:.3g}", "tolerance"),
             f") at rank {c.worst_rank}. Fix correctness before reading any timing.")
 
 

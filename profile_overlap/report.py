@@ -285,7 +285,8 @@ def headline(metrics: RunMetrics) -> dict[str, float | None]:
         "comm_ms": main.comm_ms,
         "compute_ms": main.compute_ms,
         "optimizer_state_mib": main.optimizer_state_bytes / MIB,
-        "max_error": max((c.max_abs_err for c in checks), default=None),
+        # None when some compared value was not finite (then failed_checks counts that check).
+        "max_error": None if any(c.max_abs_err is None for c in checks) else max((c.max_abs_err for c in checks), default=None),
         "failed_checks": float(sum(not c.passed for c in checks)),
     }
 
@@ -364,6 +365,9 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
     failed = [c for c in m.all_checks() if not c.passed]
     if failed:
         worst = failed[0]
+        if worst.max_abs_err is None:
+            return (f"The run FAILED verification: {worst.name} produced values that are ", Ref("not finite", "max_abs_err"),
+                    f" (NaN or infinity, first at rank {worst.worst_rank}), so the timings cannot be compared.")
         return (f"The run FAILED verification: {worst.name} differs by ", Ref(f"{worst.max_abs_err:.3g}", "max_abs_err"),
                 " against a tolerance of ", Ref(f"{worst.tolerance:.3g}", "tolerance"),
                 ", so the two modes did not compute the same thing and their timings cannot be compared.")
@@ -475,7 +479,7 @@ def verification_blocks(m: RunMetrics) -> tuple:
     for i, (mode, c) in enumerate(checks):
         where = f"rank {c.worst_rank}" + (f", step {c.worst_step}" if c.worst_step is not None else "") + (
             f", layer {c.worst_layer}" if c.worst_layer is not None else "")
-        rows.append(((mode,), (c.name,), ("OK" if c.passed else "FAILED",), (f"{c.max_abs_err:.3g}",),
+        rows.append(((mode,), (c.name,), ("OK" if c.passed else "FAILED",), (c.error_text,),
                      (f"{c.tolerance:.3g}",), (f"{c.num_checked:,}",), (where,)))
         if not c.passed:
             bad.add(i)

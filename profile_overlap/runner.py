@@ -29,6 +29,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from profile_overlap import analysis
 from profile_overlap import modes as pipelines
 from profile_overlap import outputs
+from profile_overlap import rank_output
 from profile_overlap import status as run_status
 from profile_overlap.config import Config
 from profile_overlap.errors import UserError
@@ -77,7 +78,8 @@ def _agree_on_config(config: Config) -> None:
 
 
 def make_dir(create) -> Path:
-    """Rank 0 creates a fresh folder with `create()` (never reusing one); every rank learns its path."""
+    """Rank 0 creates a fresh folder with `create()` (never reusing one); every rank learns its path.
+    The job's first folder (the run, sweep or benchmark folder) receives every rank's log."""
     box: list = [None]
     if dist.get_rank() == 0:
         try:
@@ -87,6 +89,7 @@ def make_dir(create) -> Path:
     dist.broadcast_object_list(box, src=0)
     if isinstance(box[0], UserError):
         raise box[0]
+    rank_output.attach(Path(box[0]), dist.get_rank())
     return Path(box[0])
 
 
@@ -421,7 +424,7 @@ def failure_recorded(run_dir: Path):
         run_status.write_if_running(run_dir, "interrupted" if interrupted else "failed", reason=reason)
         if interrupted or isinstance(err, UserError) or os.environ.get("PROFILE_OVERLAP_DEBUG"):
             raise
-        raise UserError(f"run failed, {reason}; {run_dir} is marked failed", exit_code=1) from None
+        raise UserError(f"run failed, {reason}; {run_dir} is marked failed{rank_output.where_logs(run_dir)}", exit_code=1) from None
 
 
 def run(config: Config) -> int:
@@ -434,7 +437,12 @@ def run(config: Config) -> int:
         run_dir = make_dir(lambda: create_fresh_dir(config, backend=backend, world=dist.get_world_size()))
         with failure_recorded(run_dir):
             metrics = run_in_folder(config, backend=backend, device=device, run_dir=run_dir)
-    return 0 if metrics.passed else 1
+    if not metrics.passed:
+        failed = [c for c in metrics.all_checks() if not c.passed]
+        more = f" (and {len(failed) - 1} more check{'s' if len(failed) > 2 else ''})" if len(failed) > 1 else ""
+        raise UserError(f"verification failed: {failed[0].describe()}{more}; {run_dir} is marked failed, "
+                        f"its report says more", exit_code=1)
+    return 0
 
 
 def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir: Path) -> RunMetrics:
@@ -448,8 +456,20 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
     modes: dict[str, ModeMetrics] = {}
     analyses: dict[str, analysis.TraceAnalysis] = {}
     final_params: dict[str, list[torch.Tensor]] = {}
-    for mode in config.modes:
+    if rank == 0:
+        rank_output.say(f"profile_overlap {config.mode}: {env['world_size']} ranks, {backend} ({device.type}); run folder {run_dir}")
+    for index, mode in enumerate(config.modes, start=1):
+        started = time.perf_counter()
         modes[mode], analyses[mode], final_params[mode] = run_mode(mode, config=config, device=device, run_dir=run_dir)
+        if rank == 0:
+            done = [f"{config.warmup_steps} warmup step{'s' if config.warmup_steps != 1 else ''} verified"]
+            if modes[mode].checks and not modes[mode].checks[0].passed:
+                done = ["verification FAILED on the warmup steps, so nothing was timed"]
+            else:
+                done.append(f"{len(modes[mode].step_time.times_ms)} timed")
+            if modes[mode].trace_dir:
+                done.append(f"{config.profile_steps} profiled and analysed")
+            rank_output.say(f"  [{index}/{len(config.modes)}] {mode}: {', '.join(done)} ({time.perf_counter() - started:.1f} s)")
     cross = []
     if len(final_params) == 2 and all(m.step_time.times_ms and m.checks[0].passed for m in modes.values()):
         cross.append(compare_params(final_params["sequential"], final_params["split"],
@@ -461,6 +481,7 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
         if failed:
             # Before any report is rendered, so that no report can claim success.
             run_status.write(run_dir, "failed", reason="verification failed: " + "; ".join(c.describe() for c in failed))
+        rank_output.say("  writing metrics.json, the report and TensorBoard files")
         write_json_atomic(run_dir / "metrics.json", metrics.to_json())
         if any(analyses.values()):
             write_json_atomic(run_dir / "timeline.json", analysis.timeline_record(analyses))

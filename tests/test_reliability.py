@@ -66,7 +66,10 @@ def test_dim_not_divisible_by_world_size(tmp_path):
     proc = torchrun(["--out", str(tmp_path), *SMALL, "--dim", "66"], nproc=4)
     assert proc.returncode != 0  # torchrun exits 1 when any rank fails, whatever the rank's code
     _one_line_error(proc.stderr, "--dim 66 is not divisible by the world size 4")
-    assert proc.stderr.count("profile_overlap run: error") == 1  # once, not once per rank
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("profile_overlap run: error")]
+    assert len(ours) == 1  # printed once, not once per rank
+    # ... and repeated by torchrun's agent as the root cause, at the bottom of its summary.
+    assert "--dim 66 is not divisible" in proc.stderr[proc.stderr.rindex("Root Cause"):]
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")

@@ -40,8 +40,14 @@ def tb_logdir(compare_run_2, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tensorboard(tb_logdir):
     """Base URL of `tensorboard --logdir LOGDIR --host 127.0.0.1 --port P`, once it answers."""
+    yield from serve_tensorboard(tb_logdir)
+
+
+def serve_tensorboard(tb_logdir: Path):
+    """Start TensorBoard on a free loopback port over tb_logdir; yield its base URL once it
+    answers; stop it afterwards (a generator for fixtures)."""
     port = free_port()
-    log = tb_logdir.parent / "tensorboard.log"
+    log = tb_logdir.parent / f"tensorboard-{port}.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(tb_logdir),
                                  "--host", "127.0.0.1", "--port", str(port)],

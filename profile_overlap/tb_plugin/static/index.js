@@ -342,7 +342,8 @@ function summary(metrics, modes) {
     const m = metrics.modes[mode], st = m.step_time;
     box.append(el("div", { class: "po-card" },
       el("b", { text: mode }),
-      el("div", { text: st.median_ms == null ? "no timed steps (traces only)"
+      el("div", { text: st.median_ms == null ? (m.checks.some((c) => !c.passed) ? "no timed steps (verification failed first)"
+        : "no timed steps (traces only)")
         : `step time median ${fixed(st.median_ms, 2)} ms (p10 ${fixed(st.p10_ms, 2)}, p90 ${fixed(st.p90_ms, 2)}; ${st.times_ms.length} steps)` }),
       el("div", { text: m.checks.length ? `checks: ${m.checks.filter((c) => c.passed).length}/${m.checks.length} passed` : "" })));
   }
@@ -352,6 +353,20 @@ function summary(metrics, modes) {
       el("div", { text: `predicted ${fixed(metrics.speedup.predicted, 3)}× (if all sequential comm hid behind compute)` })));
   }
   return box;
+}
+
+// A failed run says so above everything else, naming each failed check as the console does.
+function failures(metrics, status) {
+  const checks = [...Object.values(metrics.modes).flatMap((m) => m.checks || []), ...(metrics.checks || [])];
+  const bad = checks.filter((c) => !c.passed);
+  if (!bad.length && status !== "failed") return null;
+  const where = (c) => [`rank ${c.worst_rank}`, c.worst_step != null ? `step ${c.worst_step}` : null,
+    c.worst_layer != null ? `layer ${c.worst_layer}` : null].filter(Boolean).join(", ");
+  const error = (c) => (c.max_abs_err == null ? "values not finite" : `max error ${c.max_abs_err.toPrecision(3)}`);
+  return el("div", { class: "po-failed" },
+    el("b", { text: bad.length ? `This run FAILED verification (${bad.length} of ${checks.length} checks): ` +
+      "its timings are for diagnosis only." : "This run FAILED (see its status.json and report)." }),
+    ...bad.map((c) => el("div", { text: `${c.name}: FAILED (${error(c)} at ${where(c)}; tolerance ${c.tolerance} relative)` })));
 }
 
 function rankTable(mode, analysis) {
@@ -431,7 +446,8 @@ async function showRun(main, run, view) {
     const analysis = metrics.modes[mode]?.analysis;
     if (!run.has_timeline || !analysis) {
       panels.append(el("section", { class: "po-panel" }, el("h3", { text: MODE_TITLES[mode] || mode }),
-        el("p", { class: "po-muted", text: "not profiled: no timeline for this mode" })));
+        el("p", { class: "po-muted", text: run.status === "failed" && !analysis
+          ? "no timeline: the run failed before this mode was profiled" : "not profiled: no timeline for this mode" })));
       continue;
     }
     const reply = await getJSON(`timeline?run=${encodeURIComponent(run.run)}&mode=${encodeURIComponent(mode)}&max_spans=${maxSpans(run.world_size)}`);
@@ -442,16 +458,18 @@ async function showRun(main, run, view) {
   const analysed = modes.filter((m) => metrics.modes[m]?.analysis);
   const world = metrics.env?.world_size ?? metrics.modes[analysed[0]]?.analysis?.world_size;
   main.replaceChildren(
+    failures(metrics, run.status),
     summary(metrics, modes.filter((m) => metrics.modes[m])),
     panels,
-    el("h3", { text: "Ranks: overlap, and the wait vs transfer split (stragglers)" }),
-    el("p", { class: "po-muted", text: "Each collective call is matched across ranks; transfer = the fastest rank's duration, " +
-      "wait = the rest. ◆ (red row) is the rank that waits least: the others wait for it." }),
-    ...analysed.map((m) => rankTable(m, metrics.modes[m].analysis)),
-    el("h3", { text: "Per profiler step (each metric clipped to the ProfilerStep#N window)" }),
-    ...analysed.map((m) => stepTable(m, metrics.modes[m].analysis)),
-    el("h3", { text: "Per collective (totals per rank; algbw = S/t, busbw = algbw · factor(kind, n), as nccl-tests)" }),
-    ...analysed.map((m) => collectiveTable(m, metrics.modes[m].analysis)),
+    ...(analysed.length ? [
+      el("h3", { text: "Ranks: overlap, and the wait vs transfer split (stragglers)" }),
+      el("p", { class: "po-muted", text: "Each collective call is matched across ranks; transfer = the fastest rank's duration, " +
+        "wait = the rest. ◆ (red row) is the rank that waits least: the others wait for it." }),
+      ...analysed.map((m) => rankTable(m, metrics.modes[m].analysis)),
+      el("h3", { text: "Per profiler step (each metric clipped to the ProfilerStep#N window)" }),
+      ...analysed.map((m) => stepTable(m, metrics.modes[m].analysis)),
+      el("h3", { text: "Per collective (totals per rank; algbw = S/t, busbw = algbw · factor(kind, n), as nccl-tests)" }),
+      ...analysed.map((m) => collectiveTable(m, metrics.modes[m].analysis))] : []),
     world ? explain(world) : null);
   for (const tl of timelines) tl.draw();
   const ro = new ResizeObserver(() => timelines.forEach((tl) => tl.schedule()));

@@ -1,0 +1,127 @@
+"""Where a rank's output goes: our lines to the terminal, everything else to the run folder's log.
+
+By default each rank points its file descriptors 1 and 2 at its own log, so that whatever torch,
+gloo, Kineto (its `USDT: ... profiler_start` lines) and Python warnings print lands in
+`<run folder>/logs/rank<r>.log`, and the terminal shows only what this package writes through
+`out()` and `err()`: progress, the summary, where the outputs are, and one-line errors.
+`--verbose` (or PROFILE_OVERLAP_DEBUG=1) leaves the descriptors alone and shows everything.
+
+Until the run folder exists the log is a temporary file; `attach(folder, rank)` moves it there.
+A rank that fails before any folder exists replays its log to the terminal, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TextIO
+
+VERBOSE_ENV = "PROFILE_OVERLAP_VERBOSE"
+LOGS_DIR = "logs"
+
+_console_out: TextIO | None = None
+_console_err: TextIO | None = None
+_log_fd: int | None = None
+_log_path: Path | None = None
+_attached = False
+
+
+def verbose() -> bool:
+    return bool(os.environ.get(VERBOSE_ENV) or os.environ.get("PROFILE_OVERLAP_DEBUG"))
+
+
+def capturing() -> bool:
+    return _console_out is not None
+
+
+def capture() -> None:
+    """Send this process's descriptors 1 and 2 to a log (a temporary file until `attach`).
+    Call once per rank, before anything noisy runs; a no-op under --verbose."""
+    global _console_out, _console_err, _log_fd, _log_path
+    if verbose() or capturing():
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved_out, saved_err = os.dup(1), os.dup(2)
+    fd, path = tempfile.mkstemp(prefix="profile_overlap-rank-", suffix=".log")
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    _console_out = os.fdopen(saved_out, "w", buffering=1, encoding="utf-8", errors="replace")
+    _console_err = os.fdopen(saved_err, "w", buffering=1, encoding="utf-8", errors="replace")
+    _log_fd, _log_path = fd, Path(path)
+
+
+def log_path(folder: Path, rank: int) -> Path:
+    return Path(folder) / LOGS_DIR / f"rank{rank}.log"
+
+
+def attach(folder: Path, rank: int) -> None:
+    """Move this rank's log to `<folder>/logs/rank<rank>.log` and keep writing there. Once per job:
+    a sweep's points share the sweep folder's log."""
+    global _log_fd, _log_path, _attached
+    if not capturing() or _attached:
+        return
+    target = log_path(folder, rank)
+    target.parent.mkdir(exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    with open(_log_path, "rb") as src, os.fdopen(os.dup(fd), "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(_log_fd)
+    _log_path.unlink(missing_ok=True)
+    _log_fd, _log_path, _attached = fd, target, True
+
+
+def release(*, failed: bool) -> None:
+    """At the end of a rank. A log that never reached a run folder is replayed to the terminal
+    when the rank failed (it may hold the only trace of why), then removed. An attached log stays
+    attached: what torch prints while the interpreter shuts down still belongs in it."""
+    if not capturing() or _attached:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if failed and _log_path.stat().st_size:
+        err().write(_log_path.read_text(errors="replace"))
+        err().flush()
+    _log_path.unlink(missing_ok=True)
+
+
+def out() -> TextIO:
+    """The terminal's standard output (sys.stdout under --verbose)."""
+    return _console_out or sys.stdout
+
+
+def err() -> TextIO:
+    """The terminal's standard error (sys.stderr under --verbose)."""
+    return _console_err or sys.stderr
+
+
+def say(line: str) -> None:
+    """One progress line on the terminal."""
+    print(line, file=out(), flush=True)
+
+
+def where_logs(folder: Path) -> str:
+    """Where to read every rank's full output, for error messages ('' under --verbose)."""
+    return f"; every rank's full output is in {Path(folder) / LOGS_DIR}/" if capturing() else ""
+
+
+def record_error(message: str) -> None:
+    """Hand our one-line error to torchrun's agent (TORCHELASTIC_ERROR_FILE), which prints it as
+    the root cause at the bottom of its failure summary, the last thing a user sees."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    data = {"message": {"message": message, "extraInfo": {"py_callstack": message, "timestamp": str(int(time.time()))}}}
+    try:
+        Path(path).write_text(json.dumps(data))
+    except OSError:
+        pass  # the agent then shows its own summary without our line; the line was printed anyway
