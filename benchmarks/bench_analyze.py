@@ -72,8 +72,7 @@ print(json.dumps({"seconds": seconds, "peak_rss_mb": peak_kb / 1024}))
 
 
 def measure(kind: str, files: list[Path]) -> dict:
-    p = subprocess.run([sys.executable, "-c", _CHILD[kind] + _REPORT, *map(str, files)],
-                       capture_output=True, text=True, cwd=REPO)
+    p = subprocess.run([sys.executable, "-c", _CHILD[kind] + _REPORT, *map(str, files)], capture_output=True, text=True, cwd=REPO)
     if p.returncode != 0:
         raise RuntimeError(f"{kind} failed:\n{p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -148,9 +147,13 @@ def main() -> int:
     ap.add_argument("--scaling", default="2,8,32", help="rank counts for the scaling table (default 2,8,32)")
     ap.add_argument("--scaling-mb", type=float, default=4, help="per-rank size in the scaling table (default 4)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 x 5 MB, 2 runs, scaling 2,8 ranks of 1 MB")
-    ap.add_argument("--from-trace", type=Path, metavar="TRACE",
-                    help="instead of synthetic traces, tile this real trace (e.g. tests/data/hta_nccl_parser_config_1rank/"
-                         "nccl_data.json.gz) up to --mb per rank; no scaling table")
+    ap.add_argument(
+        "--from-trace",
+        type=Path,
+        metavar="TRACE",
+        help="instead of synthetic traces, tile this real trace (e.g. tests/data/hta_nccl_parser_config_1rank/"
+        "nccl_data.json.gz) up to --mb per rank; no scaling table",
+    )
     args = ap.parse_args()
     if args.quick:
         args.mb, args.runs, args.scaling, args.scaling_mb = 5, 2, "2,8", 1
@@ -163,8 +166,10 @@ def main() -> int:
         if args.from_trace:
             files, nbytes, tiles = tile_real_trace(args.from_trace, tmp / "main", ranks=args.ranks, mb=args.mb)
             largest_mb = nbytes / 2**20
-            print(f"{args.ranks} ranks x {nbytes / 1e6:.1f} MB uncompressed ({tiles} copies of {args.from_trace.name}'s steps, "
-                  f"{sum(f.stat().st_size for f in files) / 1e6:.1f} MB gzipped), {args.runs} runs each, medians")
+            print(
+                f"{args.ranks} ranks x {nbytes / 1e6:.1f} MB uncompressed ({tiles} copies of {args.from_trace.name}'s steps, "
+                f"{sum(f.stat().st_size for f in files) / 1e6:.1f} MB gzipped), {args.runs} runs each, medians"
+            )
             # Our numbers are right before they are fast: k copies end to end hold k times the communication.
             source = analyze_rank([args.from_trace])
             for r in analyze_dir(tmp / "main").ranks:
@@ -172,9 +177,11 @@ def main() -> int:
         else:
             files, expected = make_traces(tmp / "main", ranks=args.ranks, mb=args.mb)
             largest_mb = max(e.nbytes for e in expected) / 2**20
-            print(f"{args.ranks} ranks x {expected[0].nbytes / 1e6:.1f} MB uncompressed "
-                  f"({expected[0].num_events:,} events each, {sum(f.stat().st_size for f in files) / 1e6:.1f} MB gzipped), "
-                  f"{args.runs} runs each, medians")
+            print(
+                f"{args.ranks} ranks x {expected[0].nbytes / 1e6:.1f} MB uncompressed "
+                f"({expected[0].num_events:,} events each, {sum(f.stat().st_size for f in files) / 1e6:.1f} MB gzipped), "
+                f"{args.runs} runs each, medians"
+            )
             # Our numbers are right before they are fast.
             result = analyze_dir(tmp / "main")
             for r, e in zip(result.ranks, expected):
@@ -187,17 +194,21 @@ def main() -> int:
         print()
         print("| what | time (s) | x floor | peak RSS (MiB) | x largest file |")
         print("|---|---:|---:|---:|---:|")
-        label = {"floor": "floor: gzip + orjson.loads, one file after the other",
-                 "ours_1proc": "profile_overlap analyze_dir, 1 process",
-                 "ours": f"profile_overlap analyze_dir, {args.ranks} processes",
-                 "hta": "HTA TraceAnalysis + get_comm_comp_overlap"}
+        label = {
+            "floor": "floor: gzip + orjson.loads, one file after the other",
+            "ours_1proc": "profile_overlap analyze_dir, 1 process",
+            "ours": f"profile_overlap analyze_dir, {args.ranks} processes",
+            "hta": "HTA TraceAnalysis + get_comm_comp_overlap",
+        }
         for kind, (s, mb) in rows.items():
             print(f"| {label[kind]} | {s:.2f} | {s / floor_s:.2f} | {mb:.0f} | {mb / largest_mb:.2f} |")
         if "hta" not in rows:
             print("\n(HTA is not installed: pip install HolisticTraceAnalysis to add it.)")
         else:
-            print(f"\nHTA / ours: {rows['hta'][0] / rows['ours_1proc'][0]:.1f}x (1 process), "
-                  f"{rows['hta'][0] / rows['ours'][0]:.1f}x ({args.ranks} processes)")
+            print(
+                f"\nHTA / ours: {rows['hta'][0] / rows['ours_1proc'][0]:.1f}x (1 process), "
+                f"{rows['hta'][0] / rows['ours'][0]:.1f}x ({args.ranks} processes)"
+            )
         if args.from_trace:
             return 0
 

@@ -57,11 +57,17 @@ def run_job(args: argparse.Namespace) -> None:
     config.check_world_size(world)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     trace_dir = Path(tempfile.mkdtemp(prefix="bench_overhead_"))
-    record = {"config": config.to_dict(), "backend": backend, "device_type": device.type, "world_size": world,
-              "blocks": args.blocks, "steps_per_block": args.steps, "modes": {}}
+    record = {
+        "config": config.to_dict(),
+        "backend": backend,
+        "device_type": device.type,
+        "world_size": world,
+        "blocks": args.blocks,
+        "steps_per_block": args.steps,
+        "modes": {},
+    }
     for mode in config.modes:
-        state = pipelines.build_state(mode, config=config, rank=rank, world_size=world, device=device,
-                                      dtype=runner.DTYPES[config.dtype])
+        state = pipelines.build_state(mode, config=config, rank=rank, world_size=world, device=device, dtype=runner.DTYPES[config.dtype])
         step_fn = pipelines.PIPELINES[mode]
         step = 0
         for _ in range(config.warmup_steps):
@@ -70,7 +76,7 @@ def run_job(args: argparse.Namespace) -> None:
         blocks = []
         for block in range(args.blocks):
             result = {}
-            for kind in (("off", "on") if block % 2 == 0 else ("on", "off")):
+            for kind in ("off", "on") if block % 2 == 0 else ("on", "off"):
                 if kind == "off":
                     times = runner.timed_steps(step_fn, state, first_step=step, num_steps=args.steps, device=device)
                     step += args.steps
@@ -79,8 +85,9 @@ def run_job(args: argparse.Namespace) -> None:
                         step_fn(state, step)  # the profiler's warmup step, untimed, as in `run`
                         prof.step()
                         step += 1
-                        times = runner.timed_steps(step_fn, state, first_step=step, num_steps=args.steps, device=device,
-                                       after_step=prof.step)
+                        times = runner.timed_steps(
+                            step_fn, state, first_step=step, num_steps=args.steps, device=device, after_step=prof.step
+                        )
                         step += args.steps
                         t0 = time.perf_counter()
                     prof.export_chrome_trace(str(trace_dir / f"rank{rank}.json"))
@@ -115,9 +122,20 @@ def summarize(blocks: list[dict]) -> dict:
 
 
 def start_job(args: argparse.Namespace, worker_json: Path) -> dict:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
-           str(Path(__file__).resolve()), "--worker-json", str(worker_json),
-           "--blocks", str(args.blocks), "--steps", str(args.steps)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={args.nproc}",
+        str(Path(__file__).resolve()),
+        "--worker-json",
+        str(worker_json),
+        "--blocks",
+        str(args.blocks),
+        "--steps",
+        str(args.steps),
+    ]
     for flag in ("layers", "dim", "batch", "dtype"):
         if getattr(args, flag) is not None:
             cmd += [f"--{flag}", str(getattr(args, flag))]
@@ -146,21 +164,34 @@ def report(jobs: list[dict]) -> dict:
             "per_job_ratio": ratios,
         }
     cfg = first["config"]
-    print(f"profiler overhead: {first['world_size']} ranks, {first['backend']} ({first['device_type']}), "
-          f"K={cfg['layers']} layers of {cfg['dim']}x{cfg['dim']} {cfg['dtype']}, batch {cfg['batch']}; "
-          f"{len(jobs)} job(s) x {first['blocks']} blocks x {first['steps_per_block']} steps each way")
+    print(
+        f"profiler overhead: {first['world_size']} ranks, {first['backend']} ({first['device_type']}), "
+        f"K={cfg['layers']} layers of {cfg['dim']}x{cfg['dim']} {cfg['dtype']}, batch {cfg['batch']}; "
+        f"{len(jobs)} job(s) x {first['blocks']} blocks x {first['steps_per_block']} steps each way"
+    )
     header = f"{'mode':<11} {'off ms':>8} {'on ms':>8} {'on/off':>7} {'jobs min-max':>13} {'blocks min-max':>15} {'export ms':>10}"
     print(header)
     for mode, m in modes.items():
-        print(f"{mode:<11} {m['off_median_ms']:>8.2f} {m['on_median_ms']:>8.2f} {m['ratio_median']:>7.3f} "
-              f"{m['ratio_min']:>6.3f}-{m['ratio_max']:<6.3f} {m['block_ratio_min']:>7.3f}-{m['block_ratio_max']:<7.3f} "
-              f"{m['export_median_ms']:>10.1f}")
-    print("off/on ms: median step time (slowest rank) without/with the profiler; on/off: their ratio, median over jobs;\n"
-          "jobs min-max: that ratio's range over jobs; blocks min-max: over blocks (median on / median off per block);\n"
-          "export ms: stopping the profiler and writing one trace, once per profiled window, not in the step times.")
-    return {"world_size": first["world_size"], "backend": first["backend"], "device_type": first["device_type"],
-            "config": cfg, "jobs": len(jobs), "blocks": first["blocks"], "steps_per_block": first["steps_per_block"],
-            "modes": modes}
+        print(
+            f"{mode:<11} {m['off_median_ms']:>8.2f} {m['on_median_ms']:>8.2f} {m['ratio_median']:>7.3f} "
+            f"{m['ratio_min']:>6.3f}-{m['ratio_max']:<6.3f} {m['block_ratio_min']:>7.3f}-{m['block_ratio_max']:<7.3f} "
+            f"{m['export_median_ms']:>10.1f}"
+        )
+    print(
+        "off/on ms: median step time (slowest rank) without/with the profiler; on/off: their ratio, median over jobs;\n"
+        "jobs min-max: that ratio's range over jobs; blocks min-max: over blocks (median on / median off per block);\n"
+        "export ms: stopping the profiler and writing one trace, once per profiled window, not in the step times."
+    )
+    return {
+        "world_size": first["world_size"],
+        "backend": first["backend"],
+        "device_type": first["device_type"],
+        "config": cfg,
+        "jobs": len(jobs),
+        "blocks": first["blocks"],
+        "steps_per_block": first["steps_per_block"],
+        "modes": modes,
+    }
 
 
 def main() -> int:
@@ -169,8 +200,9 @@ def main() -> int:
     parser.add_argument("--blocks", type=int, default=5, help="blocks each way per mode (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per block (default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=3, help="separate torchrun jobs, for the run-to-run spread (default: %(default)s)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run, figures meaningless: 2 ranks, 2 blocks of 2 steps, 1 job, 4 layers of 128x128")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run, figures meaningless: 2 ranks, 2 blocks of 2 steps, 1 job, 4 layers of 128x128"
+    )
     parser.add_argument("--json", metavar="OUT", help="write the summary here")
     for flag in ("layers", "dim", "batch"):
         parser.add_argument(f"--{flag}", type=int, default=None, help=f"override `run`'s default --{flag}")

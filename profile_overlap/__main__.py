@@ -16,7 +16,7 @@ import importlib
 import os
 import sys
 
-from profile_overlap.errors import UserError
+from profile_overlap.core.errors import UserError
 
 PROG = "profile_overlap"
 
@@ -24,7 +24,10 @@ PROG = "profile_overlap"
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("profile_overlap.config", "run sequential and/or split under torchrun, verify and profile them (default)"),
     "analyze": ("profile_overlap.analyze_cli", "measure overlap in any folder of PyTorch profiler traces"),
-    "bench-collectives": ("profile_overlap.bench_collectives", "time and check all_reduce, reduce_scatter and all_gather per size, nccl-tests style"),
+    "bench-collectives": (
+        "profile_overlap.bench_collectives",
+        "time and check all_reduce, reduce_scatter and all_gather per size, nccl-tests style",
+    ),
     "report": ("profile_overlap.report_cli", "the report of a finished run (HTML, Markdown, JSON), --compare two runs, --fail-if gates"),
     "sweep": ("profile_overlap.sweep", "a compare run per point of a grid (--vary dim=256,512,...) in one job: where does the split pay?"),
     "explain": ("profile_overlap.explain", "the AllReduce == AllGather(ReduceScatter) worked example, no process group"),

@@ -25,7 +25,8 @@ import numpy as np
 
 from profile_overlap import intervals as iv
 from profile_overlap.bandwidth import algbw_gbps, busbw_gbps
-from profile_overlap.errors import UserError
+from profile_overlap.core.errors import UserError
+from profile_overlap.core.files import BENCH_JSON, CONFIG_JSON, ENV_JSON, METRICS_JSON, REPORT_JSON, STATUS_JSON, SWEEP_JSON, TIMELINE_JSON
 from profile_overlap.trace import CPU_OP, USER_ANNOTATION, CollectiveArgs, Trace, load_trace
 
 # Kernel classes, by name only. Never via `External id`: in current PyTorch an NCCL kernel's
@@ -48,20 +49,57 @@ PARALLEL_MIN_BYTES = 2 << 20
 
 # Bytes per element, by the dtype names the profiler writes (`Input type`, kernel `dtype`).
 _DTYPE_BYTES = {
-    "float": 4, "Float": 4, "float32": 4, "double": 8, "Double": 8, "float64": 8,
-    "c10::Half": 2, "Half": 2, "half": 2, "float16": 2, "c10::BFloat16": 2, "BFloat16": 2, "bfloat16": 2,
-    "long int": 8, "Long": 8, "int64": 8, "long": 8, "int": 4, "Int": 4, "int32": 4,
-    "short int": 2, "Short": 2, "signed char": 1, "Char": 1, "unsigned char": 1, "Byte": 1,
-    "uint8": 1, "int8": 1, "bool": 1, "Bool": 1,
-    "c10::Float8_e4m3fn": 1, "Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "Float8_e5m2": 1,
+    "float": 4,
+    "Float": 4,
+    "float32": 4,
+    "double": 8,
+    "Double": 8,
+    "float64": 8,
+    "c10::Half": 2,
+    "Half": 2,
+    "half": 2,
+    "float16": 2,
+    "c10::BFloat16": 2,
+    "BFloat16": 2,
+    "bfloat16": 2,
+    "long int": 8,
+    "Long": 8,
+    "int64": 8,
+    "long": 8,
+    "int": 4,
+    "Int": 4,
+    "int32": 4,
+    "short int": 2,
+    "Short": 2,
+    "signed char": 1,
+    "Char": 1,
+    "unsigned char": 1,
+    "Byte": 1,
+    "uint8": 1,
+    "int8": 1,
+    "bool": 1,
+    "Bool": 1,
+    "c10::Float8_e4m3fn": 1,
+    "Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+    "Float8_e5m2": 1,
 }
 # Collective kinds in PyTorch's terms, from any spelling (`allreduce`, `nccl:_all_gather_base`,
 # `c10d::_reduce_scatter_base_`, kernel `ncclDevKernel_ReduceScatter_...`): key is the name with
 # prefixes, underscores and variant suffixes removed, lower case.
 _KIND = {
-    "allreduce": "all_reduce", "reducescatter": "reduce_scatter", "allgather": "all_gather",
-    "broadcast": "broadcast", "alltoall": "all_to_all", "sendrecv": "send_recv", "send": "send_recv",
-    "recv": "send_recv", "reduce": "reduce", "gather": "gather", "scatter": "scatter", "barrier": "barrier",
+    "allreduce": "all_reduce",
+    "reducescatter": "reduce_scatter",
+    "allgather": "all_gather",
+    "broadcast": "broadcast",
+    "alltoall": "all_to_all",
+    "sendrecv": "send_recv",
+    "send": "send_recv",
+    "recv": "send_recv",
+    "reduce": "reduce",
+    "gather": "gather",
+    "scatter": "scatter",
+    "barrier": "barrier",
 }
 _KIND_NOISE = re.compile(r"^(?:nccl:|rccl:|gloo:|c10d::)|base|intotensor|tensor|coalesced|single|_|\s")
 _KERNEL_KIND = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)|^(?:nccl|rccl)([A-Za-z]+)")
@@ -318,10 +356,15 @@ def extract(trace: Trace) -> FileEvents:
     main = _main_tid(trace)
     labeller = _Labeller(trace)
 
-    steps = [(int(m.group(1)), cpu.ts[r], cpu.ts[r] + cpu.dur[r])
-             for r in range(len(cpu))
-             if cpu.tid[r] == main and cpu.cat[r] == USER_ANNOTATION and (m := PROFILER_STEP_RE.match(cpu.name_of(r)))] \
-        if main is not None and len(cpu) else []
+    steps = (
+        [
+            (int(m.group(1)), cpu.ts[r], cpu.ts[r] + cpu.dur[r])
+            for r in range(len(cpu))
+            if cpu.tid[r] == main and cpu.cat[r] == USER_ANNOTATION and (m := PROFILER_STEP_RE.match(cpu.name_of(r)))
+        ]
+        if main is not None and len(cpu)
+        else []
+    )
     steps.sort()
 
     if len(kernels):
@@ -335,16 +378,24 @@ def extract(trace: Trace) -> FileEvents:
             raise UserError(
                 f"{trace.path} has no GPU kernels and no gloo communication events, so there is no "
                 "overlap to measure; profile with ProfilerActivity.CUDA on GPU runs, or use the gloo "
-                "backend on CPU")
+                "backend on CPU"
+            )
     every = np.concatenate([comm.start, comm.end, compute.start, compute.end, [s for _, s, _ in steps], [e for _, _, e in steps]])
     return FileEvents(
-        path=str(trace.path), rank=trace.rank, rank_source=trace.rank_source, device=device,
-        backend=trace.backend, world_size=trace.world_size,
-        comm=comm, compute=compute, labels=tuple(labeller.labels),
+        path=str(trace.path),
+        rank=trace.rank,
+        rank_source=trace.rank_source,
+        device=device,
+        backend=trace.backend,
+        world_size=trace.world_size,
+        comm=comm,
+        compute=compute,
+        labels=tuple(labeller.labels),
         step_num=np.array([n for n, _, _ in steps], dtype=np.int64),
         step_start=np.array([s for _, s, _ in steps], dtype=np.float64),
         step_end=np.array([e for _, _, e in steps], dtype=np.float64),
-        calls=tuple(calls), exclude=exclude,
+        calls=tuple(calls),
+        exclude=exclude,
         t_min=float(every.min()) if every.size else 0.0,
         t_max=float(every.max()) if every.size else 0.0,
     )
@@ -369,8 +420,7 @@ def _gpu_events(trace: Trace, labeller: _Labeller):
         launch[found] = trace.runtime_ts[rt_order[j[found]]]
         launch_tid[found] = trace.runtime_tid[rt_order[j[found]]]
 
-    fallback = np.array([labeller.code(_short_name(n)) for n in k.names], dtype=np.int32)[k.name] \
-        if len(k) else np.zeros(0, np.int32)
+    fallback = np.array([labeller.code(_short_name(n)) for n in k.names], dtype=np.int32)[k.name] if len(k) else np.zeros(0, np.int32)
     labels = labeller.label(launch, launch_tid, fallback)
     end = k.ts + k.dur
     every = _Intervals(k.ts, end, launch, labels)
@@ -409,16 +459,28 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
             op = enclosing_op(int(row)) if op is None or args is None else op
         op_args = cpu.args.get(op) if op is not None else None
         name = k.name_of(row)
-        kind = (collective_kind(args.collective_name) if args and args.collective_name else None) \
-            or (collective_kind(cpu.name_of(op)) if op is not None else None) \
-            or collective_kind(name) or _short_name(name)
+        kind = (
+            (collective_kind(args.collective_name) if args and args.collective_name else None)
+            or (collective_kind(cpu.name_of(op)) if op is not None else None)
+            or collective_kind(name)
+            or _short_name(name)
+        )
         nbytes = _nbytes(args) if args else None
         if nbytes is None:
             nbytes = _nbytes(op_args)
         pg = (args.pg_name if args else None) or (op_args.pg_name if op_args else None) or "default"
         group = (args.group_size if args else None) or trace.pg_sizes.get(pg) or trace.world_size
-        calls.append(_Call(kind=kind, pg=pg, nbytes=nbytes, dur_us=float(k.dur[row]), start_us=float(k.ts[row]),
-                           launch_us=float(launch[row]), group_size=group))
+        calls.append(
+            _Call(
+                kind=kind,
+                pg=pg,
+                nbytes=nbytes,
+                dur_us=float(k.dur[row]),
+                start_us=float(k.ts[row]),
+                launch_us=float(launch[row]),
+                group_size=group,
+            )
+        )
     return calls
 
 
@@ -427,8 +489,7 @@ def _cpu_events(trace: Trace, labeller: _Labeller, main: int | None):
     # gloo:* annotations off the main thread are communication. Not by thread name alone: Kineto
     # can record a gloo worker under its pre-rename name ("python"), seen on torch 2.13, and a
     # name-based filter then silently drops that worker's collectives.
-    is_gloo = np.array([n.startswith(GLOO_EVENT_PREFIX) for n in cpu.names] or [False])[cpu.name] \
-        & (cpu.cat == USER_ANNOTATION)
+    is_gloo = np.array([n.startswith(GLOO_EVENT_PREFIX) for n in cpu.names] or [False])[cpu.name] & (cpu.cat == USER_ANNOTATION)
     if main is not None:
         is_gloo &= cpu.tid != main
     is_c10d = np.array([n.startswith(C10D_PREFIX) for n in cpu.names] or [False])[cpu.name]
@@ -440,8 +501,7 @@ def _cpu_events(trace: Trace, labeller: _Labeller, main: int | None):
     gloo_rows = gloo_rows[np.argsort(cpu.ts[gloo_rows], kind="stable")]
 
     end = cpu.ts + cpu.dur
-    own_names = np.array([labeller.code(n) for n in cpu.names], dtype=np.int32)[cpu.name] \
-        if len(cpu) else np.zeros(0, np.int32)
+    own_names = np.array([labeller.code(n) for n in cpu.names], dtype=np.int32)[cpu.name] if len(cpu) else np.zeros(0, np.int32)
     tids = cpu.tid.astype(np.int64)
     # Gloo runs each work item in submission order, so the k-th gloo event is the k-th c10d op
     # (a reduce_scatter shows up as `gloo:all_reduce`); label it like the op.
@@ -452,11 +512,14 @@ def _cpu_events(trace: Trace, labeller: _Labeller, main: int | None):
     if matched and ops:
         comm_t = cpu.ts[ops]
         comm_tid = tids[ops]
-    comm = _Intervals(cpu.ts[gloo_rows], end[gloo_rows], cpu.ts[gloo_rows],
-                      labeller.label(comm_t, comm_tid, own_names[gloo_rows]))
+    comm = _Intervals(cpu.ts[gloo_rows], end[gloo_rows], cpu.ts[gloo_rows], labeller.label(comm_t, comm_tid, own_names[gloo_rows]))
     compute_rows = np.flatnonzero(compute_mask)
-    compute = _Intervals(cpu.ts[compute_rows], end[compute_rows], cpu.ts[compute_rows],
-                         labeller.label(cpu.ts[compute_rows], tids[compute_rows], own_names[compute_rows]))
+    compute = _Intervals(
+        cpu.ts[compute_rows],
+        end[compute_rows],
+        cpu.ts[compute_rows],
+        labeller.label(cpu.ts[compute_rows], tids[compute_rows], own_names[compute_rows]),
+    )
     # Operators inside a c10d op are not compute. Drop them per event (for the timeline); the
     # measured union subtracts the c10d union exactly (`finish_rank`).
     exclude = iv.union(cpu.ts[c10d_rows], end[c10d_rows])
@@ -467,15 +530,23 @@ def _cpu_events(trace: Trace, labeller: _Labeller, main: int | None):
         gloo_args = cpu.args.get(int(row))
         op = ops[i] if matched else None
         op_args = cpu.args.get(int(op)) if op is not None else None
-        kind = (collective_kind(cpu.name_of(op)) if op is not None else None) \
-            or collective_kind(cpu.name_of(row)) or cpu.name_of(row)
+        kind = (collective_kind(cpu.name_of(op)) if op is not None else None) or collective_kind(cpu.name_of(row)) or cpu.name_of(row)
         nbytes = _nbytes(op_args, gloo_args.input_type if gloo_args else None) if op_args else None
         if nbytes is None:
             nbytes = _nbytes(gloo_args)
         pg = next(iter(trace.pg_sizes), "default") if len(trace.pg_sizes) == 1 else "default"
         group = trace.pg_sizes.get(pg) or trace.world_size
-        calls.append(_Call(kind=kind, pg=pg, nbytes=nbytes, dur_us=float(cpu.dur[row]), start_us=float(cpu.ts[row]),
-                           launch_us=float(cpu.ts[row]), group_size=group))
+        calls.append(
+            _Call(
+                kind=kind,
+                pg=pg,
+                nbytes=nbytes,
+                dur_us=float(cpu.dur[row]),
+                start_us=float(cpu.ts[row]),
+                launch_us=float(cpu.ts[row]),
+                group_size=group,
+            )
+        )
     return comm, compute, calls, exclude
 
 
@@ -497,8 +568,9 @@ def _hta_round(x: _Intervals) -> _Intervals:
     return _Intervals(start, end, np.ceil(x.launch), x.label)
 
 
-def finish_rank(files: Sequence[FileEvents], *, hta_compat: bool = False,
-                steps: tuple[int | None, int | None] | None = None) -> RankAnalysis:
+def finish_rank(
+    files: Sequence[FileEvents], *, hta_compat: bool = False, steps: tuple[int | None, int | None] | None = None
+) -> RankAnalysis:
     """Measure one rank from its file(s). Several files of one rank must be successive profiler
     spans of the same worker (disjoint in time); their events are pooled."""
     assert files
@@ -509,7 +581,8 @@ def finish_rank(files: Sequence[FileEvents], *, hta_compat: bool = False,
         if b.t_min < a.t_max:
             raise UserError(
                 f"{a.path} and {b.path} both claim rank {rank} and cover the same time, so they are not "
-                "successive profiler spans of one worker; remove the duplicate or analyze each run's folder separately")
+                "successive profiler spans of one worker; remove the duplicate or analyze each run's folder separately"
+            )
     notes = []
     if rank is None:
         assert len(files) == 1
@@ -540,8 +613,10 @@ def finish_rank(files: Sequence[FileEvents], *, hta_compat: bool = False,
             sel &= step_num < hi
         if not sel.any():
             have = ", ".join(str(n) for n in step_num) or "none"
-            raise UserError(f"rank {rank} has no ProfilerStep in --steps {lo if lo is not None else ''}:{hi if hi is not None else ''} "
-                            f"(its steps: {have}); pick steps the traces contain")
+            raise UserError(
+                f"rank {rank} has no ProfilerStep in --steps {lo if lo is not None else ''}:{hi if hi is not None else ''} "
+                f"(its steps: {have}); pick steps the traces contain"
+            )
         step_num, step_start, step_end = step_num[sel], step_start[sel], step_end[sel]
         windows = iv.union(step_start, step_end)
         in_window = iv.covers(windows, np.array([c.start_us for c in calls]))
@@ -560,15 +635,33 @@ def finish_rank(files: Sequence[FileEvents], *, hta_compat: bool = False,
     step_metrics = []
     for n, s, e in zip(step_num, step_start, step_end):
         c_us, k_us, o_us, x_us, p = _measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e))
-        step_metrics.append(StepMetrics(step=int(n), start_us=float(s), step_us=float(e - s), comm_us=c_us,
-                                        compute_us=k_us, overlap_us=o_us, exposed_comm_us=x_us, overlap_pct=p))
+        step_metrics.append(
+            StepMetrics(
+                step=int(n),
+                start_us=float(s),
+                step_us=float(e - s),
+                comm_us=c_us,
+                compute_us=k_us,
+                overlap_us=o_us,
+                exposed_comm_us=x_us,
+                overlap_pct=p,
+            )
+        )
 
     instances = _number(calls)
     world = max((f.world_size for f in files if f.world_size), default=None)
     return RankAnalysis(
-        rank=rank, device=device, backend=files[0].backend, files=tuple(f.path for f in files),
-        notes=tuple(notes), world_size=world,
-        comm_us=comm_us, compute_us=compute_us, overlap_us=overlap_us, exposed_comm_us=exposed_us, overlap_pct=pct,
+        rank=rank,
+        device=device,
+        backend=files[0].backend,
+        files=tuple(f.path for f in files),
+        notes=tuple(notes),
+        world_size=world,
+        comm_us=comm_us,
+        compute_us=compute_us,
+        overlap_us=overlap_us,
+        exposed_comm_us=exposed_us,
+        overlap_pct=pct,
         steps=tuple(step_metrics),
         collectives=collective_stats(instances),
         instances=instances,
@@ -586,9 +679,11 @@ def _pool_labels(files: Sequence[FileEvents]) -> tuple[tuple[str, ...], list[np.
 
 def _cat(parts: list[_Intervals], remap: list[np.ndarray]) -> _Intervals:
     return _Intervals(
-        np.concatenate([p.start for p in parts]), np.concatenate([p.end for p in parts]),
+        np.concatenate([p.start for p in parts]),
+        np.concatenate([p.end for p in parts]),
         np.concatenate([p.launch for p in parts]),
-        np.concatenate([m[p.label] if p.label.size else p.label for p, m in zip(parts, remap)]))
+        np.concatenate([m[p.label] if p.label.size else p.label for p, m in zip(parts, remap)]),
+    )
 
 
 def _hta_filter(comm, compute, calls, step_num, step_start, step_end):
@@ -620,8 +715,11 @@ def _number(calls: list[_Call]) -> tuple[CollectiveInstance, ...]:
     out = []
     for c in sorted(calls, key=lambda c: c.start_us):
         key = (c.pg, c.kind)
-        out.append(CollectiveInstance(kind=c.kind, pg=c.pg, seq=seq[key], nbytes=c.nbytes, dur_us=c.dur_us,
-                                      start_us=c.start_us, group_size=c.group_size))
+        out.append(
+            CollectiveInstance(
+                kind=c.kind, pg=c.pg, seq=seq[key], nbytes=c.nbytes, dur_us=c.dur_us, start_us=c.start_us, group_size=c.group_size
+            )
+        )
         seq[key] += 1
     return tuple(out)
 
@@ -638,16 +736,21 @@ def collective_stats(instances: Sequence[CollectiveInstance], *, default_group_s
         sized_us = sum(i.dur_us for i in sized)
         sizes = Counter(i.group_size for i in group if i.group_size)
         n = sizes.most_common(1)[0][0] if sizes else default_group_size
-        out.append(CollectiveStats(
-            kind=kind, count=len(group), nbytes=nbytes, dur_us=sum(i.dur_us for i in group),
-            algbw_gbps=algbw_gbps(nbytes, sized_us) if nbytes else None,
-            busbw_gbps=busbw_gbps(kind, nbytes, sized_us, n) if nbytes else None,
-            group_size=n))
+        out.append(
+            CollectiveStats(
+                kind=kind,
+                count=len(group),
+                nbytes=nbytes,
+                dur_us=sum(i.dur_us for i in group),
+                algbw_gbps=algbw_gbps(nbytes, sized_us) if nbytes else None,
+                busbw_gbps=busbw_gbps(kind, nbytes, sized_us, n) if nbytes else None,
+                group_size=n,
+            )
+        )
     return tuple(out)
 
 
-def _timeline(comm: _Intervals, compute: _Intervals, labels: tuple[str, ...],
-              step_num, step_start, step_end) -> tuple[TimelineSpan, ...]:
+def _timeline(comm: _Intervals, compute: _Intervals, labels: tuple[str, ...], step_num, step_start, step_end) -> tuple[TimelineSpan, ...]:
     """Per step (at most MAX_TIMELINE_STEPS), each class merged into at most MAX_SPANS_PER_STEP
     spans: spans closer than step_us · TIMELINE_GAP_FRACTION merge (coarser until it fits), and a
     merged span keeps the label of its longest piece."""
@@ -681,8 +784,7 @@ def _timeline(comm: _Intervals, compute: _Intervals, labels: tuple[str, ...],
     return tuple(spans)
 
 
-def analyze_rank(paths: Sequence[Path], *, hta_compat: bool = False,
-                 steps: tuple[int | None, int | None] | None = None) -> RankAnalysis:
+def analyze_rank(paths: Sequence[Path], *, hta_compat: bool = False, steps: tuple[int | None, int | None] | None = None) -> RankAnalysis:
     """One rank's trace file(s) -> its metrics."""
     return finish_rank([extract(load_trace(Path(p))) for p in paths], hta_compat=hta_compat, steps=steps)
 
@@ -698,8 +800,10 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False)
     assert len({r.rank for r in ranks}) == len(ranks), "one RankAnalysis per rank"
     world = max((r.world_size for r in ranks if r.world_size), default=None) or len(ranks)
     # A trace without group sizes (no distributedInfo, no kernel args): assume the whole world.
-    ranks = [r if all(c.group_size for c in r.collectives) else
-             _replace(r, collectives=collective_stats(r.instances, default_group_size=world)) for r in ranks]
+    ranks = [
+        r if all(c.group_size for c in r.collectives) else _replace(r, collectives=collective_stats(r.instances, default_group_size=world))
+        for r in ranks
+    ]
 
     durations: dict[tuple, list[float]] = defaultdict(list)
     for r in ranks:
@@ -720,12 +824,14 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False)
         waits.append(RankWait(rank=r.rank, wait_us=wait, transfer_us=transfer, matched=matched))
     with_calls = [w for w in waits if w.matched]
     slowest = min(with_calls, key=lambda w: w.wait_us).rank if len(with_calls) >= 2 else None
-    return TraceAnalysis(source=source, world_size=world, hta_compat=hta_compat, ranks=tuple(ranks),
-                         waits=tuple(waits), slowest_rank=slowest)
+    return TraceAnalysis(
+        source=source, world_size=world, hta_compat=hta_compat, ranks=tuple(ranks), waits=tuple(waits), slowest_rank=slowest
+    )
 
 
 def _replace(obj, **changes):
     from dataclasses import replace
+
     return replace(obj, **changes)
 
 
@@ -755,18 +861,20 @@ def timeline_record(analyses: dict[str, TraceAnalysis | None]) -> dict:
 # profile_overlap's own records, which sit beside traces in a run folder (or an analyze --tensorboard
 # output folder) and are not traces. Skipped only in folders that are ours (a metrics.json or
 # status.json beside them): a stray config.json among a user's traces still gets its error.
-OWN_RECORDS = frozenset({"metrics.json", "timeline.json", "config.json", "env.json", "status.json",
-                         "report.json", "sweep.json", "bench.json"})
+OWN_RECORDS = frozenset({"metrics.json", TIMELINE_JSON, CONFIG_JSON, ENV_JSON, STATUS_JSON, REPORT_JSON, SWEEP_JSON, BENCH_JSON})
 
 
 def _is_own_record(path: Path) -> bool:
-    return path.name in OWN_RECORDS and any((path.parent / name).is_file() for name in ("metrics.json", "status.json"))
+    return path.name in OWN_RECORDS and any((path.parent / name).is_file() for name in (METRICS_JSON, STATUS_JSON))
 
 
 def find_trace_files(folder: Path) -> list[Path]:
     """Every *.json and *.json.gz under `folder`, recursively, sorted, except our own records."""
-    return sorted(p for p in Path(folder).rglob("*") if p.is_file() and not _is_own_record(p)
-                  and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
+    return sorted(
+        p
+        for p in Path(folder).rglob("*")
+        if p.is_file() and not _is_own_record(p) and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
+    )
 
 
 def _extract_path(path: str) -> FileEvents | UserError:
@@ -776,8 +884,15 @@ def _extract_path(path: str) -> FileEvents | UserError:
         return err
 
 
-def analyze_dir(folder: Path, *, hta_compat: bool = False, steps: tuple[int | None, int | None] | None = None,
-                skip_bad: bool = False, warn=None, max_workers: int | None = None) -> TraceAnalysis:
+def analyze_dir(
+    folder: Path,
+    *,
+    hta_compat: bool = False,
+    steps: tuple[int | None, int | None] | None = None,
+    skip_bad: bool = False,
+    warn=None,
+    max_workers: int | None = None,
+) -> TraceAnalysis:
     """Every trace under `folder`, grouped by rank; files are read in parallel processes.
     With skip_bad, a bad file is reported through `warn(message)` and left out."""
     folder = Path(folder)
@@ -787,8 +902,10 @@ def analyze_dir(folder: Path, *, hta_compat: bool = False, steps: tuple[int | No
         raise UserError(f"{folder} is not a folder; pass the folder that holds the trace files")
     paths = find_trace_files(folder)
     if not paths:
-        raise UserError(f"no *.json or *.json.gz trace files under {folder}; point analyze at a "
-                        "torch.profiler output folder (tensorboard_trace_handler's dir_name)")
+        raise UserError(
+            f"no *.json or *.json.gz trace files under {folder}; point analyze at a "
+            "torch.profiler output folder (tensorboard_trace_handler's dir_name)"
+        )
     workers = max_workers or min(len(paths), os.cpu_count() or 1)
     # Worker processes cost ~0.3 s to start: only worth it when there is real parsing to share.
     total_bytes = sum(p.stat().st_size for p in paths)
@@ -815,8 +932,10 @@ def analyze_dir(folder: Path, *, hta_compat: bool = False, steps: tuple[int | No
     unknown = [f for f in files if f.rank is None]
     if unknown and len(files) > 1:
         for f in unknown:
-            bad(f"cannot tell the rank of {f.path}: it has no distributedInfo.rank and no number in its "
-                "name; rename it with its rank (e.g. rank3.json)")
+            bad(
+                f"cannot tell the rank of {f.path}: it has no distributedInfo.rank and no number in its "
+                "name; rename it with its rank (e.g. rank3.json)"
+            )
         files = [f for f in files if f.rank is not None]
     by_rank: dict[int | None, list[FileEvents]] = defaultdict(list)
     for f in sorted(files, key=lambda f: f.t_min):
@@ -826,10 +945,12 @@ def analyze_dir(folder: Path, *, hta_compat: bool = False, steps: tuple[int | No
         if clash is None:
             by_rank[f.rank].append(f)
         else:
-            bad(f"{clash.path} and {f.path} both claim rank {f.rank} and cover the same time, so they are "
-                "not successive profiler spans of one worker; remove the duplicate or analyze each run's folder separately")
+            bad(
+                f"{clash.path} and {f.path} both claim rank {f.rank} and cover the same time, so they are "
+                "not successive profiler spans of one worker; remove the duplicate or analyze each run's folder separately"
+            )
     ranks = []
-    for rank, group in sorted(by_rank.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+    for _rank, group in sorted(by_rank.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
         try:
             ranks.append(finish_rank(group, hta_compat=hta_compat, steps=steps))
         except UserError as err:
@@ -852,18 +973,40 @@ def to_json(analysis: TraceAnalysis) -> dict:
     ranks = []
     for r in analysis.ranks:
         w = waits.get(r.rank)
-        ranks.append({
-            "rank": r.rank, "device": r.device,
-            "comm_us": _num(r.comm_us), "compute_us": _num(r.compute_us), "overlap_us": _num(r.overlap_us),
-            "exposed_comm_us": _num(r.exposed_comm_us), "overlap_pct": _num(r.overlap_pct),
-            "steps": [{"step": s.step, "step_us": _num(s.step_us), "comm_us": _num(s.comm_us),
-                       "compute_us": _num(s.compute_us), "overlap_us": _num(s.overlap_us),
-                       "exposed_comm_us": _num(s.exposed_comm_us), "overlap_pct": _num(s.overlap_pct)}
-                      for s in r.steps],
-            "collectives": [{"kind": c.kind, "count": c.count, "nbytes": c.nbytes, "dur_us": _num(c.dur_us),
-                             "algbw_gbps": _num(c.algbw_gbps, 4), "busbw_gbps": _num(c.busbw_gbps, 4)}
-                            for c in r.collectives],
-            "wait_us": _num(w.wait_us) if w else None,
-            "transfer_us": _num(w.transfer_us) if w else None,
-        })
+        ranks.append(
+            {
+                "rank": r.rank,
+                "device": r.device,
+                "comm_us": _num(r.comm_us),
+                "compute_us": _num(r.compute_us),
+                "overlap_us": _num(r.overlap_us),
+                "exposed_comm_us": _num(r.exposed_comm_us),
+                "overlap_pct": _num(r.overlap_pct),
+                "steps": [
+                    {
+                        "step": s.step,
+                        "step_us": _num(s.step_us),
+                        "comm_us": _num(s.comm_us),
+                        "compute_us": _num(s.compute_us),
+                        "overlap_us": _num(s.overlap_us),
+                        "exposed_comm_us": _num(s.exposed_comm_us),
+                        "overlap_pct": _num(s.overlap_pct),
+                    }
+                    for s in r.steps
+                ],
+                "collectives": [
+                    {
+                        "kind": c.kind,
+                        "count": c.count,
+                        "nbytes": c.nbytes,
+                        "dur_us": _num(c.dur_us),
+                        "algbw_gbps": _num(c.algbw_gbps, 4),
+                        "busbw_gbps": _num(c.busbw_gbps, 4),
+                    }
+                    for c in r.collectives
+                ],
+                "wait_us": _num(w.wait_us) if w else None,
+                "transfer_us": _num(w.transfer_us) if w else None,
+            }
+        )
     return {"ranks": ranks, "world_size": analysis.world_size, "source": analysis.source}

@@ -11,25 +11,38 @@ wait/transfer split. Does not import torch.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
-from profile_overlap.errors import UserError
+from profile_overlap.core.errors import UserError
+from profile_overlap.core.io import write_json_atomic
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", type=Path, help="folder of trace files (*.json or *.json.gz, searched recursively)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write the metrics record to OUT (schema in the README)")
-    parser.add_argument("--steps", metavar="A:B", type=parse_steps,
-                        help="only ProfilerStep#A up to but excluding #B (like a Python slice; A: or :B leave an end open; A alone is one step)")
-    parser.add_argument("--hta-compat", action="store_true",
-                        help="drop the last profiler step of each rank, as Holistic Trace Analysis's get_comm_comp_overlap does by default")
+    parser.add_argument(
+        "--steps",
+        metavar="A:B",
+        type=parse_steps,
+        help="only ProfilerStep#A up to but excluding #B (like a Python slice; A: or :B leave an end open; A alone is one step)",
+    )
+    parser.add_argument(
+        "--hta-compat",
+        action="store_true",
+        help="drop the last profiler step of each rank, as Holistic Trace Analysis's get_comm_comp_overlap does by default",
+    )
     parser.add_argument("--skip-bad", action="store_true", help="warn about unreadable or non-trace files and analyze the rest")
-    parser.add_argument("--tensorboard", type=Path, nargs="?", const=True, metavar="OUT",
-                        help="also write the Overlap tab's data (metrics.json, timeline.json) to OUT (default: DIR/overlap), for `tensorboard --logdir DIR`")
+    parser.add_argument(
+        "--tensorboard",
+        type=Path,
+        nargs="?",
+        const=True,
+        metavar="OUT",
+        help="also write the Overlap tab's data (metrics.json, timeline.json) to OUT (default: DIR/overlap), "
+        "for `tensorboard --logdir DIR`",
+    )
 
 
 def parse_steps(text: str) -> tuple[int | None, int | None]:
@@ -41,20 +54,6 @@ def parse_steps(text: str) -> tuple[int | None, int | None]:
         return (int(lo) if lo.strip() else None, int(hi) if hi.strip() else None)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not A:B with whole step numbers (e.g. 3:5, 3:, :5 or 4)") from None
-
-
-def write_json_atomic(path: Path, record: dict) -> None:
-    """Write next to the target and rename, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def _fmt(x: float | None, digits: int = 1) -> str:
@@ -84,19 +83,34 @@ def render(analysis, console) -> None:
     for r in analysis.ranks:
         w = waits.get(r.rank)
         mark = " (slowest)" if r.rank == analysis.slowest_rank else ""
-        t.add_row(f"{r.rank}{mark}", r.device, _fmt(r.comm_us), _fmt(r.compute_us), _fmt(r.overlap_us),
-                  _fmt(r.exposed_comm_us), _fmt(r.overlap_pct, 2),
-                  _fmt(w.wait_us if w and w.matched else None), _fmt(w.transfer_us if w and w.matched else None))
+        t.add_row(
+            f"{r.rank}{mark}",
+            r.device,
+            _fmt(r.comm_us),
+            _fmt(r.compute_us),
+            _fmt(r.overlap_us),
+            _fmt(r.exposed_comm_us),
+            _fmt(r.overlap_pct, 2),
+            _fmt(w.wait_us if w and w.matched else None),
+            _fmt(w.transfer_us if w and w.matched else None),
+        )
     console.print(t)
 
-    t = Table(title="Collectives per rank (totals; algbw = S/t, busbw = algbw * factor(kind, n), as nccl-tests)",
-              title_justify="left")
+    t = Table(title="Collectives per rank (totals; algbw = S/t, busbw = algbw * factor(kind, n), as nccl-tests)", title_justify="left")
     for col in ("rank", "kind", "count", "n", "bytes", "dur_us", "algbw GB/s", "busbw GB/s"):
         t.add_column(col, justify="left" if col == "kind" else "right")
     for r in analysis.ranks:
         for c in r.collectives:
-            t.add_row(str(r.rank), c.kind, str(c.count), str(c.group_size or "-"), _bytes(c.nbytes), _fmt(c.dur_us),
-                      _fmt(c.algbw_gbps, 2), _fmt(c.busbw_gbps, 2))
+            t.add_row(
+                str(r.rank),
+                c.kind,
+                str(c.count),
+                str(c.group_size or "-"),
+                _bytes(c.nbytes),
+                _fmt(c.dur_us),
+                _fmt(c.algbw_gbps, 2),
+                _fmt(c.busbw_gbps, 2),
+            )
     console.print(t)
 
     t = Table(title="Profiler steps (each metric clipped to the ProfilerStep#N window)", title_justify="left")
@@ -104,8 +118,16 @@ def render(analysis, console) -> None:
         t.add_column(col, justify="right")
     for r in analysis.ranks:
         for s in r.steps:
-            t.add_row(str(r.rank), str(s.step), _fmt(s.step_us), _fmt(s.comm_us), _fmt(s.compute_us),
-                      _fmt(s.overlap_us), _fmt(s.exposed_comm_us), _fmt(s.overlap_pct, 2))
+            t.add_row(
+                str(r.rank),
+                str(s.step),
+                _fmt(s.step_us),
+                _fmt(s.comm_us),
+                _fmt(s.compute_us),
+                _fmt(s.overlap_us),
+                _fmt(s.exposed_comm_us),
+                _fmt(s.overlap_pct, 2),
+            )
     if t.row_count:
         console.print(t)
     else:
@@ -115,7 +137,8 @@ def render(analysis, console) -> None:
         console.print(
             f"Wait vs transfer: each collective call is matched across ranks by process group, kind and order; "
             f"transfer = the fastest rank's duration, wait = the rest. Rank {analysis.slowest_rank} waits least: "
-            f"the others wait for it.")
+            f"the others wait for it."
+        )
     for r in analysis.ranks:
         for note in r.notes:
             console.print(f"note: {note}", style="yellow")
@@ -134,7 +157,8 @@ def main(args: argparse.Namespace) -> int:
     render(analysis, Console(width=width, highlight=False))
     if args.json:
         try:
-            write_json_atomic(args.json, to_json(analysis))
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(args.json, to_json(analysis), indent=1)
         except OSError as err:
             raise UserError(f"cannot write {args.json}: {err.strerror}; pick a writable path for --json") from None
         print(f"wrote {args.json}")

@@ -37,7 +37,8 @@ from pathlib import Path
 from profile_overlap import rank_output
 from profile_overlap.bandwidth import algbw_gbps, busbw_gbps
 from profile_overlap.config import BACKENDS, DTYPES, add_verbose_flag, check_job_fields
-from profile_overlap.errors import UserError
+from profile_overlap.core.errors import UserError
+from profile_overlap.core.files import BENCH_JSON, CONFIG_JSON, ENV_JSON
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 SCHEMA_VERSION = 1
@@ -138,8 +139,10 @@ class BenchConfig:
         unit = world_size * DTYPE_BYTES[self.dtype]
         sizes = sorted({s // unit * unit for s in size_ladder(*parse_sizes(self.sizes))})
         if sizes[0] == 0:
-            raise ValueError(f"--sizes {self.sizes!r}: sizes below {unit} B cannot be split into one "
-                             f"{self.dtype} element per rank on {world_size} ranks; start at {unit} or more")
+            raise ValueError(
+                f"--sizes {self.sizes!r}: sizes below {unit} B cannot be split into one "
+                f"{self.dtype} element per rank on {world_size} ranks; start at {unit} or more"
+            )
         return sizes
 
     def to_dict(self) -> dict:
@@ -205,30 +208,58 @@ def _mean(values: list[float | None]) -> float | None:
     return statistics.fmean(known) if known else None
 
 
-def build_result(*, times_us: dict[tuple[int, str], list[float]], wrong: dict[tuple[int, str], int], sizes: list[int],
-                 element_bytes: int, world_size: int, backend: str, device_type: str, config: BenchConfig,
-                 env: dict, run_dir: str | None) -> BenchResult:
+def build_result(
+    *,
+    times_us: dict[tuple[int, str], list[float]],
+    wrong: dict[tuple[int, str], int],
+    sizes: list[int],
+    element_bytes: int,
+    world_size: int,
+    backend: str,
+    device_type: str,
+    config: BenchConfig,
+    env: dict,
+    run_dir: str | None,
+) -> BenchResult:
     """times_us[(nbytes, kind)]: per iteration, the slowest rank's time; wrong: summed over ranks."""
     rows = []
     for nbytes in sizes:
         results = {}
         for kind in COLLECTIVES:
             t = statistics.median(times_us[nbytes, kind])
-            results[kind] = CollectiveResult(kind=kind, time_us=t, algbw_gbps=algbw_gbps(nbytes, t),
-                                             busbw_gbps=busbw_gbps(kind, nbytes, t, world_size),
-                                             num_wrong=wrong[nbytes, kind])
+            results[kind] = CollectiveResult(
+                kind=kind,
+                time_us=t,
+                algbw_gbps=algbw_gbps(nbytes, t),
+                busbw_gbps=busbw_gbps(kind, nbytes, t, world_size),
+                num_wrong=wrong[nbytes, kind],
+            )
         ar, rs, ag = (results[k].time_us for k in COLLECTIVES)
-        rows.append(SizeRow(nbytes=nbytes, count=nbytes // element_bytes, results=results,
-                            rs_ag_over_ar=(rs + ag) / ar if ar > 0 else None,
-                            rs_over_ar=rs / ar if ar > 0 else None))
+        rows.append(
+            SizeRow(
+                nbytes=nbytes,
+                count=nbytes // element_bytes,
+                results=results,
+                rs_ag_over_ar=(rs + ag) / ar if ar > 0 else None,
+                rs_over_ar=rs / ar if ar > 0 else None,
+            )
+        )
     by_kind = {k: _mean([r.results[k].busbw_gbps for r in rows]) for k in COLLECTIVES}
     return BenchResult(
-        schema_version=SCHEMA_VERSION, backend=backend, device_type=device_type, world_size=world_size,
-        dtype=config.dtype, timing="cuda_events" if device_type == "cuda" else "perf_counter+barrier",
-        config=config.to_dict(), env=env, rows=tuple(rows),
+        schema_version=SCHEMA_VERSION,
+        backend=backend,
+        device_type=device_type,
+        world_size=world_size,
+        dtype=config.dtype,
+        timing="cuda_events" if device_type == "cuda" else "perf_counter+barrier",
+        config=config.to_dict(),
+        env=env,
+        rows=tuple(rows),
         num_wrong=sum(r.results[k].num_wrong for r in rows for k in COLLECTIVES),
         avg_busbw_gbps=_mean([r.results[k].busbw_gbps for r in rows for k in COLLECTIVES]),
-        avg_busbw_gbps_by_kind=by_kind, notes=tuple(_notes(rows, backend=backend)), run_dir=run_dir,
+        avg_busbw_gbps_by_kind=by_kind,
+        notes=tuple(_notes(rows, backend=backend)),
+        run_dir=run_dir,
     )
 
 
@@ -265,7 +296,7 @@ def _expected(torch, kind: str, *, count: int, rank: int, world_size: int, devic
     if kind == "all_gather":
         return (torch.arange(count, device=device) // chunk + 1).to(torch.float32) * pattern
     reduced = world_size * (world_size + 1) / 2 * pattern
-    return reduced if kind == "all_reduce" else reduced[rank * chunk:(rank + 1) * chunk]
+    return reduced if kind == "all_reduce" else reduced[rank * chunk : (rank + 1) * chunk]
 
 
 def _count_wrong(torch, out, expected, *, tolerance: float) -> int:
@@ -331,9 +362,8 @@ def _measure_size(torch, dist, *, nbytes: int, size_index: int, config: BenchCon
     for index, kind in enumerate(COLLECTIVES):
         src, out = buffers[kind]
         # all_reduce works in place: restore its input before every iteration, outside the timing.
-        refill = (lambda: out.copy_(src)) if kind == "all_reduce" else (lambda: None)
-        times[kind] = _time_iterations(torch, dist, call_for(kind), refill=refill, iters=config.iters,
-                                       warmup=config.warmup, device=device)
+        refill = (lambda out=out, src=src: out.copy_(src)) if kind == "all_reduce" else (lambda: None)
+        times[kind] = _time_iterations(torch, dist, call_for(kind), refill=refill, iters=config.iters, warmup=config.warmup, device=device)
         if fault and fault.kind == "corrupt" and fault.hits(rank=rank, step=size_index, layer=index):
             out.add_(1)
         expected = _expected(torch, kind, count=count, rank=rank, world_size=world, device=device)
@@ -361,15 +391,15 @@ def run_rank(config: BenchConfig) -> int:
 def bench_in_folder(torch, dist, config: BenchConfig, *, backend: str, device, run_dir: Path) -> BenchResult:
     from profile_overlap import runner
     from profile_overlap import status as run_status
-    from profile_overlap.metrics import write_json_atomic
+    from profile_overlap.core.io import write_json_atomic
     from profile_overlap.modes import Fault
 
     world, rank = dist.get_world_size(), dist.get_rank()
     sizes = config.byte_sizes(world)
     env = runner.environment(backend, device)
     if rank == 0:
-        write_json_atomic(run_dir / "config.json", config.to_dict())
-        write_json_atomic(run_dir / "env.json", env)
+        write_json_atomic(run_dir / CONFIG_JSON, config.to_dict())
+        write_json_atomic(run_dir / ENV_JSON, env)
         run_status.write(run_dir, "running")
     fault = Fault.from_env()
 
@@ -384,11 +414,20 @@ def bench_in_folder(torch, dist, config: BenchConfig, *, backend: str, device, r
             times_us[nbytes, kind] = [max(t) for t in zip(*(r[0][kind] for r in everyone))]
             wrong[nbytes, kind] = sum(r[1][kind] for r in everyone)
 
-    result = build_result(times_us=times_us, wrong=wrong, sizes=sizes, element_bytes=DTYPE_BYTES[config.dtype],
-                          world_size=world, backend=backend, device_type=device.type, config=config,
-                          env=env, run_dir=str(run_dir))
+    result = build_result(
+        times_us=times_us,
+        wrong=wrong,
+        sizes=sizes,
+        element_bytes=DTYPE_BYTES[config.dtype],
+        world_size=world,
+        backend=backend,
+        device_type=device.type,
+        config=config,
+        env=env,
+        run_dir=str(run_dir),
+    )
     if rank == 0:
-        write_json_atomic(run_dir / "bench.json", result.to_json())
+        write_json_atomic(run_dir / BENCH_JSON, result.to_json())
         if config.json:
             write_json_atomic(Path(config.json), result.to_json())
         write_tensorboard(result, run_dir)
@@ -431,8 +470,15 @@ def render_table(result: BenchResult) -> str:
         cells = [f"{row.nbytes:>12}", f"{row.count:>12}"]
         for kind in COLLECTIVES:
             c = row.results[kind]
-            cells.append("  " + _num(c.time_us, 7, ".1f") + " " + _num(c.algbw_gbps, 7, ".3f") + " "
-                         + _num(c.busbw_gbps, 7, ".3f") + f" {c.num_wrong:>7}")
+            cells.append(
+                "  "
+                + _num(c.time_us, 7, ".1f")
+                + " "
+                + _num(c.algbw_gbps, 7, ".3f")
+                + " "
+                + _num(c.busbw_gbps, 7, ".3f")
+                + f" {c.num_wrong:>7}"
+            )
         cells.append(" " + _num(row.rs_ag_over_ar, 7, ".2f"))
         lines.append("".join(cells))
     verdict = "OK" if result.passed else "FAILED"
@@ -476,17 +522,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  torchrun --standalone --nproc-per-node 4 -m profile_overlap bench-collectives\n"
         "  python -m profile_overlap bench-collectives --nproc-per-node 2 --sizes 1K:256M --dtype bfloat16"
     )
-    parser.add_argument("--sizes", default=d.sizes, metavar="MIN:MAX[:F]",
-                        help="bytes of the full array: MIN, MIN*F, ... up to MAX; K/M/G = 1024^1/2/3; "
-                             "F defaults to 2 (default: %(default)s)")
+    parser.add_argument(
+        "--sizes",
+        default=d.sizes,
+        metavar="MIN:MAX[:F]",
+        help="bytes of the full array: MIN, MIN*F, ... up to MAX; K/M/G = 1024^1/2/3; F defaults to 2 (default: %(default)s)",
+    )
     parser.add_argument("--dtype", default=d.dtype, choices=DTYPES, help="element type (default: %(default)s)")
     parser.add_argument("--iters", type=int, default=d.iters, help="timed iterations per size and collective (default: %(default)s)")
     parser.add_argument("--warmup", type=int, default=d.warmup, help="untimed iterations first (default: %(default)s)")
     parser.add_argument("--backend", default=d.backend, choices=BACKENDS, help="auto: nccl with CUDA, else gloo (default: %(default)s)")
-    parser.add_argument("--nproc-per-node", type=int, default=None, metavar="N",
-                        help="without torchrun: ranks to launch on this machine (default: one per GPU, or 4 on CPU)")
-    parser.add_argument("--timeout", dest="timeout_s", type=float, default=d.timeout_s, metavar="SECONDS",
-                        help="process-group timeout (default: %(default)s)")
+    parser.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=None,
+        metavar="N",
+        help="without torchrun: ranks to launch on this machine (default: one per GPU, or 4 on CPU)",
+    )
+    parser.add_argument(
+        "--timeout",
+        dest="timeout_s",
+        type=float,
+        default=d.timeout_s,
+        metavar="SECONDS",
+        help="process-group timeout (default: %(default)s)",
+    )
     parser.add_argument("--out", default=d.out, help="parent folder of run folders (default: %(default)s)")
     parser.add_argument("--name", default=None, help="run folder name (default: <YYYYmmdd-HHMMSS>-bench-collectives-<backend>-w<N>)")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the record (bench.json) to OUT")

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from profile_overlap import rank_output
+from profile_overlap.core.files import REPORT_HTML
 from profile_overlap.metrics import RunMetrics
 
 
@@ -33,8 +34,17 @@ class ModeSummary:
     opt_state_mb: float
 
 
-SUMMARY_COLUMNS = ("mode", "step median ms", "p10-p90 ms", "comm ms", "compute ms", "overlap ms",
-                   "exposed comm ms", "overlap %", "opt state MiB/rank")
+SUMMARY_COLUMNS = (
+    "mode",
+    "step median ms",
+    "p10-p90 ms",
+    "comm ms",
+    "compute ms",
+    "overlap ms",
+    "exposed comm ms",
+    "overlap %",
+    "opt state MiB/rank",
+)
 
 
 def mode_summaries(metrics: RunMetrics) -> list[ModeSummary]:
@@ -50,9 +60,20 @@ def mode_summaries(metrics: RunMetrics) -> list[ModeSummary]:
                 sum(r[k] for r in ranks) / len(ranks) / steps / 1e3 for k in ("comm_us", "compute_us", "overlap_us", "exposed_comm_us")
             )
             pct = 100 * overlap / comm if comm else None
-        out.append(ModeSummary(mode=name, median_ms=st.median_ms, p10_ms=st.p10_ms, p90_ms=st.p90_ms,
-                               comm_ms=comm, compute_ms=compute, overlap_ms=overlap, exposed_comm_ms=exposed,
-                               overlap_pct=pct, opt_state_mb=max(m.optimizer_state_bytes for m in mode.memory) / 2**20))
+        out.append(
+            ModeSummary(
+                mode=name,
+                median_ms=st.median_ms,
+                p10_ms=st.p10_ms,
+                p90_ms=st.p90_ms,
+                comm_ms=comm,
+                compute_ms=compute,
+                overlap_ms=overlap,
+                exposed_comm_ms=exposed,
+                overlap_pct=pct,
+                opt_state_mb=max(m.optimizer_state_bytes for m in mode.memory) / 2**20,
+            )
+        )
     return out
 
 
@@ -61,8 +82,19 @@ def summary_rows(metrics: RunMetrics) -> list[tuple[str, ...]]:
     rows = []
     for m in mode_summaries(metrics):
         spread = f"{m.p10_ms:.2f}-{m.p90_ms:.2f}" if m.p10_ms is not None else "-"
-        rows.append((m.mode, _fmt(m.median_ms), spread, _fmt(m.comm_ms), _fmt(m.compute_ms), _fmt(m.overlap_ms),
-                     _fmt(m.exposed_comm_ms), _fmt(m.overlap_pct, ".1f"), f"{m.opt_state_mb:.2f}"))
+        rows.append(
+            (
+                m.mode,
+                _fmt(m.median_ms),
+                spread,
+                _fmt(m.comm_ms),
+                _fmt(m.compute_ms),
+                _fmt(m.overlap_ms),
+                _fmt(m.exposed_comm_ms),
+                _fmt(m.overlap_pct, ".1f"),
+                f"{m.opt_state_mb:.2f}",
+            )
+        )
     return rows
 
 
@@ -94,8 +126,11 @@ def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> No
     console.print(summary_table(metrics))
     from profile_overlap import report  # imports this module; the per-kind aggregation lives there
 
-    busbw = [f"{name} " + ", ".join(f"{c.kind} {c.busbw_gbps.mean:.3g}" for c in s.collectives if c.busbw_gbps)
-             for name, s in report.summaries(metrics).items() if any(c.busbw_gbps for c in s.collectives)]
+    busbw = [
+        f"{name} " + ", ".join(f"{c.kind} {c.busbw_gbps.mean:.3g}" for c in s.collectives if c.busbw_gbps)
+        for name, s in report.summaries(metrics).items()
+        if any(c.busbw_gbps for c in s.collectives)
+    ]
     if busbw:
         console.print("busbw GB/s (mean over ranks): " + "; ".join(busbw))
     if metrics.speedup:
@@ -107,6 +142,6 @@ def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> No
         console.print(f"[{colour}]{check.describe()}[/{colour}]")
     console.print(f"run folder: {metrics.run_dir}")
     run_dir = Path(metrics.run_dir)
-    if (run_dir / "report.html").exists():
-        console.print(f"report: {run_dir / 'report.html'} (self-contained; report.md beside it for pull requests)")
+    if (run_dir / REPORT_HTML).exists():
+        console.print(f"report: {run_dir / REPORT_HTML} (self-contained; report.md beside it for pull requests)")
     console.print(f"TensorBoard: python -m profile_overlap tensorboard {run_dir.parent}")

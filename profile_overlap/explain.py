@@ -13,12 +13,17 @@ from rich import box
 from rich.table import Table
 
 from profile_overlap.console import make_console
-from profile_overlap.errors import UserError
+from profile_overlap.core.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--world-size", type=int, default=4, metavar="N",
-                        help="ranks in the example; each holds N consecutive numbers (default: %(default)s)")
+    parser.add_argument(
+        "--world-size",
+        type=int,
+        default=4,
+        metavar="N",
+        help="ranks in the example; each holds N consecutive numbers (default: %(default)s)",
+    )
 
 
 def worked_example(world_size: int):

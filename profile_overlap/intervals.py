@@ -121,4 +121,3 @@ def covers(u: Union, t: np.ndarray) -> np.ndarray:
     """For each time in `t`, whether the union covers it (a disjoint union covers t when more of
     its intervals have started than ended by t)."""
     return np.searchsorted(u[0], t, side="right") > np.searchsorted(u[1], t, side="right")
-

@@ -13,11 +13,12 @@ import os
 import signal
 import sys
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from profile_overlap import rank_output
 from profile_overlap.config import Config
-from profile_overlap.errors import UserError
+from profile_overlap.core.errors import UserError
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -90,9 +91,14 @@ def launch_or_run(config: Any, *, entry: Callable[[Any], int] = run_rank, comman
         for name in ("torch.distributed.elastic", "torch.multiprocessing"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
     launch_config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=nproc,
-        run_id=str(uuid.uuid4()), rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0",
-        max_restarts=0, monitor_interval=0.1,
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
+        run_id=str(uuid.uuid4()),
+        rdzv_backend="c10d",
+        rdzv_endpoint="127.0.0.1:0",
+        max_restarts=0,
+        monitor_interval=0.1,
     )
     try:
         elastic_launch(launch_config, _rank_entry)(entry, config, command)

@@ -10,10 +10,8 @@ import dataclasses
 import json
 import os
 import statistics
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 SCHEMA_VERSION = 1
 
@@ -97,8 +95,7 @@ class CheckResult:
             where += f", layer {self.worst_layer}"
         verdict = "OK" if self.passed else "FAILED"
         error = "values not finite" if self.max_abs_err is None else f"max error {self.max_abs_err:.3g}"
-        return (f"{self.name}: {verdict} ({error} at {where}; "
-                f"tolerance {self.tolerance:.3g} relative; {self.num_checked} checks)")
+        return f"{self.name}: {verdict} ({error} at {where}; tolerance {self.tolerance:.3g} relative; {self.num_checked} checks)"
 
 
 @dataclass(frozen=True)
@@ -158,28 +155,19 @@ class RunMetrics:
         }
         speedup = Speedup(**data["speedup"]) if data.get("speedup") else None
         return cls(
-            schema_version=data["schema_version"], run_dir=data["run_dir"], config=data["config"], env=data["env"],
-            modes=modes, checks=tuple(CheckResult(**c) for c in data["checks"]), speedup=speedup,
+            schema_version=data["schema_version"],
+            run_dir=data["run_dir"],
+            config=data["config"],
+            env=data["env"],
+            modes=modes,
+            checks=tuple(CheckResult(**c) for c in data["checks"]),
+            speedup=speedup,
         )
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temporary file in the same folder, then rename: never a half-written file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, allow_nan=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def ensure_writable_dir(out: Path) -> Path:
     """Create `out` (an --out folder) if needed; a one-line error when that cannot work."""
-    from profile_overlap.errors import UserError
+    from profile_overlap.core.errors import UserError
 
     try:
         out.mkdir(parents=True, exist_ok=True)

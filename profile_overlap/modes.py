@@ -18,8 +18,8 @@ equal parameters; `verify.py` checks it.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -115,13 +115,19 @@ def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.
     batch = torch.randn(config.batch, config.dim, generator=gen).to(device=device, dtype=dtype)
     rows = config.dim // world_size
     if mode == "split":
-        shards = [p[rank * rows:(rank + 1) * rows].clone() for p in params]
+        shards = [p[rank * rows : (rank + 1) * rows].clone() for p in params]
         state_like = shards
     else:
         shards = []
         state_like = params
     return State(
-        mode=mode, rank=rank, world_size=world_size, device=device, dtype=dtype, seed=config.seed, lr=config.lr,
+        mode=mode,
+        rank=rank,
+        world_size=world_size,
+        device=device,
+        dtype=dtype,
+        seed=config.seed,
+        lr=config.lr,
         params=params,
         grads=[torch.empty_like(p) for p in params],
         batch=batch,
@@ -218,8 +224,7 @@ def split_step(state: State, step: int) -> None:
             reduce_scatter(state, shard_grad, grad, step=step, layer=layer)
         with record_function("split/shard_update"):
             shard_grad.mul_(scale)
-            adam_(state.shards[layer], shard_grad, state.exp_avg[layer], state.exp_avg_sq[layer],
-                  step=state.adam_step, lr=state.lr)
+            adam_(state.shards[layer], shard_grad, state.exp_avg[layer], state.exp_avg_sq[layer], step=state.adam_step, lr=state.lr)
         with record_function("split/all_gather"):
             handles.append(all_gather_single(state.params[layer], state.shards[layer], async_op=True))
 

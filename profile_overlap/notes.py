@@ -29,8 +29,9 @@ SHORT_OF_IDEAL = 0.8
 
 def notes(m: RunMetrics, s: dict[str, ModeSummary]) -> tuple[Inline, ...]:
     found = tuple(n for rule in RULES if (n := rule(m, s)) is not None)
-    return found or (("Nothing in the numbers calls for a note: verification passed, step times are steady, "
-                      "and no rank waited long for another.",),)
+    return found or (
+        ("Nothing in the numbers calls for a note: verification passed, step times are steady, and no rank waited long for another.",),
+    )
 
 
 def failed_checks(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
@@ -39,9 +40,13 @@ def failed_checks(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
         return None
     c = bad[0]
     differs = "has values that are " if c.max_abs_err is None else "differs by "
-    return (f"Verification failed ({len(bad)} check{'s' if len(bad) > 1 else ''}): {c.name} {differs}",
-            Ref(c.error_text, "max_abs_err"), " (", Ref(f"tolerance {c.tolerance:.3g}", "tolerance"),
-            f") at rank {c.worst_rank}. Fix correctness before reading any timing.")
+    return (
+        f"Verification failed ({len(bad)} check{'s' if len(bad) > 1 else ''}): {c.name} {differs}",
+        Ref(c.error_text, "max_abs_err"),
+        " (",
+        Ref(f"tolerance {c.tolerance:.3g}", "tolerance"),
+        f") at rank {c.worst_rank}. Fix correctness before reading any timing.",
+    )
 
 
 def gloo_reduce_scatter(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
@@ -55,17 +60,24 @@ def gloo_reduce_scatter(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | No
     ratio = rs.time_per_call_us.mean / ar.time_per_call_us.mean
     if ratio < GLOO_RS_AS_ALL_REDUCE:
         return None
-    text: list = ["On gloo, reduce_scatter runs as a full all_reduce: split's reduce_scatter took ",
-                  Ref(f"{ms(rs.time_per_call_us.mean / 1e3)} ms", "time_per_call_us"), " per call, ",
-                  f"{ratio:.0%} of sequential's all_reduce of the same bucket (",
-                  Ref(f"{ms(ar.time_per_call_us.mean / 1e3)} ms", "time_per_call_us"), ")"]
+    text: list = [
+        "On gloo, reduce_scatter runs as a full all_reduce: split's reduce_scatter took ",
+        Ref(f"{ms(rs.time_per_call_us.mean / 1e3)} ms", "time_per_call_us"),
+        " per call, ",
+        f"{ratio:.0%} of sequential's all_reduce of the same bucket (",
+        Ref(f"{ms(ar.time_per_call_us.mean / 1e3)} ms", "time_per_call_us"),
+        ")",
+    ]
     if ag is not None:
-        text += [", and split then all_gathers on top (", Ref(f"{ms(ag.time_per_call_us.mean / 1e3)} ms", "time_per_call_us"),
-                 " per call)"]
-    text += [". So split communicates more than sequential here (", Ref(f"{ms(s['split'].comm_ms)} ms", "comm_ms"),
-             " vs ", Ref(f"{ms(s['sequential'].comm_ms)} ms", "comm_ms"),
-             " per step) and cannot win on CPU; its gains (overlap, 1/N optimizer state) show on NCCL, where "
-             "reduce_scatter moves half an all_reduce's data."]
+        text += [", and split then all_gathers on top (", Ref(f"{ms(ag.time_per_call_us.mean / 1e3)} ms", "time_per_call_us"), " per call)"]
+    text += [
+        ". So split communicates more than sequential here (",
+        Ref(f"{ms(s['split'].comm_ms)} ms", "comm_ms"),
+        " vs ",
+        Ref(f"{ms(s['sequential'].comm_ms)} ms", "comm_ms"),
+        " per step) and cannot win on CPU; its gains (overlap, 1/N optimizer state) show on NCCL, where "
+        "reduce_scatter moves half an all_reduce's data.",
+    ]
     return tuple(text)
 
 
@@ -73,30 +85,44 @@ def exposed_dominates(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None
     x = s[headline_mode(m)]
     if x.exposed_comm_ms is None or not x.compute_ms or x.exposed_comm_ms / x.compute_ms < EXPOSED_OVER_COMPUTE:
         return None
-    return (f"Exposed communication dominates {x.mode}: ", Ref(f"{ms(x.exposed_comm_ms)} ms", "exposed_comm_ms"),
-            " per step waits for communication, ", f"{x.exposed_comm_ms / x.compute_ms:.1f}× the ",
-            Ref(f"{ms(x.compute_ms)} ms", "compute_ms"), " of compute there is to hide it behind. Give the overlap more to work with: "
-            f"more layers (more, smaller buckets, so the first all_gather starts sooner; now --layers {m.config['layers']}) "
-            f"or a larger batch (more forward compute per step; now --batch {m.config['batch']}).")
+    return (
+        f"Exposed communication dominates {x.mode}: ",
+        Ref(f"{ms(x.exposed_comm_ms)} ms", "exposed_comm_ms"),
+        " per step waits for communication, ",
+        f"{x.exposed_comm_ms / x.compute_ms:.1f}× the ",
+        Ref(f"{ms(x.compute_ms)} ms", "compute_ms"),
+        " of compute there is to hide it behind. Give the overlap more to work with: "
+        f"more layers (more, smaller buckets, so the first all_gather starts sooner; now --layers {m.config['layers']}) "
+        f"or a larger batch (more forward compute per step; now --batch {m.config['batch']}).",
+    )
 
 
 def compute_bound(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     if not m.speedup or m.speedup.predicted is None or m.speedup.predicted >= COMPUTE_BOUND_PREDICTED:
         return None
     seq = s["sequential"]
-    return ("The run is compute-bound: sequential spent ", Ref(f"{ms(seq.comm_ms)} ms", "comm_ms"),
-            " per step communicating and ", Ref(f"{ms(seq.compute_ms)} ms", "compute_ms"),
-            " computing, so even hiding all of its communication would gain at most ",
-            Ref(times(m.speedup.predicted), "predicted_speedup"), ". Overlap cannot help much further; "
-            "the split's remaining benefit is memory (1/N of the optimizer state).")
+    return (
+        "The run is compute-bound: sequential spent ",
+        Ref(f"{ms(seq.comm_ms)} ms", "comm_ms"),
+        " per step communicating and ",
+        Ref(f"{ms(seq.compute_ms)} ms", "compute_ms"),
+        " computing, so even hiding all of its communication would gain at most ",
+        Ref(times(m.speedup.predicted), "predicted_speedup"),
+        ". Overlap cannot help much further; the split's remaining benefit is memory (1/N of the optimizer state).",
+    )
 
 
 def well_hidden(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     x = s.get("split")
     if x is None or x.overlap_pct is None or x.overlap_pct < WELL_HIDDEN_PCT:
         return None
-    return ("The split hid ", Ref(f"{pct(x.overlap_pct)}%", "mode_overlap_pct"), " of its communication; only ",
-            Ref(f"{ms(x.exposed_comm_ms)} ms", "exposed_comm_ms"), " per step is left exposed, so compute now sets the pace.")
+    return (
+        "The split hid ",
+        Ref(f"{pct(x.overlap_pct)}%", "mode_overlap_pct"),
+        " of its communication; only ",
+        Ref(f"{ms(x.exposed_comm_ms)} ms", "exposed_comm_ms"),
+        " per step is left exposed, so compute now sets the pace.",
+    )
 
 
 def short_of_ideal(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
@@ -104,10 +130,19 @@ def short_of_ideal(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     if not sp or sp.predicted is None or sp.measured >= SHORT_OF_IDEAL * sp.predicted or sp.predicted < COMPUTE_BOUND_PREDICTED:
         return None
     split = s["split"]
-    return ("The measured speedup ", Ref(times(sp.measured), "speedup"), " falls short of the ideal ",
-            Ref(times(sp.predicted), "predicted_speedup"), " that perfect overlap of sequential's communication would give: "
-            "split hid ", Ref(f"{ms(split.overlap_ms)} ms", "overlap_ms"), " of its ", Ref(f"{ms(split.comm_ms)} ms", "comm_ms"),
-            " per step (", Ref(f"{pct(split.overlap_pct)}%", "mode_overlap_pct"), ").")
+    return (
+        "The measured speedup ",
+        Ref(times(sp.measured), "speedup"),
+        " falls short of the ideal ",
+        Ref(times(sp.predicted), "predicted_speedup"),
+        " that perfect overlap of sequential's communication would give: split hid ",
+        Ref(f"{ms(split.overlap_ms)} ms", "overlap_ms"),
+        " of its ",
+        Ref(f"{ms(split.comm_ms)} ms", "comm_ms"),
+        " per step (",
+        Ref(f"{pct(split.overlap_pct)}%", "mode_overlap_pct"),
+        ").",
+    )
 
 
 def stragglers(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
@@ -127,16 +162,29 @@ def stragglers(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     share, name, r, slow = worst
     hosts = {x["rank"]: x["host"] for x in m.env.get("ranks", [])}
     shared = m.env.get("num_nodes") == 1 and m.env.get("device_type") == "cpu"
-    advice = ("All ranks share one CPU host here, so this is most likely the OS scheduling ranks unevenly, not a slow link."
-              if shared else f"Look at what else runs on {hosts.get(slow, 'its host')}, and at its links.")
-    return (f"Ranks wait for each other: in {name}, rank {r['rank']} spent ", Ref(f"{pct(100 * share)}%", "wait_share_pct"),
-            " of its collective time (", Ref(f"{ms(r['wait_us'] / 1e3)} ms", "wait_us"), ") waiting, mostly for rank ",
-            str(slow), " (", Ref("the slowest rank", "slowest_rank"), "). ", advice)
+    advice = (
+        "All ranks share one CPU host here, so this is most likely the OS scheduling ranks unevenly, not a slow link."
+        if shared
+        else f"Look at what else runs on {hosts.get(slow, 'its host')}, and at its links."
+    )
+    return (
+        f"Ranks wait for each other: in {name}, rank {r['rank']} spent ",
+        Ref(f"{pct(100 * share)}%", "wait_share_pct"),
+        " of its collective time (",
+        Ref(f"{ms(r['wait_us'] / 1e3)} ms", "wait_us"),
+        ") waiting, mostly for rank ",
+        str(slow),
+        " (",
+        Ref("the slowest rank", "slowest_rank"),
+        "). ",
+        advice,
+    )
 
 
 def noisy_steps(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
-    noisy = [x for x in s.values() if x.step_time.median_ms and
-             (x.step_time.p90_ms - x.step_time.p10_ms) / x.step_time.median_ms > NOISY_SPREAD]
+    noisy = [
+        x for x in s.values() if x.step_time.median_ms and (x.step_time.p90_ms - x.step_time.p10_ms) / x.step_time.median_ms > NOISY_SPREAD
+    ]
     if not noisy:
         return None
     x = max(noisy, key=lambda x: (x.step_time.p90_ms - x.step_time.p10_ms) / x.step_time.median_ms)
@@ -144,15 +192,18 @@ def noisy_steps(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     tail = ""
     if m.speedup and len(s) == 2 and within_noise(s["sequential"].step_time, s["split"].step_time):
         tail = " That is why the verdict calls the two modes equal."
-    return (f"Step times are noisy: {x.mode}'s p10–p90 spans ", Ref(f"{ms(st.p10_ms)} – {ms(st.p90_ms)} ms", "step_time_ms"),
-            f", {(st.p90_ms - st.p10_ms) / st.median_ms:.0%} of its median ", Ref(f"{ms(st.median_ms)} ms", "step_time_ms"),
-            f". Differences smaller than that are not meaningful; use more --steps (now {m.config['steps']}) or a quieter machine.",
-            tail)
+    return (
+        f"Step times are noisy: {x.mode}'s p10–p90 spans ",
+        Ref(f"{ms(st.p10_ms)} – {ms(st.p90_ms)} ms", "step_time_ms"),
+        f", {(st.p90_ms - st.p10_ms) / st.median_ms:.0%} of its median ",
+        Ref(f"{ms(st.median_ms)} ms", "step_time_ms"),
+        f". Differences smaller than that are not meaningful; use more --steps (now {m.config['steps']}) or a quieter machine.",
+        tail,
+    )
 
 
 def _kind(x: ModeSummary, kind: str):
     return next((c for c in x.collectives if c.kind == kind), None)
 
 
-RULES = (failed_checks, gloo_reduce_scatter, compute_bound, exposed_dominates, short_of_ideal, well_hidden, stragglers,
-         noisy_steps)
+RULES = (failed_checks, gloo_reduce_scatter, compute_bound, exposed_dominates, short_of_ideal, well_hidden, stragglers, noisy_steps)

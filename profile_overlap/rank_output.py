@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from profile_overlap.core.files import LOGS_DIR
+
 VERBOSE_ENV = "PROFILE_OVERLAP_VERBOSE"
-LOGS_DIR = "logs"
 
 _console_out: TextIO | None = None
 _console_err: TextIO | None = None

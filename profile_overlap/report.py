@@ -16,16 +16,16 @@ mean and range across ranks.
 from __future__ import annotations
 
 import json
-import os
 import re
 import statistics
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from profile_overlap import console
-from profile_overlap.errors import UserError
-from profile_overlap.metrics import CheckResult, ensure_writable_dir, ModeMetrics, RunMetrics, StepTimes, load_metrics, write_json_atomic
+from profile_overlap.core.errors import UserError
+from profile_overlap.core.files import METRICS_JSON, REPORT_HTML, REPORT_JSON, REPORT_MD, STATUS_JSON, TIMELINE_JSON, TIMELINE_PNG
+from profile_overlap.core.io import write_json_atomic, write_text_atomic
+from profile_overlap.metrics import CheckResult, ModeMetrics, RunMetrics, StepTimes, ensure_writable_dir, load_metrics
 
 DEFINITIONS_PATH = Path(__file__).resolve().parent / "static" / "metric_defs.md"
 """The README's "Metrics" section, shipped with the package so that reports can link to it."""
@@ -142,25 +142,29 @@ def load_run(run_dir: Path) -> Run:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir} is not a folder: give a run folder made by `profile_overlap run` (e.g. runs/<run>)")
-    status_path, metrics_path = run_dir / "status.json", run_dir / "metrics.json"
+    status_path, metrics_path = run_dir / STATUS_JSON, run_dir / METRICS_JSON
     if not status_path.is_file() and not metrics_path.is_file():
-        raise UserError(f"{run_dir} is not a run folder (no status.json or metrics.json): give a folder made by "
-                        "`profile_overlap run`; for bare trace folders use `profile_overlap analyze`")
+        raise UserError(
+            f"{run_dir} is not a run folder (no status.json or metrics.json): give a folder made by "
+            "`profile_overlap run`; for bare trace folders use `profile_overlap analyze`"
+        )
     status = _read_json(status_path) if status_path.is_file() else None
     if not metrics_path.is_file():
         state = (status or {}).get("state", "unknown")
         reason = (status or {}).get("reason") or "no reason recorded"
         if state == "running":
-            raise UserError(f"{run_dir} is still running (or was killed) and has no metrics.json yet: "
-                            "wait for it to finish, or rerun it")
-        raise UserError(f"run {run_dir.name} {state.upper()} before writing metrics.json ({reason}): "
-                        "nothing to report; fix the cause and rerun")
+            raise UserError(f"{run_dir} is still running (or was killed) and has no metrics.json yet: wait for it to finish, or rerun it")
+        raise UserError(
+            f"run {run_dir.name} {state.upper()} before writing metrics.json ({reason}): nothing to report; fix the cause and rerun"
+        )
     try:
         metrics = load_metrics(metrics_path)
     except (ValueError, KeyError, TypeError) as err:
-        raise UserError(f"{metrics_path} is not a metrics record this version can read ({type(err).__name__}: {err}): "
-                        "rerun, or report with the version that made it") from None
-    timeline_path = run_dir / "timeline.json"
+        raise UserError(
+            f"{metrics_path} is not a metrics record this version can read ({type(err).__name__}: {err}): "
+            "rerun, or report with the version that made it"
+        ) from None
+    timeline_path = run_dir / TIMELINE_JSON
     timeline = _read_json(timeline_path) if timeline_path.is_file() else None
     return Run(dir=run_dir, metrics=metrics, timeline=timeline, status=status)
 
@@ -226,19 +230,26 @@ def summarize(mode: ModeMetrics, *, overlap: console.ModeSummary) -> ModeSummary
         sized = [c for c in per_rank if c["nbytes"]]
         alg = [c["algbw_gbps"] for c in per_rank if c["algbw_gbps"] is not None]
         bus = [c["busbw_gbps"] for c in per_rank if c["busbw_gbps"] is not None]
-        rows.append(CollectiveRow(
-            kind=kind,
-            size_per_call=statistics.fmean(c["nbytes"] / c["count"] for c in sized) if sized else None,
-            calls=(min(c["count"] for c in per_rank), max(c["count"] for c in per_rank)),
-            time_per_call_us=_spread([c["dur_us"] / c["count"] for c in per_rank]),
-            algbw_gbps=_spread(alg) if alg else None,
-            busbw_gbps=_spread(bus) if bus else None,
-        ))
+        rows.append(
+            CollectiveRow(
+                kind=kind,
+                size_per_call=statistics.fmean(c["nbytes"] / c["count"] for c in sized) if sized else None,
+                calls=(min(c["count"] for c in per_rank), max(c["count"] for c in per_rank)),
+                time_per_call_us=_spread([c["dur_us"] / c["count"] for c in per_rank]),
+                algbw_gbps=_spread(alg) if alg else None,
+                busbw_gbps=_spread(bus) if bus else None,
+            )
+        )
     peaks = [m.peak_allocated_bytes for m in mode.memory if m.peak_allocated_bytes is not None]
     return ModeSummary(
-        mode=mode.mode, step_time=mode.step_time, num_ranks=len(mode.memory),
-        comm_ms=overlap.comm_ms, compute_ms=overlap.compute_ms, overlap_ms=overlap.overlap_ms,
-        exposed_comm_ms=overlap.exposed_comm_ms, overlap_pct=overlap.overlap_pct,
+        mode=mode.mode,
+        step_time=mode.step_time,
+        num_ranks=len(mode.memory),
+        comm_ms=overlap.comm_ms,
+        compute_ms=overlap.compute_ms,
+        overlap_ms=overlap.overlap_ms,
+        exposed_comm_ms=overlap.exposed_comm_ms,
+        overlap_pct=overlap.overlap_pct,
         collectives=tuple(rows),
         optimizer_state_bytes=max(m.optimizer_state_bytes for m in mode.memory),
         param_bytes=max(m.param_bytes for m in mode.memory),
@@ -265,8 +276,19 @@ def within_noise(a: StepTimes, b: StepTimes) -> bool:
 
 # ---------------------------------------------------------------- headline metrics (gate, compare)
 
-HEADLINE_NAMES = ("speedup", "predicted_speedup", "sequential_step_ms", "split_step_ms", "overlap_pct",
-                  "exposed_comm_ms", "comm_ms", "compute_ms", "optimizer_state_mib", "max_error", "failed_checks")
+HEADLINE_NAMES = (
+    "speedup",
+    "predicted_speedup",
+    "sequential_step_ms",
+    "split_step_ms",
+    "overlap_pct",
+    "exposed_comm_ms",
+    "comm_ms",
+    "compute_ms",
+    "optimizer_state_mib",
+    "max_error",
+    "failed_checks",
+)
 
 
 def headline(metrics: RunMetrics) -> dict[str, float | None]:
@@ -342,8 +364,7 @@ def build(run: Run) -> Report:
         Section("notes", "Notes", (Items(notes.notes(m, s)),)),
     )
     cfg, env = m.config, m.env
-    subtitle = (f"{cfg['mode']} run {run.name}: {env['world_size']} ranks, {env['backend']} on {env['device_type']}, "
-                f"{env['date']}")
+    subtitle = f"{cfg['mode']} run {run.name}: {env['world_size']} ranks, {env['backend']} on {env['device_type']}, {env['date']}"
     return Report(title="profile_overlap report", subtitle=subtitle, banner=banner(run), sections=sections)
 
 
@@ -355,8 +376,10 @@ def banner(run: Run) -> Paragraph | None:
         word = "INTERRUPTED" if state == "interrupted" else "FAILED"
         return Paragraph((f"{word}: this run did not pass. {reason}. Its timings are shown for diagnosis only.",), tone="failed")
     if state == "running":
-        return Paragraph(("NOT FINISHED: status.json still says running (the run is in progress or was killed); "
-                          "the numbers below may be incomplete.",), tone="warning")
+        return Paragraph(
+            ("NOT FINISHED: status.json still says running (the run is in progress or was killed); the numbers below may be incomplete.",),
+            tone="warning",
+        )
     return None
 
 
@@ -366,36 +389,92 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
     if failed:
         worst = failed[0]
         if worst.max_abs_err is None:
-            return (f"The run FAILED verification: {worst.name} produced values that are ", Ref("not finite", "max_abs_err"),
-                    f" (NaN or infinity, first at rank {worst.worst_rank}), so the timings cannot be compared.")
-        return (f"The run FAILED verification: {worst.name} differs by ", Ref(f"{worst.max_abs_err:.3g}", "max_abs_err"),
-                " against a tolerance of ", Ref(f"{worst.tolerance:.3g}", "tolerance"),
-                ", so the two modes did not compute the same thing and their timings cannot be compared.")
+            return (
+                f"The run FAILED verification: {worst.name} produced values that are ",
+                Ref("not finite", "max_abs_err"),
+                f" (NaN or infinity, first at rank {worst.worst_rank}), so the timings cannot be compared.",
+            )
+        return (
+            f"The run FAILED verification: {worst.name} differs by ",
+            Ref(f"{worst.max_abs_err:.3g}", "max_abs_err"),
+            " against a tolerance of ",
+            Ref(f"{worst.tolerance:.3g}", "tolerance"),
+            ", so the two modes did not compute the same thing and their timings cannot be compared.",
+        )
     if len(s) == 1 or not m.speedup:
-        (name, one), = list(s.items())[:1]
+        ((name, one),) = list(s.items())[:1]
         text: list = [f"{name} only: median step ", Ref(f"{ms(one.step_time.median_ms)} ms", "step_time_ms")]
         if one.comm_ms:
-            text += [", with ", Ref(f"{ms(one.overlap_ms)} ms", "overlap_ms"), " of its ", Ref(f"{ms(one.comm_ms)} ms", "comm_ms"),
-                     " of communication per step hidden behind compute (", Ref(f"{pct(one.overlap_pct)}%", "mode_overlap_pct"), ")"]
+            text += [
+                ", with ",
+                Ref(f"{ms(one.overlap_ms)} ms", "overlap_ms"),
+                " of its ",
+                Ref(f"{ms(one.comm_ms)} ms", "comm_ms"),
+                " of communication per step hidden behind compute (",
+                Ref(f"{pct(one.overlap_pct)}%", "mode_overlap_pct"),
+                ")",
+            ]
         return (*text, "; run with --mode compare to measure the split's speedup.")
     seq, split = s["sequential"], s["split"]
     n = m.env["world_size"]
-    memory = (Ref(f"{mib(split.optimizer_state_bytes)} MiB", "optimizer_state_bytes"), " instead of ",
-              Ref(f"{mib(seq.optimizer_state_bytes)} MiB", "optimizer_state_bytes"))
+    memory = (
+        Ref(f"{mib(split.optimizer_state_bytes)} MiB", "optimizer_state_bytes"),
+        " instead of ",
+        Ref(f"{mib(seq.optimizer_state_bytes)} MiB", "optimizer_state_bytes"),
+    )
     steps = (Ref(f"{ms(split.step_time.median_ms)} ms", "step_time_ms"), " vs ", Ref(f"{ms(seq.step_time.median_ms)} ms", "step_time_ms"))
-    hid = ("split hid ", "" if split.overlap_pct and split.overlap_pct >= 50 else "only ",
-           Ref(f"{ms(split.overlap_ms)} ms", "overlap_ms"), " of its ", Ref(f"{ms(split.comm_ms)} ms", "comm_ms"),
-           " of communication per step behind compute")
+    hid = (
+        "split hid ",
+        "" if split.overlap_pct and split.overlap_pct >= 50 else "only ",
+        Ref(f"{ms(split.overlap_ms)} ms", "overlap_ms"),
+        " of its ",
+        Ref(f"{ms(split.comm_ms)} ms", "comm_ms"),
+        " of communication per step behind compute",
+    )
     speed = m.speedup.measured
     if within_noise(seq.step_time, split.step_time):
-        return ("split and sequential took the same time, ", Ref("within run-to-run noise", "within_noise"),
-                " (median step ", *steps, ", each inside the other's p10–p90 range): ", *hid, *_slower_reason(m, seq, split),
-                "; each rank did hold 1/", str(n), " of the optimizer state (", *memory, ").")
+        return (
+            "split and sequential took the same time, ",
+            Ref("within run-to-run noise", "within_noise"),
+            " (median step ",
+            *steps,
+            ", each inside the other's p10–p90 range): ",
+            *hid,
+            *_slower_reason(m, seq, split),
+            "; each rank did hold 1/",
+            str(n),
+            " of the optimizer state (",
+            *memory,
+            ").",
+        )
     if speed >= 1:
-        return ("split was ", Ref(times(speed), "speedup"), " faster than sequential (median step ", *steps, "): ", *hid,
-                ", and each rank held 1/", str(n), " of the optimizer state (", *memory, ").")
-    return ("split was ", Ref(times(1 / speed), "speedup"), " slower than sequential (median step ", *steps, "): ", *hid,
-            *_slower_reason(m, seq, split), "; each rank did hold 1/", str(n), " of the optimizer state (", *memory, ").")
+        return (
+            "split was ",
+            Ref(times(speed), "speedup"),
+            " faster than sequential (median step ",
+            *steps,
+            "): ",
+            *hid,
+            ", and each rank held 1/",
+            str(n),
+            " of the optimizer state (",
+            *memory,
+            ").",
+        )
+    return (
+        "split was ",
+        Ref(times(1 / speed), "speedup"),
+        " slower than sequential (median step ",
+        *steps,
+        "): ",
+        *hid,
+        *_slower_reason(m, seq, split),
+        "; each rank did hold 1/",
+        str(n),
+        " of the optimizer state (",
+        *memory,
+        ").",
+    )
 
 
 def _slower_reason(m: RunMetrics, seq: ModeSummary, split: ModeSummary) -> Inline:
@@ -403,8 +482,13 @@ def _slower_reason(m: RunMetrics, seq: ModeSummary, split: ModeSummary) -> Inlin
     if split.comm_ms is None or seq.comm_ms is None or split.comm_ms <= seq.comm_ms:
         return ()
     why = "; gloo runs reduce_scatter as a full all_reduce" if m.env.get("backend") == "gloo" else ""
-    return (", and communicated longer than sequential (", Ref(f"{ms(split.comm_ms)} ms", "comm_ms"), " vs ",
-            Ref(f"{ms(seq.comm_ms)} ms", "comm_ms"), f" per step{why})")
+    return (
+        ", and communicated longer than sequential (",
+        Ref(f"{ms(split.comm_ms)} ms", "comm_ms"),
+        " vs ",
+        Ref(f"{ms(seq.comm_ms)} ms", "comm_ms"),
+        f" per step{why})",
+    )
 
 
 def setup_blocks(run: Run) -> tuple:
@@ -417,7 +501,12 @@ def setup_blocks(run: Run) -> tuple:
     state = run.status or {"state": "succeeded" if m.passed else "failed", "time": None, "reason": None}
     rows = [
         ("date (UTC)", env["date"]),
-        ("status", state["state"] + (f" at {state['time']}" if state.get("time") else "") + (f": {state['reason']}" if state.get("reason") else "")),
+        (
+            "status",
+            state["state"]
+            + (f" at {state['time']}" if state.get("time") else "")
+            + (f": {state['reason']}" if state.get("reason") else ""),
+        ),
         ("run folder", m.run_dir),
         ("hosts", f"{', '.join(env['hosts'])} ({env['num_nodes']} node{'s' if env['num_nodes'] != 1 else ''})"),
         ("world size", f"{env['world_size']} ranks"),
@@ -450,8 +539,9 @@ def setup_blocks(run: Run) -> tuple:
         Paragraph(modes_text),
         Table(header=(("",), ("",)), rows=tuple(((k,), (v,)) for k, v in rows), numeric=(False, False)),
         Paragraph(workload),
-        Table(header=(("config",), ("value",)) * 3, rows=config_rows, numeric=(False,) * 6,
-              caption=("Every flag of the run (config.json).",)),
+        Table(
+            header=(("config",), ("value",)) * 3, rows=config_rows, numeric=(False,) * 6, caption=("Every flag of the run (config.json).",)
+        ),
         Paragraph(("To reproduce (the recorded command line; pick a new --name or --out if it names this run's folder):",)),
         Code(reproduce_command(m)),
     )
@@ -468,8 +558,10 @@ def reproduce_command(m: RunMetrics) -> str:
     per_node = env["world_size"] // max(env["num_nodes"], 1)
     if env["num_nodes"] == 1:
         return f"torchrun --standalone --nproc-per-node {per_node} -m profile_overlap {args}".strip()
-    return (f"torchrun --nnodes {env['num_nodes']} --nproc-per-node {per_node} --rdzv-backend c10d --rdzv-endpoint HOST:PORT "
-            f"-m profile_overlap {args}   # on every node; HOST:PORT: the first node's address and a free port")
+    return (
+        f"torchrun --nnodes {env['num_nodes']} --nproc-per-node {per_node} --rdzv-backend c10d --rdzv-endpoint HOST:PORT "
+        f"-m profile_overlap {args}   # on every node; HOST:PORT: the first node's address and a free port"
+    )
 
 
 def verification_blocks(m: RunMetrics) -> tuple:
@@ -477,18 +569,43 @@ def verification_blocks(m: RunMetrics) -> tuple:
     checks += [("both", c) for c in m.checks]
     rows, bad = [], set()
     for i, (mode, c) in enumerate(checks):
-        where = f"rank {c.worst_rank}" + (f", step {c.worst_step}" if c.worst_step is not None else "") + (
-            f", layer {c.worst_layer}" if c.worst_layer is not None else "")
-        rows.append(((mode,), (c.name,), ("OK" if c.passed else "FAILED",), (c.error_text,),
-                     (f"{c.tolerance:.3g}",), (f"{c.num_checked:,}",), (where,)))
+        where = (
+            f"rank {c.worst_rank}"
+            + (f", step {c.worst_step}" if c.worst_step is not None else "")
+            + (f", layer {c.worst_layer}" if c.worst_layer is not None else "")
+        )
+        rows.append(
+            (
+                (mode,),
+                (c.name,),
+                ("OK" if c.passed else "FAILED",),
+                (c.error_text,),
+                (f"{c.tolerance:.3g}",),
+                (f"{c.num_checked:,}",),
+                (where,),
+            )
+        )
         if not c.passed:
             bad.add(i)
     table = Table(
-        header=(("mode",), ("check",), ("result",), (Ref("max error", "max_abs_err"),), (Ref("tolerance", "tolerance"),),
-                ("comparisons",), ("worst at",)),
-        rows=tuple(rows), numeric=(False, False, False, True, True, True, False), highlight=frozenset(bad))
-    summary = ("All checks passed: both modes computed the same numbers." if m.passed else
-               f"{len([c for _, c in checks if not c.passed])} of {len(checks)} checks FAILED.")
+        header=(
+            ("mode",),
+            ("check",),
+            ("result",),
+            (Ref("max error", "max_abs_err"),),
+            (Ref("tolerance", "tolerance"),),
+            ("comparisons",),
+            ("worst at",),
+        ),
+        rows=tuple(rows),
+        numeric=(False, False, False, True, True, True, False),
+        highlight=frozenset(bad),
+    )
+    summary = (
+        "All checks passed: both modes computed the same numbers."
+        if m.passed
+        else f"{len([c for _, c in checks if not c.passed])} of {len(checks)} checks FAILED."
+    )
     return (Paragraph((summary,), tone="ok" if m.passed else "failed"), table)
 
 
@@ -512,14 +629,20 @@ def side_by_side(m: RunMetrics, s: dict[str, ModeSummary]) -> Table:
         row((Ref("overlap %", "mode_overlap_pct"),), each(lambda x: pct(x.overlap_pct))),
     ]
     for kind in kinds:
-        rows.append(row((Ref("busbw", "mode_busbw_gbps"), f" {kind} (GB/s)"),
-                        each(lambda x: next((gbps(c.busbw_gbps.mean) for c in x.collectives if c.kind == kind and c.busbw_gbps), "–"))))
+        rows.append(
+            row(
+                (Ref("busbw", "mode_busbw_gbps"), f" {kind} (GB/s)"),
+                each(lambda x, kind=kind: next((gbps(c.busbw_gbps.mean) for c in x.collectives if c.kind == kind and c.busbw_gbps), "–")),
+            )
+        )
     rows += [
         row((Ref("optimizer state", "optimizer_state_bytes"), " per rank (MiB)"), each(lambda x: mib(x.optimizer_state_bytes))),
         row((Ref("parameters", "param_bytes"), " per rank (MiB)"), each(lambda x: mib(x.param_bytes))),
         row((Ref("gradients", "grad_bytes"), " per rank (MiB)"), each(lambda x: mib(x.grad_bytes))),
-        row((Ref("peak allocated", "peak_allocated_bytes"), " per rank (MiB)"),
-            each(lambda x: mib(x.peak_allocated_bytes) if x.peak_allocated_bytes is not None else "n/a on CPU")),
+        row(
+            (Ref("peak allocated", "peak_allocated_bytes"), " per rank (MiB)"),
+            each(lambda x: mib(x.peak_allocated_bytes) if x.peak_allocated_bytes is not None else "n/a on CPU"),
+        ),
     ]
     if m.speedup:
         sp = m.speedup
@@ -527,17 +650,29 @@ def side_by_side(m: RunMetrics, s: dict[str, ModeSummary]) -> Table:
             row((Ref("speedup", "speedup"), " measured (×)"), ["", times(sp.measured)]),
             row((Ref("predicted speedup", "predicted_speedup"), ": ideal from sequential's comm + compute (×)"), ["", times(sp.predicted)]),
         ]
-    return Table(header=(("",), *((n,) for n in names)), rows=tuple(rows), numeric=(False, *(True for _ in names)),
-                 caption=("Step times: median and p10–p90 of the timed, unprofiled steps. Comm, compute and overlap: "
-                          "per profiled step, mean over ranks.",))
+    return Table(
+        header=(("",), *((n,) for n in names)),
+        rows=tuple(rows),
+        numeric=(False, *(True for _ in names)),
+        caption=(
+            "Step times: median and p10–p90 of the timed, unprofiled steps. Comm, compute and overlap: per profiled step, mean over ranks.",
+        ),
+    )
 
 
 def timeline_blocks(run: Run) -> tuple:
     if not run.timeline or not run.timeline.get("modes"):
         return (Paragraph(("This run was not profiled (--no-profile), so there is no timeline.",)),)
-    return (Figure(("One profiled step per mode, one pair of lanes per rank: communication above, compute below; "
-                    "shaded stretches are communication hidden behind compute (",
-                    Ref("overlap", "overlap_us"), ")."),),)
+    return (
+        Figure(
+            (
+                "One profiled step per mode, one pair of lanes per rank: communication above, compute below; "
+                "shaded stretches are communication hidden behind compute (",
+                Ref("overlap", "overlap_us"),
+                ").",
+            ),
+        ),
+    )
 
 
 def collectives_table(s: dict[str, ModeSummary]) -> Table:
@@ -545,19 +680,38 @@ def collectives_table(s: dict[str, ModeSummary]) -> Table:
     for x in s.values():
         for c in x.collectives:
             lo, hi = c.calls
-            rows.append(((x.mode,), (c.kind,), (f"{c.size_per_call:,.0f}" if c.size_per_call else "–",),
-                         (str(lo) if lo == hi else f"{lo}–{hi}",),
-                         (us(c.time_per_call_us.mean),), (f"{us(c.time_per_call_us.min)} – {us(c.time_per_call_us.max)}",),
-                         (gbps(c.algbw_gbps.mean) if c.algbw_gbps else "–",),
-                         (gbps(c.busbw_gbps.mean) if c.busbw_gbps else "–",),
-                         (f"{gbps(c.busbw_gbps.min)} – {gbps(c.busbw_gbps.max)}" if c.busbw_gbps else "–",)))
+            rows.append(
+                (
+                    (x.mode,),
+                    (c.kind,),
+                    (f"{c.size_per_call:,.0f}" if c.size_per_call else "–",),
+                    (str(lo) if lo == hi else f"{lo}–{hi}",),
+                    (us(c.time_per_call_us.mean),),
+                    (f"{us(c.time_per_call_us.min)} – {us(c.time_per_call_us.max)}",),
+                    (gbps(c.algbw_gbps.mean) if c.algbw_gbps else "–",),
+                    (gbps(c.busbw_gbps.mean) if c.busbw_gbps else "–",),
+                    (f"{gbps(c.busbw_gbps.min)} – {gbps(c.busbw_gbps.max)}" if c.busbw_gbps else "–",),
+                )
+            )
     return Table(
-        header=(("mode",), ("collective",), (Ref("size", "size_per_call"), " (B)"), (Ref("calls", "count"),),
-                (Ref("time", "time_per_call_us"), " (µs)"), ("time min – max (µs)",),
-                (Ref("algbw", "algbw_gbps"), " (GB/s)"), (Ref("busbw", "busbw_gbps"), " (GB/s)"), ("busbw min – max",)),
-        rows=tuple(rows), numeric=(False, False, True, True, True, True, True, True, True),
-        caption=("As nccl-tests prints them: one call's size, calls per rank over the profiled steps, time per call and "
-                 "bandwidths as the mean over ranks, with the range across ranks.",))
+        header=(
+            ("mode",),
+            ("collective",),
+            (Ref("size", "size_per_call"), " (B)"),
+            (Ref("calls", "count"),),
+            (Ref("time", "time_per_call_us"), " (µs)"),
+            ("time min – max (µs)",),
+            (Ref("algbw", "algbw_gbps"), " (GB/s)"),
+            (Ref("busbw", "busbw_gbps"), " (GB/s)"),
+            ("busbw min – max",),
+        ),
+        rows=tuple(rows),
+        numeric=(False, False, True, True, True, True, True, True, True),
+        caption=(
+            "As nccl-tests prints them: one call's size, calls per rank over the profiled steps, time per call and "
+            "bandwidths as the mean over ranks, with the range across ranks.",
+        ),
+    )
 
 
 def slowest_rank(ranks: list[dict]) -> int | None:
@@ -582,21 +736,48 @@ def straggler_blocks(m: RunMetrics) -> tuple:
         for i, r in enumerate(ranks):
             total = r["wait_us"] + r["transfer_us"]
             share = 100 * r["wait_us"] / total if total else None
-            rows.append(((str(r["rank"]),), (hosts.get(r["rank"], "?"),), (ms(r["wait_us"] / 1e3),), (ms(r["transfer_us"] / 1e3),),
-                         (pct(share),), ("slowest: the others wait for it" if r["rank"] == slow else "",)))
+            rows.append(
+                (
+                    (str(r["rank"]),),
+                    (hosts.get(r["rank"], "?"),),
+                    (ms(r["wait_us"] / 1e3),),
+                    (ms(r["transfer_us"] / 1e3),),
+                    (pct(share),),
+                    ("slowest: the others wait for it" if r["rank"] == slow else "",),
+                )
+            )
             if r["rank"] == slow:
                 hi.add(i)
         most = max(ranks, key=lambda r: r["wait_us"] or 0)
-        blocks.append(Paragraph((
-            f"{name}: the slowest rank was rank {slow} on {hosts.get(slow, '?')} (", Ref("slowest rank", "slowest_rank"),
-            "); rank ", str(most["rank"]), " waited longest, ", Ref(f"{ms(most['wait_us'] / 1e3)} ms", "wait_us"),
-            " over the profiled steps.")))
-        blocks.append(Table(
-            header=(("rank",), ("host",), (Ref("wait", "wait_us"), " (ms)"), (Ref("transfer", "transfer_us"), " (ms)"),
-                    (Ref("wait share", "wait_share_pct"), " (%)"), ("",)),
-            rows=tuple(rows), numeric=(True, False, True, True, True, False), highlight=frozenset(hi),
-            caption=(f"{name}: collective time of each rank over the profiled steps, split into waiting for peers and "
-                     "moving data.",)))
+        blocks.append(
+            Paragraph(
+                (
+                    f"{name}: the slowest rank was rank {slow} on {hosts.get(slow, '?')} (",
+                    Ref("slowest rank", "slowest_rank"),
+                    "); rank ",
+                    str(most["rank"]),
+                    " waited longest, ",
+                    Ref(f"{ms(most['wait_us'] / 1e3)} ms", "wait_us"),
+                    " over the profiled steps.",
+                )
+            )
+        )
+        blocks.append(
+            Table(
+                header=(
+                    ("rank",),
+                    ("host",),
+                    (Ref("wait", "wait_us"), " (ms)"),
+                    (Ref("transfer", "transfer_us"), " (ms)"),
+                    (Ref("wait share", "wait_share_pct"), " (%)"),
+                    ("",),
+                ),
+                rows=tuple(rows),
+                numeric=(True, False, True, True, True, False),
+                highlight=frozenset(hi),
+                caption=(f"{name}: collective time of each rank over the profiled steps, split into waiting for peers and moving data.",),
+            )
+        )
     return tuple(blocks)
 
 
@@ -614,55 +795,102 @@ def build_compare(a: Run, b: Run) -> Report:
         delta = "–" if x is None or y is None else f"{y - x:+,.3g}"
         ratio = "–" if not x or y is None else f"{y / x:.3f}"
         rows.append(((name,), (_num(x),), (_num(y),), (delta,), (ratio,)))
-    headline_table = Table(header=(("headline metric",), (f"A: {a.name}",), (f"B: {b.name}",), (Ref("B − A", "delta"),), ("B / A",)),
-                           rows=tuple(rows), numeric=(False, True, True, True, True),
-                           caption=("Names as in --fail-if (see Headline names in the definitions).",))
+    headline_table = Table(
+        header=(("headline metric",), (f"A: {a.name}",), (f"B: {b.name}",), (Ref("B − A", "delta"),), ("B / A",)),
+        rows=tuple(rows),
+        numeric=(False, True, True, True, True),
+        caption=("Names as in --fail-if (see Headline names in the definitions).",),
+    )
     spread_rows, statements = [], []
     for mode in [m for m in MODE_ORDER if m in sa and m in sb]:
         ta, tb = sa[mode].step_time, sb[mode].step_time
         if not ta.times_ms or not tb.times_ms:
             continue
-        spread_rows.append(((mode,), (f"{ms(ta.median_ms)} ({ms(ta.p10_ms)} – {ms(ta.p90_ms)})",),
-                            (f"{ms(tb.median_ms)} ({ms(tb.p10_ms)} – {ms(tb.p90_ms)})",), (f"{tb.median_ms / ta.median_ms:.3f}",)))
+        spread_rows.append(
+            (
+                (mode,),
+                (f"{ms(ta.median_ms)} ({ms(ta.p10_ms)} – {ms(ta.p90_ms)})",),
+                (f"{ms(tb.median_ms)} ({ms(tb.p10_ms)} – {ms(tb.p90_ms)})",),
+                (f"{tb.median_ms / ta.median_ms:.3f}",),
+            )
+        )
         if within_noise(ta, tb):
-            statements.append((f"{mode}: no measurable difference. B's median step ", Ref(f"{ms(tb.median_ms)} ms", "step_time_ms"),
-                               f" lies inside A's p10–p90 ({ms(ta.p10_ms)} – {ms(ta.p90_ms)} ms) and A's median ",
-                               Ref(f"{ms(ta.median_ms)} ms", "step_time_ms"), f" inside B's ({ms(tb.p10_ms)} – {ms(tb.p90_ms)} ms): "
-                               "the difference is ", Ref("within run-to-run noise", "within_noise"), "."))
+            statements.append(
+                (
+                    f"{mode}: no measurable difference. B's median step ",
+                    Ref(f"{ms(tb.median_ms)} ms", "step_time_ms"),
+                    f" lies inside A's p10–p90 ({ms(ta.p10_ms)} – {ms(ta.p90_ms)} ms) and A's median ",
+                    Ref(f"{ms(ta.median_ms)} ms", "step_time_ms"),
+                    f" inside B's ({ms(tb.p10_ms)} – {ms(tb.p90_ms)} ms): the difference is ",
+                    Ref("within run-to-run noise", "within_noise"),
+                    ".",
+                )
+            )
         else:
             word = "faster" if tb.median_ms < ta.median_ms else "slower"
-            statements.append((f"{mode}: B is {word}: median step ", Ref(f"{ms(tb.median_ms)} ms", "step_time_ms"), " vs ",
-                               Ref(f"{ms(ta.median_ms)} ms", "step_time_ms"), f" ({tb.median_ms / ta.median_ms:.3f}× A), "
-                               "outside each other's p10–p90 range, so more than ", Ref("run-to-run noise", "within_noise"), "."))
-    spread = Table(header=(("mode",), ("A median (p10 – p90) ms",), ("B median (p10 – p90) ms",), ("B / A",)),
-                   rows=tuple(spread_rows), numeric=(False, True, True, True),
-                   caption=(Ref("Step time", "step_time_ms"), ": the median of each run's timed steps, with their p10–p90 spread."),)
+            statements.append(
+                (
+                    f"{mode}: B is {word}: median step ",
+                    Ref(f"{ms(tb.median_ms)} ms", "step_time_ms"),
+                    " vs ",
+                    Ref(f"{ms(ta.median_ms)} ms", "step_time_ms"),
+                    f" ({tb.median_ms / ta.median_ms:.3f}× A), outside each other's p10–p90 range, so more than ",
+                    Ref("run-to-run noise", "within_noise"),
+                    ".",
+                )
+            )
+    spread = Table(
+        header=(("mode",), ("A median (p10 – p90) ms",), ("B median (p10 – p90) ms",), ("B / A",)),
+        rows=tuple(spread_rows),
+        numeric=(False, True, True, True),
+        caption=(Ref("Step time", "step_time_ms"), ": the median of each run's timed steps, with their p10–p90 spread."),
+    )
     diff_rows = []
     for label, da, db in (("config", a.metrics.config, b.metrics.config), ("env", _env_view(a.metrics.env), _env_view(b.metrics.env))):
         for key in sorted(set(da) | set(db)):
             if da.get(key) != db.get(key):
                 diff_rows.append(((f"{label}.{key}",), (_show(da.get(key)),), (_show(db.get(key)),)))
     failed = [r for r in (a, b) if r.failed]
-    banner_ = Paragraph((f"FAILED: {', '.join(r.name for r in failed)} did not pass verification or did not finish; "
-                         "compare its timings with care.",), tone="failed") if failed else None
+    banner_ = (
+        Paragraph(
+            (f"FAILED: {', '.join(r.name for r in failed)} did not pass verification or did not finish; compare its timings with care.",),
+            tone="failed",
+        )
+        if failed
+        else None
+    )
     sections = (
-        Section("verdict", "Verdict", tuple(Paragraph(t, tone="verdict") for t in statements) or (
-            Paragraph(("The runs share no mode with timed steps, so their step times cannot be compared.",)),)),
+        Section(
+            "verdict",
+            "Verdict",
+            tuple(Paragraph(t, tone="verdict") for t in statements)
+            or (Paragraph(("The runs share no mode with timed steps, so their step times cannot be compared.",)),),
+        ),
         Section("spread", "Step time and its spread", (spread,)),
         Section("headline", "Headline metrics", (headline_table,)),
-        Section("differences", "What differs between the runs", (
-            Table(header=(("setting",), ("A",), ("B",)), rows=tuple(diff_rows), numeric=(False, False, False)),) if diff_rows else (
-            Paragraph(("Same config and environment (apart from dates, process ids and folder names).",)),)),
-        Section("runs", "The runs", (Code(f"A: {a.dir}\n   {reproduce_command(a.metrics)}\nB: {b.dir}\n   {reproduce_command(b.metrics)}"),)),
+        Section(
+            "differences",
+            "What differs between the runs",
+            (Table(header=(("setting",), ("A",), ("B",)), rows=tuple(diff_rows), numeric=(False, False, False)),)
+            if diff_rows
+            else (Paragraph(("Same config and environment (apart from dates, process ids and folder names).",)),),
+        ),
+        Section(
+            "runs", "The runs", (Code(f"A: {a.dir}\n   {reproduce_command(a.metrics)}\nB: {b.dir}\n   {reproduce_command(b.metrics)}"),)
+        ),
     )
-    return Report(title="profile_overlap comparison", subtitle=f"A (before): {a.name}  ·  B (after): {b.name}",
-                  banner=banner_, sections=sections)
+    return Report(
+        title="profile_overlap comparison", subtitle=f"A (before): {a.name}  ·  B (after): {b.name}", banner=banner_, sections=sections
+    )
 
 
 def compare_record(a: Run, b: Run) -> dict:
     ha, hb = headline(a.metrics), headline(b.metrics)
-    return {"a": {"run_dir": str(a.dir), "headline": ha}, "b": {"run_dir": str(b.dir), "headline": hb},
-            "delta": {k: (hb[k] - ha[k] if ha[k] is not None and hb[k] is not None else None) for k in HEADLINE_NAMES}}
+    return {
+        "a": {"run_dir": str(a.dir), "headline": ha},
+        "b": {"run_dir": str(b.dir), "headline": hb},
+        "delta": {k: (hb[k] - ha[k] if ha[k] is not None and hb[k] is not None else None) for k in HEADLINE_NAMES},
+    }
 
 
 def _env_view(env: dict) -> dict:
@@ -684,8 +912,14 @@ def _num(x: float | None) -> str:
 # ---------------------------------------------------------------- writing
 
 
-def write(run_dir: Path, metrics: RunMetrics | None = None, *, out: Path | None = None,
-          formats: tuple[str, ...] = FORMATS, check_status: bool = True) -> list[Path]:
+def write(
+    run_dir: Path,
+    metrics: RunMetrics | None = None,
+    *,
+    out: Path | None = None,
+    formats: tuple[str, ...] = FORMATS,
+    check_status: bool = True,
+) -> list[Path]:
     """Write report.html / report.md (+ timeline.png) / report.json for one run. At the end of a
     run, `outputs.render_all` passes the metrics it holds and check_status=False (status.json
     still says running then)."""
@@ -702,19 +936,19 @@ def write(run_dir: Path, metrics: RunMetrics | None = None, *, out: Path | None 
         from profile_overlap import report_html, timeline
 
         svg = timeline.to_svg(fig) if fig is not None else None
-        written.append(_write_text(out / "report.html", report_html.render(report, figure_svg=svg)))
+        written.append(write_text_atomic(out / REPORT_HTML, report_html.render(report, figure_svg=svg)))
     if "md" in formats:
         from profile_overlap import report_md, timeline
 
         png = None
         if fig is not None:
-            timeline.save_png(fig, out / "timeline.png")
-            written.append(out / "timeline.png")
-            png = "timeline.png"
-        written.append(_write_text(out / "report.md", report_md.render(report, figure_png=png)))
+            timeline.save_png(fig, out / TIMELINE_PNG)
+            written.append(out / TIMELINE_PNG)
+            png = TIMELINE_PNG
+        written.append(write_text_atomic(out / REPORT_MD, report_md.render(report, figure_png=png)))
     if "json" in formats:
-        write_json_atomic(out / "report.json", run.metrics.to_json())
-        written.append(out / "report.json")
+        write_json_atomic(out / REPORT_JSON, run.metrics.to_json())
+        written.append(out / REPORT_JSON)
     return written
 
 
@@ -728,11 +962,11 @@ def write_compare(a_dir: Path, b_dir: Path, *, out: Path | None = None, formats:
     if "html" in formats:
         from profile_overlap import report_html
 
-        written.append(_write_text(out / f"{stem}.html", report_html.render(report, figure_svg=None)))
+        written.append(write_text_atomic(out / f"{stem}.html", report_html.render(report, figure_svg=None)))
     if "md" in formats:
         from profile_overlap import report_md
 
-        written.append(_write_text(out / f"{stem}.md", report_md.render(report, figure_png=None)))
+        written.append(write_text_atomic(out / f"{stem}.md", report_md.render(report, figure_png=None)))
     if "json" in formats:
         write_json_atomic(out / f"{stem}.json", compare_record(a, b))
         written.append(out / f"{stem}.json")
@@ -749,19 +983,6 @@ def _figure(run: Run):
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
-
-
-def _write_text(path: Path, text: str) -> Path:
-    """Atomic, like the JSON records: a reader never sees half a report."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 # ---------------------------------------------------------------- the definitions appendix
@@ -786,4 +1007,3 @@ def definitions() -> Definitions:
             for key in re.findall(r"`([^`]+)`", line.split("|")[1]):
                 sections.setdefault(key, title)
     return Definitions(markdown=text, sections=sections)
-

@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from profile_overlap.errors import UserError
+from profile_overlap.core.errors import UserError
 
 _OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt}
 _CONDITION = re.compile(r"^\s*([A-Za-z_]+)\s*(<=|>=|==|!=|<|>)\s*([-+0-9.eE]+)\s*$")
@@ -42,7 +42,7 @@ def parse_condition(text: str) -> Condition:
 
     found = _CONDITION.match(text)
     if not found:
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAME<VALUE (also <=, >, >=, ==, !=), e.g. \"overlap_pct<60\"")
+        raise argparse.ArgumentTypeError(f'{text!r} is not NAME<VALUE (also <=, >, >=, ==, !=), e.g. "overlap_pct<60"')
     name, op, value = found.groups()
     if name not in HEADLINE_NAMES:
         raise argparse.ArgumentTypeError(f"unknown metric {name!r} in {text!r}: use one of {', '.join(HEADLINE_NAMES)}")
@@ -69,20 +69,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Examples:\n"
         "  python -m profile_overlap report runs/<run>\n"
         "  python -m profile_overlap report --compare runs/<before> runs/<after>\n"
-        "  python -m profile_overlap report runs/<run> --fail-if \"overlap_pct<60\" --fail-if \"speedup<1.1\"\n\n"
+        '  python -m profile_overlap report runs/<run> --fail-if "overlap_pct<60" --fail-if "speedup<1.1"\n\n'
         "--fail-if names: speedup, predicted_speedup, sequential_step_ms, split_step_ms, overlap_pct,\n"
         "exposed_comm_ms, comm_ms, compute_ms, optimizer_state_mib, max_error, failed_checks\n"
-        "(defined in the README's Metrics section, \"Headline names\")."
+        '(defined in the README\'s Metrics section, "Headline names").'
     )
     parser.add_argument("run_dir", type=Path, nargs="?", metavar="RUN_DIR", help="a run folder (runs/<run>)")
-    parser.add_argument("--compare", type=Path, nargs=2, metavar=("RUN_A", "RUN_B"),
-                        help="before/after report of two runs (A before, B after) instead of one run's report")
-    parser.add_argument("--format", type=_formats, default=("html", "md", "json"), metavar="html,md,json",
-                        help="which files to write (default: all three)")
-    parser.add_argument("--out", type=Path, metavar="DIR",
-                        help="folder to write into (default: the run folder; with --compare, the current folder)")
-    parser.add_argument("--fail-if", type=parse_condition, action="append", default=[], metavar="COND",
-                        help="exit 1 when COND holds, e.g. \"overlap_pct<60\" (repeatable; with --compare, checked on RUN_B)")
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        nargs=2,
+        metavar=("RUN_A", "RUN_B"),
+        help="before/after report of two runs (A before, B after) instead of one run's report",
+    )
+    parser.add_argument(
+        "--format", type=_formats, default=("html", "md", "json"), metavar="html,md,json", help="which files to write (default: all three)"
+    )
+    parser.add_argument(
+        "--out", type=Path, metavar="DIR", help="folder to write into (default: the run folder; with --compare, the current folder)"
+    )
+    parser.add_argument(
+        "--fail-if",
+        type=parse_condition,
+        action="append",
+        default=[],
+        metavar="COND",
+        help='exit 1 when COND holds, e.g. "overlap_pct<60" (repeatable; with --compare, checked on RUN_B)',
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -112,8 +125,9 @@ def gate(values: dict[str, float | None], conditions: list[Condition], *, run_na
         if actual is None and cond.name == "max_error" and values.get("failed_checks"):
             actual = math.inf  # a check compared values that are not finite: larger than any bound
         if actual is None:
-            raise UserError(f"--fail-if {cond.text!r}: run {run_name} has no {cond.name} "
-                            "(speedup and predicted_speedup need a --mode compare run)")
+            raise UserError(
+                f"--fail-if {cond.text!r}: run {run_name} has no {cond.name} (speedup and predicted_speedup need a --mode compare run)"
+            )
         if cond.holds(actual):
             print(f"profile_overlap report: FAIL: {cond.text} holds for {run_name} ({cond.name} = {actual:.4g})", file=sys.stderr)
             failed += 1

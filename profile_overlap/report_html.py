@@ -84,21 +84,29 @@ def render(report: Report, *, figure_svg: str | None) -> str:
     defs_html, anchors = _definitions_html()
     missing = report.refs() - set(anchors)
     assert not missing, f"the report links to undefined metrics: {sorted(missing)} (add them to metric_defs.md)"
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{_e(report.title)}: {_e(report.subtitle)}</title>", f"<style>{STYLE}</style></head><body><main>",
-           f"<h1>{_e(report.title)}</h1>", f'<p class="sub">{_e(report.subtitle)}</p>']
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_e(report.title)}: {_e(report.subtitle)}</title>",
+        f"<style>{STYLE}</style></head><body><main>",
+        f"<h1>{_e(report.title)}</h1>",
+        f'<p class="sub">{_e(report.subtitle)}</p>',
+    ]
     if report.banner:
         out.append(_paragraph(report.banner))
-    out.append("<nav>" + "".join(f'<a href="#{s.id}">{_e(s.title)}</a>' for s in report.sections)
-               + '<a href="#definitions">Definitions</a></nav>')
+    out.append(
+        "<nav>" + "".join(f'<a href="#{s.id}">{_e(s.title)}</a>' for s in report.sections) + '<a href="#definitions">Definitions</a></nav>'
+    )
     for section in report.sections:
         out.append(f'<section id="{section.id}"><h2>{_e(section.title)}</h2>')
         out.extend(_block(b, figure_svg) for b in section.blocks)
         out.append("</section>")
-    out.append('<section id="definitions"><h2>Appendix: metric definitions</h2>'
-               "<p>Every number in this report links here. This is the Metrics section of profile_overlap's README.</p>"
-               f"{defs_html}</section>")
+    out.append(
+        '<section id="definitions"><h2>Appendix: metric definitions</h2>'
+        "<p>Every number in this report links here. This is the Metrics section of profile_overlap's README.</p>"
+        f"{defs_html}</section>"
+    )
     out.append("</main></body></html>\n")
     return "\n".join(out)
 
@@ -116,8 +124,7 @@ def _anchor(key: str) -> str:
 
 
 def _paragraph(p: Paragraph) -> str:
-    cls = {"plain": "", "verdict": "verdict", "verdict_failed": "verdict bad", "failed": "failed", "warning": "warning",
-           "ok": "ok"}[p.tone]
+    cls = {"plain": "", "verdict": "verdict", "verdict_failed": "verdict bad", "failed": "failed", "warning": "warning", "ok": "ok"}[p.tone]
     return f'<p class="{cls}">{_inline(p.text)}</p>' if cls else f"<p>{_inline(p.text)}</p>"
 
 
@@ -134,20 +141,27 @@ def _block(block, figure_svg: str | None) -> str:
         if figure_svg is None:
             return ""
         data = base64.b64encode(figure_svg.encode("utf-8")).decode("ascii")
-        return (f'<figure><img alt="overlap timeline: one profiled step per mode and rank" '
-                f'src="data:image/svg+xml;base64,{data}"><figcaption>{_inline(block.caption)}</figcaption></figure>')
+        return (
+            f'<figure><img alt="overlap timeline: one profiled step per mode and rank" '
+            f'src="data:image/svg+xml;base64,{data}"><figcaption>{_inline(block.caption)}</figcaption></figure>'
+        )
     raise AssertionError(f"unknown block {type(block).__name__}")
 
 
 def _table(t: Table) -> str:
     kv = all(not "".join(str(x) for x in h) for h in t.header)
     cls = ' class="kv"' if kv else ""
-    head = "" if kv else "<thead><tr>" + "".join(
-        f'<th{" class=num" if num else ""}>{_inline(h)}</th>' for h, num in zip(t.header, t.numeric)) + "</tr></thead>"
+    head = (
+        ""
+        if kv
+        else "<thead><tr>"
+        + "".join(f"<th{' class=num' if num else ''}>{_inline(h)}</th>" for h, num in zip(t.header, t.numeric))
+        + "</tr></thead>"
+    )
     body = []
     for i, row in enumerate(t.rows):
-        cells = "".join(f'<td{" class=num" if num else ""}>{_inline(c)}</td>' for c, num in zip(row, t.numeric))
-        body.append(f'<tr{" class=hl" if i in t.highlight else ""}>{cells}</tr>')
+        cells = "".join(f"<td{' class=num' if num else ''}>{_inline(c)}</td>" for c, num in zip(row, t.numeric))
+        body.append(f"<tr{' class=hl' if i in t.highlight else ''}>{cells}</tr>")
     caption = f"<caption>{_inline(t.caption)}</caption>" if t.caption else ""
     return f"<table{cls}>{caption}{head}<tbody>{''.join(body)}</tbody></table>"
 

@@ -51,8 +51,12 @@ def render(report: Report, *, figure_png: str | None) -> str:
         out += [f"## {escape(section.title)}", ""]
         for block in section.blocks:
             out += _block(block, inline, figure_png)
-    out += ["## Appendix: metric definitions", "",
-            "Every number in this report links here. This is the Metrics section of profile_overlap's README.", ""]
+    out += [
+        "## Appendix: metric definitions",
+        "",
+        "Every number in this report links here. This is the Metrics section of profile_overlap's README.",
+        "",
+    ]
     # The definitions are our own Markdown; headings move one level down under the appendix.
     body = defs.markdown.split("\n", 1)[1] if defs.markdown.startswith("## ") else defs.markdown
     out.append(re.sub(r"^(#{2,5}) ", lambda m: "#" + m.group(1) + " ", body, flags=re.M).strip())
@@ -87,8 +91,7 @@ def _block(block, inline, figure_png: str | None) -> list[str]:
 
 def _table(t: Table, inline) -> list[str]:
     header = [inline(h) or " " for h in t.header]
-    lines = ["| " + " | ".join(header) + " |",
-             "|" + "|".join("---:" if num else "---" for num in t.numeric) + "|"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if num else "---" for num in t.numeric) + "|"]
     for i, row in enumerate(t.rows):
         cells = [inline(c) for c in row]
         if i in t.highlight:

@@ -26,14 +26,22 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from profile_overlap import analysis
+from profile_overlap import analysis, outputs, rank_output
 from profile_overlap import modes as pipelines
-from profile_overlap import outputs
-from profile_overlap import rank_output
 from profile_overlap import status as run_status
 from profile_overlap.config import Config
-from profile_overlap.errors import UserError
-from profile_overlap.metrics import SCHEMA_VERSION, ensure_writable_dir, Memory, ModeMetrics, RunMetrics, Speedup, StepTimes, write_json_atomic
+from profile_overlap.core.errors import UserError
+from profile_overlap.core.files import CONFIG_JSON, ENV_JSON, METRICS_JSON, TIMELINE_JSON
+from profile_overlap.core.io import write_json_atomic
+from profile_overlap.metrics import (
+    SCHEMA_VERSION,
+    Memory,
+    ModeMetrics,
+    RunMetrics,
+    Speedup,
+    StepTimes,
+    ensure_writable_dir,
+)
 from profile_overlap.verify import DecompositionChecker, compare_params, ranks_agree
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -72,7 +80,9 @@ def _agree_on_config(config: Config) -> None:
     if all(digest == everyone[0][0] for digest, _ in everyone):
         return
     reference = everyone[0][1]
-    differing = sorted({k for _, cfg in everyone for k, v in cfg.items() if v != reference[k] and k not in ("nproc_per_node", "name", "out")})
+    differing = sorted(
+        {k for _, cfg in everyone for k, v in cfg.items() if v != reference[k] and k not in ("nproc_per_node", "name", "out")}
+    )
     detail = ", ".join(f"{k}: " + "/".join(str(cfg[k]) for _, cfg in everyone) for k in differing)
     raise UserError(f"ranks were started with different configs ({detail}): start every node with the same flags")
 
@@ -241,8 +251,9 @@ def _trace_writer(trace_dir: Path, worker: str, *, use_gzip: bool, written: list
         except OSError as err:
             for leftover in trace_dir.glob(f".partial-{name}*"):  # ours, and Kineto's own .tmp
                 leftover.unlink(missing_ok=True)
-            raise UserError(f"writing trace {final} failed ({err.strerror or err}): free disk space or pick another --out",
-                            exit_code=1) from None
+            raise UserError(
+                f"writing trace {final} failed ({err.strerror or err}): free disk space or pick another --out", exit_code=1
+            ) from None
         written.append(final)
 
     return handler
@@ -265,7 +276,9 @@ def _profiled_steps(step_fn, state, *, first_step: int, config: Config, trace_di
     return written[0]
 
 
-def run_mode(mode: str, *, config: Config, device: torch.device, run_dir: Path) -> tuple[ModeMetrics, analysis.TraceAnalysis | None, list[torch.Tensor]]:
+def run_mode(
+    mode: str, *, config: Config, device: torch.device, run_dir: Path
+) -> tuple[ModeMetrics, analysis.TraceAnalysis | None, list[torch.Tensor]]:
     rank, world = dist.get_rank(), dist.get_world_size()
     dtype = DTYPES[config.dtype]
     state = pipelines.build_state(mode, config=config, rank=rank, world_size=world, device=device, dtype=dtype)
@@ -299,7 +312,9 @@ def run_mode(mode: str, *, config: Config, device: torch.device, run_dir: Path) 
     return *_mode_metrics(mode, state, checks=checks, times=times, trace=trace, run_dir=run_dir, device=device), state.params
 
 
-def _mode_metrics(mode: str, state, *, checks, times, trace, run_dir: Path, device: torch.device) -> tuple[ModeMetrics, analysis.TraceAnalysis | None]:
+def _mode_metrics(
+    mode: str, state, *, checks, times, trace, run_dir: Path, device: torch.device
+) -> tuple[ModeMetrics, analysis.TraceAnalysis | None]:
     """Build this mode's record. Step times and memory (a few numbers per rank) go to every rank;
     the trace analyses go to rank 0 only, which alone writes and renders the record, so traffic
     grows linearly with the number of ranks. On other ranks `analysis` is None (they only use the
@@ -384,8 +399,7 @@ def init_process_group(backend: str, device: torch.device, timeout_s: float) -> 
     """
     import torch.distributed.nn.functional  # noqa: F401  (see above: must precede init)
 
-    dist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=timeout_s),
-                            device_id=device if device.type == "cuda" else None)
+    dist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=timeout_s), device_id=device if device.type == "cuda" else None)
 
 
 @contextlib.contextmanager
@@ -440,8 +454,7 @@ def run(config: Config) -> int:
     if not metrics.passed:
         failed = [c for c in metrics.all_checks() if not c.passed]
         more = f" (and {len(failed) - 1} more check{'s' if len(failed) > 2 else ''})" if len(failed) > 1 else ""
-        raise UserError(f"verification failed: {failed[0].describe()}{more}; {run_dir} is marked failed, "
-                        f"its report says more", exit_code=1)
+        raise UserError(f"verification failed: {failed[0].describe()}{more}; {run_dir} is marked failed, its report says more", exit_code=1)
     return 0
 
 
@@ -449,8 +462,8 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
     env = environment(backend, device, config=config)
     rank = dist.get_rank()
     if rank == 0:
-        write_json_atomic(run_dir / "config.json", config.to_dict())
-        write_json_atomic(run_dir / "env.json", env)
+        write_json_atomic(run_dir / CONFIG_JSON, config.to_dict())
+        write_json_atomic(run_dir / ENV_JSON, env)
         run_status.write(run_dir, "running")
 
     modes: dict[str, ModeMetrics] = {}
@@ -472,19 +485,29 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
             rank_output.say(f"  [{index}/{len(config.modes)}] {mode}: {', '.join(done)} ({time.perf_counter() - started:.1f} s)")
     cross = []
     if len(final_params) == 2 and all(m.step_time.times_ms and m.checks[0].passed for m in modes.values()):
-        cross.append(compare_params(final_params["sequential"], final_params["split"],
-                                    name="sequential == split: final parameters", dtype=DTYPES[config.dtype]))
-    metrics = RunMetrics(schema_version=SCHEMA_VERSION, run_dir=str(run_dir), config=config.to_dict(), env=env,
-                         modes=modes, checks=tuple(cross), speedup=_speedup(modes))
+        cross.append(
+            compare_params(
+                final_params["sequential"], final_params["split"], name="sequential == split: final parameters", dtype=DTYPES[config.dtype]
+            )
+        )
+    metrics = RunMetrics(
+        schema_version=SCHEMA_VERSION,
+        run_dir=str(run_dir),
+        config=config.to_dict(),
+        env=env,
+        modes=modes,
+        checks=tuple(cross),
+        speedup=_speedup(modes),
+    )
     if rank == 0:
         failed = [c for c in metrics.all_checks() if not c.passed]
         if failed:
             # Before any report is rendered, so that no report can claim success.
             run_status.write(run_dir, "failed", reason="verification failed: " + "; ".join(c.describe() for c in failed))
         rank_output.say("  writing metrics.json, the report and TensorBoard files")
-        write_json_atomic(run_dir / "metrics.json", metrics.to_json())
+        write_json_atomic(run_dir / METRICS_JSON, metrics.to_json())
         if any(analyses.values()):
-            write_json_atomic(run_dir / "timeline.json", analysis.timeline_record(analyses))
+            write_json_atomic(run_dir / TIMELINE_JSON, analysis.timeline_record(analyses))
         outputs.render_all(run_dir, metrics)
         from profile_overlap import console
 

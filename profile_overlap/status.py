@@ -10,22 +10,26 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from profile_overlap.metrics import write_json_atomic
+from profile_overlap.core.files import STATUS_JSON
+from profile_overlap.core.io import write_json_atomic
 
 STATES = ("running", "succeeded", "failed", "interrupted")
 
 
 def write(run_dir: Path, state: str, *, reason: str | None = None) -> None:
     assert state in STATES, state
-    write_json_atomic(Path(run_dir) / "status.json", {
-        "state": state,
-        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "reason": reason,
-    })
+    write_json_atomic(
+        Path(run_dir) / STATUS_JSON,
+        {
+            "state": state,
+            "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "reason": reason,
+        },
+    )
 
 
 def read(run_dir: Path) -> dict | None:
-    path = Path(run_dir) / "status.json"
+    path = Path(run_dir) / STATUS_JSON
     if not path.is_file():
         return None
     return json.loads(path.read_text())

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profile_overlap import config as run_config
-from profile_overlap.errors import UserError
+from profile_overlap.core.errors import UserError
+from profile_overlap.core.files import CONFIG_JSON, METRICS_JSON, SWEEP_HTML, SWEEP_JSON, SWEEP_MD, SWEEP_PNG
+from profile_overlap.core.io import write_text_atomic
 
 KNOBS = {"dim": int, "layers": int, "batch": int, "dtype": str}
 """Config fields a sweep may vary, with their types."""
@@ -75,13 +77,19 @@ def parse_vary(specs: list[str]) -> tuple[tuple[str, tuple], ...]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_config.add_arguments(parser)
-    parser.description = ("Run the sequential/split compare for each point of a grid in one job, "
-                          "and report where the split starts to win.")
-    parser.epilog = ("Examples:\n"
-                     "  torchrun --standalone --nproc-per-node 4 -m profile_overlap sweep --vary dim=256,512,1024,2048\n"
-                     "  python -m profile_overlap sweep --nproc-per-node 2 --vary dim=128,256 --vary layers=4,8")
-    parser.add_argument("--vary", action="append", default=[], metavar="KNOB=V1,V2,...",
-                        help="a knob and its values (repeatable; the grid is their product). Knobs: " + ", ".join(KNOBS))
+    parser.description = "Run the sequential/split compare for each point of a grid in one job, and report where the split starts to win."
+    parser.epilog = (
+        "Examples:\n"
+        "  torchrun --standalone --nproc-per-node 4 -m profile_overlap sweep --vary dim=256,512,1024,2048\n"
+        "  python -m profile_overlap sweep --nproc-per-node 2 --vary dim=128,256 --vary layers=4,8"
+    )
+    parser.add_argument(
+        "--vary",
+        action="append",
+        default=[],
+        metavar="KNOB=V1,V2,...",
+        help="a knob and its values (repeatable; the grid is their product). Knobs: " + ", ".join(KNOBS),
+    )
 
 
 def from_args(args: argparse.Namespace) -> SweepConfig:
@@ -112,7 +120,7 @@ def run_rank(sweep: SweepConfig) -> int:
 
     from profile_overlap import runner
     from profile_overlap import status as run_status
-    from profile_overlap.metrics import write_json_atomic
+    from profile_overlap.core.io import write_json_atomic
 
     configs = sweep.point_configs()
     with runner.process_group(sweep.base) as (backend, device):
@@ -125,20 +133,20 @@ def run_rank(sweep: SweepConfig) -> int:
         sweep_dir = runner.make_dir(lambda: runner.create_fresh_dir(sweep.base, backend=backend, world=world, label="sweep"))
         with runner.failure_recorded(sweep_dir):
             if dist.get_rank() == 0:
-                write_json_atomic(sweep_dir / "config.json", {"base": sweep.base.to_dict(), "vary": {k: list(v) for k, v in sweep.vary}})
+                write_json_atomic(sweep_dir / CONFIG_JSON, {"base": sweep.base.to_dict(), "vary": {k: list(v) for k, v in sweep.vary}})
                 run_status.write(sweep_dir, "running")
             point_dirs = []
             for index, config in enumerate(configs):
                 config = dataclasses.replace(config, out=str(sweep_dir))
                 name = f"{index:02d}-{_label(config, sweep)}"
-                point_dir = runner.make_dir(lambda: _mkdir(sweep_dir / name))
+                point_dir = runner.make_dir(lambda name=name: _mkdir(sweep_dir / name))
                 with runner.failure_recorded(point_dir):
                     runner.run_in_folder(config, backend=backend, device=device, run_dir=point_dir)
                 point_dirs.append(point_dir)
             passed = True
             if dist.get_rank() == 0:
                 record = sweep_record(sweep, point_dirs)
-                write_json_atomic(sweep_dir / "sweep.json", record)
+                write_json_atomic(sweep_dir / SWEEP_JSON, record)
                 write_reports(sweep_dir, record)
                 print_summary(record, sweep_dir)
                 passed = all(p["passed"] for p in record["points"])
@@ -170,19 +178,26 @@ def sweep_record(sweep: SweepConfig, point_dirs: list[Path]) -> dict:
 
     points = []
     for point, run_dir in zip(sweep.points(), point_dirs):
-        metrics = load_metrics(run_dir / "metrics.json")
+        metrics = load_metrics(run_dir / METRICS_JSON)
         summaries = report.summaries(metrics)
         seq, split = summaries["sequential"], summaries["split"]
-        points.append({
-            "name": run_dir.name,
-            "knobs": point,
-            "passed": metrics.passed,
-            "headline": report.headline(metrics),
-            "within_noise": report.within_noise(seq.step_time, split.step_time),
-            "sequential": {"comm_ms": seq.comm_ms, "compute_ms": seq.compute_ms, "step_ms": seq.step_time.median_ms},
-            "split": {"comm_ms": split.comm_ms, "compute_ms": split.compute_ms, "step_ms": split.step_time.median_ms,
-                      "exposed_comm_ms": split.exposed_comm_ms, "overlap_pct": split.overlap_pct},
-        })
+        points.append(
+            {
+                "name": run_dir.name,
+                "knobs": point,
+                "passed": metrics.passed,
+                "headline": report.headline(metrics),
+                "within_noise": report.within_noise(seq.step_time, split.step_time),
+                "sequential": {"comm_ms": seq.comm_ms, "compute_ms": seq.compute_ms, "step_ms": seq.step_time.median_ms},
+                "split": {
+                    "comm_ms": split.comm_ms,
+                    "compute_ms": split.compute_ms,
+                    "step_ms": split.step_time.median_ms,
+                    "exposed_comm_ms": split.exposed_comm_ms,
+                    "overlap_pct": split.overlap_pct,
+                },
+            }
+        )
     return {"vary": {k: list(v) for k, v in sweep.vary}, "points": points, "crossover": crossover(points, sweep.vary)}
 
 
@@ -202,8 +217,14 @@ def crossover(points: list[dict], vary) -> list[dict]:
         else:
             kind = "crossover"
         point = wins[first_win][2] if first_win is not None else None
-        out.append({"series": other, "kind": kind, "at": {x_name: wins[first_win][0]} if first_win is not None else None,
-                    "point": point["name"] if point else None})
+        out.append(
+            {
+                "series": other,
+                "kind": kind,
+                "at": {x_name: wins[first_win][0]} if first_win is not None else None,
+                "point": point["name"] if point else None,
+            }
+        )
     return out
 
 
@@ -229,20 +250,20 @@ def figure(record: dict):
     vary = list(record["vary"].items())
     x_name = vary[0][0]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), constrained_layout=True)
-    panels = (("speedup (x)", lambda p: p["headline"]["speedup"]),
-              ("split overlap %", lambda p: p["split"]["overlap_pct"]),
-              ("split exposed comm (ms/step)", lambda p: p["split"]["exposed_comm_ms"]))
+    panels = (
+        ("speedup (x)", lambda p: p["headline"]["speedup"]),
+        ("split overlap %", lambda p: p["split"]["overlap_pct"]),
+        ("split exposed comm (ms/step)", lambda p: p["split"]["exposed_comm_ms"]),
+    )
     for (other, series), colour in zip(_series(record["points"], vary), plt.cm.tab10.colors):
         label = ", ".join(f"{k}={v}" for k, v in other.items()) or None
         xs = [p["knobs"][x_name] for p in series]
-        for ax, (title, value) in zip(axes, panels):
+        for ax, (_title, value) in zip(axes, panels):
             ax.plot(xs, [value(p) for p in series], color=colour, label=label)
             for p in series:  # hollow: the two modes' step times are within run-to-run noise
-                ax.plot(p["knobs"][x_name], value(p), marker="o", color=colour,
-                        markerfacecolor="white" if p["within_noise"] else colour)
+                ax.plot(p["knobs"][x_name], value(p), marker="o", color=colour, markerfacecolor="white" if p["within_noise"] else colour)
     axes[0].axhline(1.0, color="0.4", linestyle="--", linewidth=1)
-    axes[0].text(0.01, 0.02, "above the line: split wins; hollow: within noise", transform=axes[0].transAxes,
-                 fontsize=8, color="0.3")
+    axes[0].text(0.01, 0.02, "above the line: split wins; hollow: within noise", transform=axes[0].transAxes, fontsize=8, color="0.3")
     for c in record["crossover"]:
         if c["kind"] == "crossover":
             axes[0].axvline(c["at"][x_name], color="tab:green", linestyle=":", linewidth=1.5)
@@ -271,19 +292,30 @@ def explain_crossover(record: dict) -> list[str]:
             p = by_name[c["point"]]
             lines.append(
                 f"The split starts to win at {x_name}={c['at'][x_name]}{where}: {p['headline']['speedup']:.2f}x; there the "
-                f"sequential step spent {p['sequential']['comm_ms']:.1f} ms communicating and {p['sequential']['compute_ms']:.1f} ms computing, "
-                f"and the split hid {p['split']['overlap_pct']:.0f}% of its {p['split']['comm_ms']:.1f} ms of communication.")
+                f"sequential step spent {p['sequential']['comm_ms']:.1f} ms communicating and "
+                f"{p['sequential']['compute_ms']:.1f} ms computing, "
+                f"and the split hid {p['split']['overlap_pct']:.0f}% of its {p['split']['comm_ms']:.1f} ms of communication."
+            )
         elif c["kind"] == "always":
             lines.append(f"The split wins at every {x_name} swept{where} (from {series[0]['headline']['speedup']:.2f}x).")
         else:
             best = max(series, key=lambda p: p["headline"]["speedup"] or 0)
             s = best["sequential"], best["split"]
             lines.append(
-                ("The split never wins in this range" if (best["headline"]["speedup"] or 0) <= 1 else
-                 "The split never wins by more than run-to-run noise in this range") + f"{where}: at best {best['headline']['speedup']:.2f}x at {x_name}={best['knobs'][x_name]}, "
+                (
+                    "The split never wins in this range"
+                    if (best["headline"]["speedup"] or 0) <= 1
+                    else "The split never wins by more than run-to-run noise in this range"
+                )
+                + f"{where}: at best {best['headline']['speedup']:.2f}x at {x_name}={best['knobs'][x_name]}, "
                 f"where split communicated {s[1]['comm_ms']:.1f} ms per step against sequential's {s[0]['comm_ms']:.1f} ms and hid "
-                f"{s[1]['overlap_pct']:.0f}% of it." + (" On gloo, reduce_scatter runs as a full all_reduce, so the split pays for "
-                                                         "the all_reduce and the all_gather." if s[1]["comm_ms"] > s[0]["comm_ms"] else ""))
+                f"{s[1]['overlap_pct']:.0f}% of it."
+                + (
+                    " On gloo, reduce_scatter runs as a full all_reduce, so the split pays for the all_reduce and the all_gather."
+                    if s[1]["comm_ms"] > s[0]["comm_ms"]
+                    else ""
+                )
+            )
     return lines
 
 
@@ -296,14 +328,32 @@ def write_reports(sweep_dir: Path, record: dict) -> None:
     rows = []
     for p in record["points"]:
         h = p["headline"]
-        rows.append((*(str(p["knobs"][k]) for k, _ in vary), report.ms(p["sequential"]["step_ms"]), report.ms(p["split"]["step_ms"]),
-                     report.times(h["speedup"]), report.times(h["predicted_speedup"]), report.pct(p["split"]["overlap_pct"]),
-                     report.ms(p["split"]["exposed_comm_ms"]), "yes" if p["within_noise"] else "no",
-                     "OK" if p["passed"] else "FAILED", p["name"]))
-    header = (*((k,) for k, _ in vary), ("sequential ", Ref("step ms", "step_time_ms")), ("split ", Ref("step ms", "step_time_ms")),
-              (Ref("speedup", "speedup"),), (Ref("predicted", "predicted_speedup"),), ("split ", Ref("overlap %", "mode_overlap_pct")),
-              ("split ", Ref("exposed comm ms", "exposed_comm_ms")), (Ref("within noise", "within_noise"),), ("verification",),
-              ("run folder",))
+        rows.append(
+            (
+                *(str(p["knobs"][k]) for k, _ in vary),
+                report.ms(p["sequential"]["step_ms"]),
+                report.ms(p["split"]["step_ms"]),
+                report.times(h["speedup"]),
+                report.times(h["predicted_speedup"]),
+                report.pct(p["split"]["overlap_pct"]),
+                report.ms(p["split"]["exposed_comm_ms"]),
+                "yes" if p["within_noise"] else "no",
+                "OK" if p["passed"] else "FAILED",
+                p["name"],
+            )
+        )
+    header = (
+        *((k,) for k, _ in vary),
+        ("sequential ", Ref("step ms", "step_time_ms")),
+        ("split ", Ref("step ms", "step_time_ms")),
+        (Ref("speedup", "speedup"),),
+        (Ref("predicted", "predicted_speedup"),),
+        ("split ", Ref("overlap %", "mode_overlap_pct")),
+        ("split ", Ref("exposed comm ms", "exposed_comm_ms")),
+        (Ref("within noise", "within_noise"),),
+        ("verification",),
+        ("run folder",),
+    )
     numeric = (*(True for _ in vary), True, True, True, True, True, True, False, False, False)
     doc = report.Report(
         title="profile_overlap sweep: when does the split pay?",
@@ -311,14 +361,17 @@ def write_reports(sweep_dir: Path, record: dict) -> None:
         banner=None,
         sections=(
             Section("verdict", "Verdict", tuple(Paragraph((line,), tone="verdict") for line in explain_crossover(record))),
-            Section("plots", "Speedup, overlap and exposed communication", (Figure(("Each point is a full compare run; its "
-                                                                                    "report is in its run folder.",)),)),
+            Section(
+                "plots",
+                "Speedup, overlap and exposed communication",
+                (Figure(("Each point is a full compare run; its report is in its run folder.",)),),
+            ),
             Section("points", "Points", (Table(header=header, rows=tuple(tuple((c,) for c in r) for r in rows), numeric=numeric),)),
         ),
     )
-    report._write_text(sweep_dir / "sweep.html", report_html.render(doc, figure_svg=timeline.to_svg(fig)))
-    timeline.save_png(fig, sweep_dir / "sweep.png")
-    report._write_text(sweep_dir / "sweep.md", report_md.render(doc, figure_png="sweep.png"))
+    write_text_atomic(sweep_dir / SWEEP_HTML, report_html.render(doc, figure_svg=timeline.to_svg(fig)))
+    timeline.save_png(fig, sweep_dir / SWEEP_PNG)
+    write_text_atomic(sweep_dir / SWEEP_MD, report_md.render(doc, figure_png=SWEEP_PNG))
 
 
 def print_summary(record: dict, sweep_dir: Path) -> None:
@@ -331,14 +384,30 @@ def print_summary(record: dict, sweep_dir: Path) -> None:
     table = RichTable(title="profile_overlap sweep")
     for k, _ in vary:
         table.add_column(k, justify="right")
-    for header in ("seq step ms", "split step ms", "speedup", "predicted", "split overlap %", "split exposed ms", "within noise", "verified"):
+    for header in (
+        "seq step ms",
+        "split step ms",
+        "speedup",
+        "predicted",
+        "split overlap %",
+        "split exposed ms",
+        "within noise",
+        "verified",
+    ):
         table.add_column(header, justify="right")
     for p in record["points"]:
         h = p["headline"]
-        table.add_row(*(str(p["knobs"][k]) for k, _ in vary), f"{p['sequential']['step_ms']:.2f}", f"{p['split']['step_ms']:.2f}",
-                      f"{h['speedup']:.2f}x", f"{h['predicted_speedup']:.2f}x" if h["predicted_speedup"] else "-",
-                      f"{p['split']['overlap_pct']:.1f}", f"{p['split']['exposed_comm_ms']:.2f}",
-                      "yes" if p["within_noise"] else "no", "OK" if p["passed"] else "FAILED")
+        table.add_row(
+            *(str(p["knobs"][k]) for k, _ in vary),
+            f"{p['sequential']['step_ms']:.2f}",
+            f"{p['split']['step_ms']:.2f}",
+            f"{h['speedup']:.2f}x",
+            f"{h['predicted_speedup']:.2f}x" if h["predicted_speedup"] else "-",
+            f"{p['split']['overlap_pct']:.1f}",
+            f"{p['split']['exposed_comm_ms']:.2f}",
+            "yes" if p["within_noise"] else "no",
+            "OK" if p["passed"] else "FAILED",
+        )
     console.print(table)
     for line in explain_crossover(record):
         console.print(line)

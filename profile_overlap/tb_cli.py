@@ -12,7 +12,8 @@ import socket
 import sys
 from pathlib import Path
 
-from profile_overlap.errors import UserError
+from profile_overlap.core.errors import UserError
+from profile_overlap.core.files import METRICS_JSON
 
 OFFLINE_NOTE = """\
 Where to look:
@@ -30,10 +31,10 @@ above are ours and render offline."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="?", default="runs", type=Path,
-                        help="folder of run folders, or one run folder (default: runs)")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it to the network)")
+    parser.add_argument("runs", nargs="?", default="runs", type=Path, help="folder of run folders, or one run folder (default: runs)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it to the network)"
+    )
     parser.add_argument("--port", type=int, default=None, help="port (default: a free one)")
 
 
@@ -48,7 +49,7 @@ def write_missing_events(logdir: Path) -> list[Path]:
     from profile_overlap import tensorboard
 
     written = []
-    for metrics_path in sorted(logdir.glob("metrics.json")) + sorted(logdir.glob("*/metrics.json")):
+    for metrics_path in sorted(logdir.glob(METRICS_JSON)) + sorted(logdir.glob("*/metrics.json")):
         run_dir = metrics_path.parent
         mode_dirs = [p for p in run_dir.iterdir() if p.is_dir()]
         if mode_dirs and not any(any(d.glob(f"events.out.tfevents.*{tensorboard.EVENT_SUFFIX}")) for d in mode_dirs):

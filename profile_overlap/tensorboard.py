@@ -26,15 +26,21 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.util import tensor_util
 
 from profile_overlap import console
-from profile_overlap.errors import UserError
+from profile_overlap.core.errors import UserError
+from profile_overlap.core.files import METRICS_JSON, TIMELINE_JSON
 from profile_overlap.metrics import RunMetrics, load_metrics
 
 EVENT_SUFFIX = ".profile_overlap"
 """Our event files end with this, so a rewrite replaces ours and nothing else."""
 
 PER_STEP = ("step_ms", "comm_ms", "compute_ms", "exposed_comm_ms", "overlap_pct")
-_RECORD_KEY = {"step_ms": "step_us", "comm_ms": "comm_us", "compute_ms": "compute_us",
-               "exposed_comm_ms": "exposed_comm_us", "overlap_pct": "overlap_pct"}
+_RECORD_KEY = {
+    "step_ms": "step_us",
+    "comm_ms": "comm_us",
+    "compute_ms": "compute_us",
+    "exposed_comm_ms": "exposed_comm_us",
+    "overlap_pct": "overlap_pct",
+}
 
 # The HParams dashboard's metrics: tag -> display name. Defined in the README's Metrics section.
 HEADLINE = {
@@ -58,11 +64,11 @@ def write_run(run_dir: Path | str, metrics: RunMetrics | None = None) -> list[Pa
     Writing again replaces the event files this module wrote before."""
     run_dir = Path(run_dir)
     if metrics is None:
-        path = run_dir / "metrics.json"
+        path = run_dir / METRICS_JSON
         if not path.exists():
             raise UserError(f"{path} not found; pass a finished run folder (runs/<run>)")
         metrics = load_metrics(path)
-    spans_path = run_dir / "timeline.json"
+    spans_path = run_dir / TIMELINE_JSON
     spans = json.loads(spans_path.read_text()) if spans_path.exists() else None
     wall_s = time.time()
     written = []
@@ -151,8 +157,13 @@ def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_te
         yield text_summary.text_pb("summary/verification", verification_markdown(metrics)), 0
         yield text_summary.text_pb("summary/configuration", configuration_markdown(metrics)), 0
 
-    yield hp.hparams_config_pb(hparams=[hp.HParam(k) for k in _hparams(metrics, mode)],
-                               metrics=[hp.Metric(tag, display_name=name) for tag, name in HEADLINE.items()]), 0
+    yield (
+        hp.hparams_config_pb(
+            hparams=[hp.HParam(k) for k in _hparams(metrics, mode)],
+            metrics=[hp.Metric(tag, display_name=name) for tag, name in HEADLINE.items()],
+        ),
+        0,
+    )
     yield hp.hparams_pb(_hparams(metrics, mode), trial_id=f"{Path(metrics.run_dir).name}/{mode}"), 0
     for tag, value in _headline(metrics, mode).items():
         yield _scalar(tag, value), 0
@@ -171,27 +182,36 @@ def _hparams(metrics: RunMetrics, mode: str) -> dict:
     cfg = {k: v for k, v in metrics.config.items() if isinstance(v, (bool, int, float, str))}
     cfg["run_mode"] = cfg.pop("mode", "")
     env = metrics.env
-    return {"mode": mode, **cfg, "world_size": env.get("world_size", 0), "backend": str(env.get("backend")),
-            "device_type": str(env.get("device_type")), "torch": str(env.get("torch"))}
+    return {
+        "mode": mode,
+        **cfg,
+        "world_size": env.get("world_size", 0),
+        "backend": str(env.get("backend")),
+        "device_type": str(env.get("device_type")),
+        "torch": str(env.get("torch")),
+    }
 
 
 def _headline(metrics: RunMetrics, mode: str) -> dict[str, float]:
     row = next(s for s in console.mode_summaries(metrics) if s.mode == mode)
-    out = {"headline/median_step_ms": row.median_ms, "headline/overlap_pct": row.overlap_pct,
-           "headline/exposed_comm_ms": row.exposed_comm_ms,
-           "headline/speedup": metrics.speedup.measured if metrics.speedup else None}
+    out = {
+        "headline/median_step_ms": row.median_ms,
+        "headline/overlap_pct": row.overlap_pct,
+        "headline/exposed_comm_ms": row.exposed_comm_ms,
+        "headline/speedup": metrics.speedup.measured if metrics.speedup else None,
+    }
     return {k: v for k, v in out.items() if v is not None}
 
 
 def _custom_scalars_layout() -> summary_pb2.Summary:
-    charts = [layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(tag=[regex]))
-              for title, regex in COMPARE_CHARTS]
+    charts = [layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(tag=[regex])) for title, regex in COMPARE_CHARTS]
     layout = layout_pb2.Layout(category=[layout_pb2.Category(title="sequential vs split", chart=charts)])
     # What custom_scalar.summary.pb builds, without importing TensorFlow.
     tensor = tensor_util.make_tensor_proto(np.array(layout.SerializeToString(), dtype=np.object_))
     meta = summary_pb2.SummaryMetadata.FromString(custom_scalar_metadata.create_summary_metadata().SerializeToString())
-    return summary_pb2.Summary(value=[summary_pb2.Summary.Value(
-        tag=custom_scalar_metadata.CONFIG_SUMMARY_TAG, metadata=meta, tensor=tensor)])
+    return summary_pb2.Summary(
+        value=[summary_pb2.Summary.Value(tag=custom_scalar_metadata.CONFIG_SUMMARY_TAG, metadata=meta, tensor=tensor)]
+    )
 
 
 def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:

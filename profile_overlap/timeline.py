@@ -5,8 +5,8 @@ numbers printed beside each rank). It draws; it never recomputes a metric. The o
 geometry computed here, the overlapped stretches that get shaded, is drawing, and the overlap
 numbers printed next to them come from the record.
 
-    fig = timeline.figure(load_metrics(run / "metrics.json"), json.loads((run / "timeline.json").read_text()))
-    timeline.save_png(fig, run / "timeline.png")
+    fig = timeline.figure(load_metrics(run / METRICS_JSON), json.loads((run / TIMELINE_JSON).read_text()))
+    timeline.save_png(fig, run / TIMELINE_PNG)
 
 Built on matplotlib's object API (no pyplot), so it needs no display and keeps no global state.
 """
@@ -14,16 +14,15 @@ Built on matplotlib's object API (no pyplot), so it needs no display and keeps n
 from __future__ import annotations
 
 import io
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from profile_overlap.errors import UserError
+from profile_overlap.core.errors import UserError
+from profile_overlap.core.io import replace_atomically
 from profile_overlap.metrics import RunMetrics
 
 MODE_ORDER = ("sequential", "split")
@@ -71,8 +70,15 @@ def phase(label: str) -> Phase:
         return Phase(key="forward", name=f"forward layer {m.group(1)}", short=f"L{m.group(1)}")
     name = label.split("/", 1)[1] if "/" in label else label
     name = name.replace("shard_update", "shard update").replace("wait_all_gather", "wait all_gather")
-    short = {"all_reduce": "AR", "reduce_scatter": "RS", "all_gather": "AG", "update": "update",
-             "shard update": "shard upd", "gradients": "grad", "wait all_gather": "wait"}.get(name, name[:10])
+    short = {
+        "all_reduce": "AR",
+        "reduce_scatter": "RS",
+        "all_gather": "AG",
+        "update": "update",
+        "shard update": "shard upd",
+        "gradients": "grad",
+        "wait all_gather": "wait",
+    }.get(name, name[:10])
     return Phase(key=name, name=name, short=short)
 
 
@@ -98,8 +104,9 @@ class _ModeStep:
     note: str | None
 
 
-def figure(metrics: RunMetrics, timeline: dict, *, step: int | None = None, max_ranks: int = 16,
-           modes: tuple[str, ...] | None = None) -> Figure:
+def figure(
+    metrics: RunMetrics, timeline: dict, *, step: int | None = None, max_ranks: int = 16, modes: tuple[str, ...] | None = None
+) -> Figure:
     """One profiled step per mode, modes stacked on a shared time axis (ms from each rank's
     ProfilerStep start). `step`: the profiled step to draw in every mode; by default each
     mode's median-length step. More than `max_ranks` ranks are sampled (rank 0, the slowest
@@ -125,8 +132,7 @@ def figure(metrics: RunMetrics, timeline: dict, *, step: int | None = None, max_
     # Per rank: two lanes and a gap; per panel: title and axis room.
     height_in = 1.6 + lanes * 3 * LANE_HEIGHT_IN + len(panels) * 0.9
     fig = Figure(figsize=(FIG_WIDTH_IN, height_in), dpi=DPI, layout="constrained")
-    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False,
-                        height_ratios=[len(p.ranks) * 3 + 2 for p in panels])[:, 0]
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False, height_ratios=[len(p.ranks) * 3 + 2 for p in panels])[:, 0]
     for ax, panel in zip(axes, panels):
         _draw_panel(ax, panel, colours=colours, xmax_ms=xmax_ms)
     axes[-1].set_xlabel("time from the rank's ProfilerStep start (ms)")
@@ -140,25 +146,20 @@ def figure(metrics: RunMetrics, timeline: dict, *, step: int | None = None, max_
         f"{metrics.env.get('world_size', '?')} ranks, {metrics.env.get('backend', '?')} on "
         f"{metrics.env.get('device_type', '?')}, K={cfg.get('layers')} layers of {cfg.get('dim')}x{cfg.get('dim')} "
         f"{cfg.get('dtype')}, batch {cfg.get('batch')}",
-        fontsize=12, fontweight="bold", x=0.01, ha="left")
+        fontsize=12,
+        fontweight="bold",
+        x=0.01,
+        ha="left",
+    )
     handles = [Patch(facecolor=colours[k], edgecolor="none", label=_legend_name(k)) for k in colours]
-    handles.append(Patch(facecolor=OVERLAP_COLOUR, edgecolor="#B8860B", hatch="////",
-                         label="comm overlapped by compute (shaded)"))
+    handles.append(Patch(facecolor=OVERLAP_COLOUR, edgecolor="#B8860B", hatch="////", label="comm overlapped by compute (shaded)"))
     fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
     return fig
 
 
 def save_png(fig: Figure, path: Path) -> None:
     """Write the figure as PNG atomically (a temporary file in the same folder, then rename)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=DPI, facecolor="white")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI, facecolor="white"))
 
 
 def to_svg(fig: Figure) -> str:
@@ -166,7 +167,7 @@ def to_svg(fig: Figure) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", facecolor="white")
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def png_bytes(fig: Figure) -> bytes:
@@ -205,8 +206,7 @@ def _select(mode: str, mode_json: dict, metrics: RunMetrics, *, step: int | None
         if window is None:
             continue
         t0 = window["start_us"]
-        spans = tuple(((a - t0) / 1e3, (b - t0) / 1e3, kind, label)
-                      for st, a, b, kind, label in r["spans"] if st == chosen)
+        spans = tuple(((a - t0) / 1e3, (b - t0) / 1e3, kind, label) for st, a, b, kind, label in r["spans"] if st == chosen)
         numbers = next((s for s in by_rank.get(r["rank"], {}).get("steps", []) if s["step"] == chosen), None)
         rank_steps.append(_RankStep(rank=r["rank"], step_us=window["step_us"], start_us=t0, spans=spans, numbers=numbers))
 
@@ -220,10 +220,13 @@ def _select(mode: str, mode_json: dict, metrics: RunMetrics, *, step: int | None
         want = max_ranks - len(keep)
         keep.update(others[round(i * (len(others) - 1) / max(want - 1, 1))] for i in range(want))
         rank_steps = [r for r in rank_steps if r.rank in keep]
-        note = (f"showing {len(rank_steps)} of {world} ranks: rank {rank_steps[0].rank}, the slowest in this step "
-                f"(rank {slowest}), and evenly spaced ranks")
-    return _ModeStep(mode=mode, step=chosen, num_steps=len(lengths), chosen_as=chosen_as,
-                     ranks=tuple(rank_steps), world_size=world, note=note)
+        note = (
+            f"showing {len(rank_steps)} of {world} ranks: rank {rank_steps[0].rank}, the slowest in this step "
+            f"(rank {slowest}), and evenly spaced ranks"
+        )
+    return _ModeStep(
+        mode=mode, step=chosen, num_steps=len(lengths), chosen_as=chosen_as, ranks=tuple(rank_steps), world_size=world, note=note
+    )
 
 
 def _colour_map(panels: list[_ModeStep]) -> dict[str, str]:
@@ -282,29 +285,54 @@ def _draw_panel(ax, panel: _ModeStep, *, colours: dict[str, str], xmax_ms: float
         comm = _merge([(a, b) for a, b, kind, _ in r.spans if kind == "comm"])
         compute = _merge([(a, b) for a, b, kind, _ in r.spans if kind == "compute"])
         for a, b in _intersect(comm, compute):
-            ax.add_patch(Rectangle((a, top - 0.5), b - a, 2, facecolor=OVERLAP_COLOUR, alpha=0.55,
-                                   edgecolor="none", zorder=1))
+            ax.add_patch(Rectangle((a, top - 0.5), b - a, 2, facecolor=OVERLAP_COLOUR, alpha=0.55, edgecolor="none", zorder=1))
             # The hatch on the comm bar itself: the shading stays visible where bars cover the band.
-            ax.add_patch(Rectangle((a, top + 1 - lane_h / 2), b - a, lane_h, facecolor="none",
-                                   edgecolor=OVERLAP_HATCH_COLOUR, lw=0.0, hatch="////", zorder=2.5))
+            ax.add_patch(
+                Rectangle(
+                    (a, top + 1 - lane_h / 2),
+                    b - a,
+                    lane_h,
+                    facecolor="none",
+                    edgecolor=OVERLAP_HATCH_COLOUR,
+                    lw=0.0,
+                    hatch="////",
+                    zorder=2.5,
+                )
+            )
         for a, b, kind, label in r.spans:
             ph = phase(label)
             y = top + (1 if kind == "comm" else 0)
-            ax.add_patch(Rectangle((a, y - lane_h / 2), b - a, lane_h, facecolor=colours[ph.key],
-                                   edgecolor="white", lw=0.4, zorder=2))
+            ax.add_patch(Rectangle((a, y - lane_h / 2), b - a, lane_h, facecolor=colours[ph.key], edgecolor="white", lw=0.4, zorder=2))
             if b - a >= min_text_ms:
                 dark = ph.key in ("forward", "all_reduce", "reduce_scatter", "all_gather")
-                ax.text((a + b) / 2, y, ph.short, ha="center", va="center", fontsize=7,
-                        color="white" if dark else "#222222", zorder=4, clip_on=True)
+                ax.text(
+                    (a + b) / 2,
+                    y,
+                    ph.short,
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if dark else "#222222",
+                    zorder=4,
+                    clip_on=True,
+                )
         yticks += [top, top + 1]
         yticklabels += [f"rank {r.rank}  compute", "comm"]
         n = r.numbers
         if n:
             pct = "-" if n.get("overlap_pct") is None else f"{n['overlap_pct']:.0f}%"
-            ax.annotate(f"step {_fmt_ms(n['step_us'])} ms, overlap {pct}\ncomm {_fmt_ms(n['comm_us'])} ms, exposed "
-                        f"{_fmt_ms(n['exposed_comm_us'])} ms",
-                        xy=(1.0, top + 0.5), xycoords=("axes fraction", "data"), xytext=(6, 0),
-                        textcoords="offset points", va="center", ha="left", fontsize=7.5, color="#333333")
+            ax.annotate(
+                f"step {_fmt_ms(n['step_us'])} ms, overlap {pct}\ncomm {_fmt_ms(n['comm_us'])} ms, exposed "
+                f"{_fmt_ms(n['exposed_comm_us'])} ms",
+                xy=(1.0, top + 0.5),
+                xycoords=("axes fraction", "data"),
+                xytext=(6, 0),
+                textcoords="offset points",
+                va="center",
+                ha="left",
+                fontsize=7.5,
+                color="#333333",
+            )
     ax.set_ylim(len(panel.ranks) * 3 - 1.5 + 0.5, -1.0)
     ax.set_xlim(0, xmax_ms * 1.01)
     ax.set_yticks(yticks, yticklabels, fontsize=8)
@@ -316,8 +344,11 @@ def _draw_panel(ax, panel: _ModeStep, *, colours: dict[str, str], xmax_ms: float
     ax.set_axisbelow(True)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
-    which = {"median-length": f"the median-length of {panel.num_steps} profiled steps",
-             "only": "the only profiled step", "requested": "as requested"}[panel.chosen_as]
+    which = {
+        "median-length": f"the median-length of {panel.num_steps} profiled steps",
+        "only": "the only profiled step",
+        "requested": "as requested",
+    }[panel.chosen_as]
     title = f"{panel.mode}: ProfilerStep#{panel.step} ({which})"
     ax.set_title(title, loc="left", fontsize=11, fontweight="bold")
     if panel.note:

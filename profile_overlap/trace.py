@@ -23,7 +23,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from profile_overlap.errors import UserError
+from profile_overlap.core.errors import UserError
 
 CHUNK_BYTES = 2 << 20
 """Decompressed bytes decoded at a time. Measured on a 76 MB trace: 8 MiB chunks peak at 2x the
@@ -189,7 +189,8 @@ class _Columns:
 
     def freeze(self) -> Events:
         return Events(
-            names=tuple(self.names), tids=tuple(str(t) for t in self.tids),
+            names=tuple(self.names),
+            tids=tuple(str(t) for t in self.tids),
             name=np.frombuffer(self.name, dtype=np.int32).copy(),
             tid=np.frombuffer(self.tid, dtype=np.int32).copy(),
             ts=np.frombuffer(self.ts, dtype=np.float64).copy(),
@@ -204,8 +205,12 @@ class _Columns:
 def _collective_args(a: _Args) -> CollectiveArgs:
     # Decode the lazily kept raw fields now: a msgspec.Raw pins the whole chunk in memory.
     return CollectiveArgs(
-        collective_name=a.collective_name, in_nelems=a.in_nelems, out_nelems=a.out_nelems,
-        dtype=a.dtype, group_size=a.group_size, pg_name=a.pg_name,
+        collective_name=a.collective_name,
+        in_nelems=a.in_nelems,
+        out_nelems=a.out_nelems,
+        dtype=a.dtype,
+        group_size=a.group_size,
+        pg_name=a.pg_name,
         pg_ranks=msgspec.json.decode(a.pg_ranks) if a.pg_ranks else None,
         input_dims=msgspec.json.decode(a.input_dims) if a.input_dims else None,
         input_type=msgspec.json.decode(a.input_type) if a.input_type else None,
@@ -298,7 +303,7 @@ def _stream(chunks: Iterator[bytes], on_events: Callable[[list[_Event]], None]) 
         msgspec.json.decode(bytes(head))  # raises DecodeError if it is not JSON at all
         raise _NotATrace("it is JSON but has no `traceEvents` array")
     prefix = bytes(head[: match.start()])
-    buf = bytes(head[match.end():])
+    buf = bytes(head[match.end() :])
     del head
     for chunk in chunks:
         buf += chunk
@@ -319,7 +324,7 @@ def _emit_complete(buf: bytes, on_events) -> bytes:
             pos = buf.rfind(b"},", 0, pos)
             continue
         on_events(events)
-        return buf[pos + 2:]
+        return buf[pos + 2 :]
     return buf
 
 
@@ -336,7 +341,7 @@ def _emit_last(buf: bytes, on_events) -> bytes:
         except msgspec.DecodeError:
             continue
         on_events(events)
-        return rest[m.end():]
+        return rest[m.end() :]
     raise msgspec.DecodeError("the `traceEvents` array is not closed: the file is cut short")
 
 
@@ -388,7 +393,9 @@ def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
         rank = rank_from_file_name(path)
         rank_source = "file name" if rank is not None else "unknown"
     return Trace(
-        path=path, rank=rank, rank_source=rank_source,
+        path=path,
+        rank=rank,
+        rank_source=rank_source,
         pid=sink.pid or "",
         backend=info.backend if info else None,
         world_size=info.world_size if info else None,

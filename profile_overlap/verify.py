@@ -30,7 +30,9 @@ def _worst_over_ranks(errors: torch.Tensor, bounds: torch.Tensor) -> tuple[torch
     return stacked[:, 0], stacked[:, 1]
 
 
-def _reduce_check(name: str, errors: torch.Tensor, bounds: torch.Tensor, *, steps: list[int | None], layers: list[int | None], tolerance: float) -> CheckResult:
+def _reduce_check(
+    name: str, errors: torch.Tensor, bounds: torch.Tensor, *, steps: list[int | None], layers: list[int | None], tolerance: float
+) -> CheckResult:
     all_errors, all_bounds = _worst_over_ranks(errors.cpu(), bounds.cpu())
     # NaN/inf (a diverged update) fail the check; nan_to_num keeps argmax meaningful.
     finite = bool(torch.isfinite(all_errors).all())
@@ -80,7 +82,7 @@ class DecompositionChecker:
             reduce_scatter(state, shard, grad, step=step, layer=layer)
             gathered = torch.empty_like(grad)
             all_gather_single(gathered, shard)
-            mine = reduced[state.rank * rows:(state.rank + 1) * rows]
+            mine = reduced[state.rank * rows : (state.rank + 1) * rows]
             self.shard_errors.append((mine.float() - shard.float()).abs().max())
             self.gathered_errors.append((reduced.float() - gathered.float()).abs().max())
             self.bounds.append(self.tolerance * reduced.float().abs().max().clamp(min=1.0))
@@ -96,7 +98,8 @@ class DecompositionChecker:
         # A bad shard shows up on every rank after the all_gather; the shard check names its owner.
         worst = shard if not shard.passed else gathered
         return dataclasses.replace(
-            worst, passed=shard.passed and gathered.passed,
+            worst,
+            passed=shard.passed and gathered.passed,
             max_abs_err=None if None in (shard.max_abs_err, gathered.max_abs_err) else max(shard.max_abs_err, gathered.max_abs_err),
             num_checked=shard.num_checked + gathered.num_checked,
         )
@@ -119,5 +122,6 @@ def ranks_agree(params: list[torch.Tensor], *, name: str, dtype: torch.dtype) ->
         dist.broadcast(reference, src=0)
         errors.append((param.float() - reference.float()).abs().max())
         bounds.append(tolerance * reference.float().abs().max().clamp(min=1.0))
-    return _reduce_check(name, torch.stack(errors), torch.stack(bounds), steps=[None] * len(params),
-                         layers=list(range(len(params))), tolerance=tolerance)
+    return _reduce_check(
+        name, torch.stack(errors), torch.stack(bounds), steps=[None] * len(params), layers=list(range(len(params))), tolerance=tolerance
+    )

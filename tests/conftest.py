@@ -34,13 +34,19 @@ def free_port() -> int:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "PROFILE_OVERLAP_FAULT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "PROFILE_OVERLAP_FAULT")
+    }
     env.update(extra)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
-def torchrun(args: list[str], *, nproc: int, env: dict | None = None, timeout: float = 240, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def torchrun(
+    args: list[str], *, nproc: int, env: dict | None = None, timeout: float = 240, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     """`torchrun --standalone --nproc-per-node N -m profile_overlap ARGS` in a real subprocess."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "profile_overlap", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env or clean_env(), cwd=cwd or REPO)
@@ -48,8 +54,14 @@ def torchrun(args: list[str], *, nproc: int, env: dict | None = None, timeout: f
 
 def cli(args: list[str], *, env: dict | None = None, timeout: float = 240, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`python -m profile_overlap ARGS` in a real subprocess."""
-    return subprocess.run([sys.executable, "-m", "profile_overlap", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env or clean_env(), cwd=cwd or REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "profile_overlap", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or clean_env(),
+        cwd=cwd or REPO,
+    )
 
 
 def only_run_dir(out: Path) -> Path:

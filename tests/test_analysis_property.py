@@ -18,14 +18,16 @@ def kernels(max_size):
     # (stream, start, end) with integer times, so a 1 µs grid is an exact reference.
     return st.lists(
         st.tuples(st.integers(1, 4), st.integers(0, HORIZON - 1), st.integers(1, 40)).map(
-            lambda t: (t[0], t[1], min(HORIZON, t[1] + t[2]))),
-        max_size=max_size)
+            lambda t: (t[0], t[1], min(HORIZON, t[1] + t[2]))
+        ),
+        max_size=max_size,
+    )
 
 
 def covered(items, lo=0, hi=HORIZON):
     grid = np.zeros(HORIZON, bool)
     for _, s, e in items:
-        grid[max(s, lo):min(e, hi)] = True
+        grid[max(s, lo) : min(e, hi)] = True
     return grid
 
 

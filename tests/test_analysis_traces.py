@@ -19,10 +19,13 @@ def close_pct(ours, ref):
     return ours == pytest.approx(ref, abs=0.05)
 
 
-@pytest.mark.parametrize("name, comm_us, overlap_us", [
-    ("sampled_rank-0.json.gz", 396199, 59216),
-    ("sampled_rank-1.json.gz", 379053, 75530),
-])
+@pytest.mark.parametrize(
+    "name, comm_us, overlap_us",
+    [
+        ("sampled_rank-0.json.gz", 396199, 59216),
+        ("sampled_rank-1.json.gz", 379053, 75530),
+    ],
+)
 def test_trace_filter_overlap(name, comm_us, overlap_us):
     r = analyze_rank([TRACE_FILTER / name])
     assert r.device == "cuda"
@@ -40,11 +43,14 @@ def test_nccl_data_overlap():
     assert [s.step for s in r.steps] == [4, 5, 6]
 
 
-@pytest.mark.parametrize("path, hta_pct", [
-    (TRACE_FILTER / "sampled_rank-0.json.gz", 11.81),
-    (TRACE_FILTER / "sampled_rank-1.json.gz", 20.05),
-    (NCCL_DATA, 14.31),
-])
+@pytest.mark.parametrize(
+    "path, hta_pct",
+    [
+        (TRACE_FILTER / "sampled_rank-0.json.gz", 11.81),
+        (TRACE_FILTER / "sampled_rank-1.json.gz", 20.05),
+        (NCCL_DATA, 14.31),
+    ],
+)
 def test_hta_compat_reproduces_hta(path, hta_pct):
     ours = analyze_rank([path])
     hta = analyze_rank([path], hta_compat=True)

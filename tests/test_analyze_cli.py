@@ -16,8 +16,13 @@ GLOO = DATA / "gloo_2rank"
 
 
 def analyze(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "profile_overlap", "analyze", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd or REPO, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-m", "profile_overlap", "analyze", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd or REPO,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_tables_and_json_schema(tmp_path):
@@ -31,10 +36,18 @@ def test_tables_and_json_schema(tmp_path):
     assert set(record) == {"ranks", "world_size", "source"}
     assert record["world_size"] == 128 and record["source"] == str(TRACE_FILTER)
     rank = record["ranks"][0]
-    assert set(rank) >= {"rank", "device", "comm_us", "compute_us", "overlap_us", "exposed_comm_us",
-                         "overlap_pct", "steps", "collectives"}
-    assert set(rank) - {"rank", "device", "comm_us", "compute_us", "overlap_us", "exposed_comm_us",
-                        "overlap_pct", "steps", "collectives"} == {"wait_us", "transfer_us"}
+    assert set(rank) >= {"rank", "device", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap_pct", "steps", "collectives"}
+    assert set(rank) - {
+        "rank",
+        "device",
+        "comm_us",
+        "compute_us",
+        "overlap_us",
+        "exposed_comm_us",
+        "overlap_pct",
+        "steps",
+        "collectives",
+    } == {"wait_us", "transfer_us"}
     assert set(rank["steps"][0]) == {"step", "step_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap_pct"}
     assert set(rank["collectives"][0]) == {"kind", "count", "nbytes", "dur_us", "algbw_gbps", "busbw_gbps"}
     assert rank["overlap_pct"] == pytest.approx(59216 * 100 / 396199, abs=0.05)
@@ -80,8 +93,9 @@ def make_bad(tmp_path: Path, case: str) -> Path:
     elif case == "not_a_trace":
         (d / "config.json").write_text('{"lr": 0.1}')
     elif case == "no_comm":
-        (d / "rank0.json").write_text(json.dumps({"traceEvents": [
-            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}))
+        (d / "rank0.json").write_text(
+            json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]})
+        )
     elif case == "same_rank":
         shutil.copy(TRACE_FILTER / "sampled_rank-0.json.gz", d / "a.json.gz")
         shutil.copy(TRACE_FILTER / "sampled_rank-0.json.gz", d / "b.json.gz")
@@ -91,15 +105,18 @@ def make_bad(tmp_path: Path, case: str) -> Path:
     return d
 
 
-@pytest.mark.parametrize("case, needles", [
-    ("zero", ["is empty (0 bytes)", "--skip-bad"]),
-    ("nonjson", ["is not valid JSON"]),
-    ("truncated_gz", ["truncated or corrupt gzip"]),
-    ("not_a_trace", ["is not a PyTorch profiler trace", "traceEvents"]),
-    ("no_comm", ["no GPU kernels and no gloo communication events"]),
-    ("same_rank", ["both claim rank 0", "remove the duplicate"]),
-    ("cut_json", ["cut short"]),
-])
+@pytest.mark.parametrize(
+    "case, needles",
+    [
+        ("zero", ["is empty (0 bytes)", "--skip-bad"]),
+        ("nonjson", ["is not valid JSON"]),
+        ("truncated_gz", ["truncated or corrupt gzip"]),
+        ("not_a_trace", ["is not a PyTorch profiler trace", "traceEvents"]),
+        ("no_comm", ["no GPU kernels and no gloo communication events"]),
+        ("same_rank", ["both claim rank 0", "remove the duplicate"]),
+        ("cut_json", ["cut short"]),
+    ],
+)
 def test_bad_input_one_line(tmp_path, case, needles):
     one_line_error(analyze(make_bad(tmp_path, case)), *needles)
 

@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import clean_env, cli, only_run_dir, torchrun
 
 from profile_overlap.bench_collectives import COLLECTIVES, BenchConfig, build_result, parse_sizes, size_ladder
+
+from conftest import clean_env, cli, only_run_dir, torchrun
 
 SIZES = [1024, 2048, 4096, 8192, 16384, 32768, 65536]  # 1K:64K, factor 2
 TINY = ["--sizes", "1K:64K", "--iters", "2", "--warmup", "1"]
@@ -54,8 +55,22 @@ def test_json_record(bench_run):
     run_dir, stdout, json_out = bench_run
     record = json.loads((run_dir / "bench.json").read_text())
     assert json.loads(json_out.read_text()) == record
-    assert set(record) == {"schema_version", "backend", "device_type", "world_size", "dtype", "timing", "config", "env",
-                           "rows", "num_wrong", "avg_busbw_gbps", "avg_busbw_gbps_by_kind", "notes", "run_dir"}
+    assert set(record) == {
+        "schema_version",
+        "backend",
+        "device_type",
+        "world_size",
+        "dtype",
+        "timing",
+        "config",
+        "env",
+        "rows",
+        "num_wrong",
+        "avg_busbw_gbps",
+        "avg_busbw_gbps_by_kind",
+        "notes",
+        "run_dir",
+    }
     assert (record["backend"], record["world_size"], record["dtype"], record["timing"]) == ("gloo", 2, "float32", "perf_counter+barrier")
     assert record["num_wrong"] == 0 and record["config"]["sizes"] == "1K:64K"
     assert [row["nbytes"] for row in record["rows"]] == SIZES
@@ -107,13 +122,16 @@ def test_corrupted_output_is_counted_wrong(tmp_path):
     assert json.loads((run_dir / "bench.json").read_text())["num_wrong"] == 512
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--sizes", "16M:1K"], "MAX is below MIN"),
-    (["--sizes", "1Q"], "is not a size"),
-    (["--sizes", "1K:1M:1"], "factor must be an integer of 2 or more"),
-    (["--iters", "0"], "--iters must be a positive integer"),
-    (["--nproc-per-node", "2", "--sizes", "4:64"], "sizes below 8 B cannot be split into one float32 element per rank on 2 ranks"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--sizes", "16M:1K"], "MAX is below MIN"),
+        (["--sizes", "1Q"], "is not a size"),
+        (["--sizes", "1K:1M:1"], "factor must be an integer of 2 or more"),
+        (["--iters", "0"], "--iters must be a positive integer"),
+        (["--nproc-per-node", "2", "--sizes", "4:64"], "sizes below 8 B cannot be split into one float32 element per rank on 2 ranks"),
+    ],
+)
 def test_bad_flags_are_one_line_errors(args, message):
     proc = cli(["bench-collectives", *args])
     assert proc.returncode == 2
@@ -136,8 +154,18 @@ def _result(rs_us: float, *, backend: str = "gloo"):
         times[nbytes, "reduce_scatter"] = [rs_us] * 3
         times[nbytes, "all_gather"] = [50.0] * 3
     wrong = {key: 0 for key in times}
-    return build_result(times_us=times, wrong=wrong, sizes=[1024, 4096], element_bytes=4, world_size=4, backend=backend,
-                        device_type="cpu", config=BenchConfig(sizes="1K:4K:4"), env={}, run_dir=None)
+    return build_result(
+        times_us=times,
+        wrong=wrong,
+        sizes=[1024, 4096],
+        element_bytes=4,
+        world_size=4,
+        backend=backend,
+        device_type="cpu",
+        config=BenchConfig(sizes="1K:4K:4"),
+        env={},
+        run_dir=None,
+    )
 
 
 def test_gloo_note_only_when_reduce_scatter_costs_like_all_reduce():

@@ -29,8 +29,23 @@ def test_explain_other_world_size():
 def test_help_groups_every_flag():
     proc = cli(["run", "--help"])
     assert proc.returncode == 0
-    for flag in ("--mode", "--layers", "--dim", "--batch", "--dtype", "--steps", "--warmup-steps", "--backend",
-                 "--out", "--name", "--seed", "--no-profile", "--gzip", "--nproc-per-node", "--timeout"):
+    for flag in (
+        "--mode",
+        "--layers",
+        "--dim",
+        "--batch",
+        "--dtype",
+        "--steps",
+        "--warmup-steps",
+        "--backend",
+        "--out",
+        "--name",
+        "--seed",
+        "--no-profile",
+        "--gzip",
+        "--nproc-per-node",
+        "--timeout",
+    ):
         assert flag in proc.stdout
     for group in ("pipeline and workload", "steps and profiling", "distributed", "output"):
         assert group in proc.stdout
@@ -38,15 +53,18 @@ def test_help_groups_every_flag():
     assert "analyze" in top.stdout and "explain" in top.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--mode", "allreduce"], "invalid choice: 'allreduce'"),
-    (["--dtype", "int8"], "invalid choice: 'int8'"),
-    (["--layers", "0"], "--layers must be a positive integer, got 0"),
-    (["--dim", "-4"], "--dim must be a positive integer, got -4"),
-    (["--batch", "0"], "--batch must be a positive integer"),
-    (["--steps", "0"], "--steps must be a positive integer"),
-    (["--name", "a/b"], "--name 'a/b' must be a plain folder name"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--mode", "allreduce"], "invalid choice: 'allreduce'"),
+        (["--dtype", "int8"], "invalid choice: 'int8'"),
+        (["--layers", "0"], "--layers must be a positive integer, got 0"),
+        (["--dim", "-4"], "--dim must be a positive integer, got -4"),
+        (["--batch", "0"], "--batch must be a positive integer"),
+        (["--steps", "0"], "--steps must be a positive integer"),
+        (["--name", "a/b"], "--name 'a/b' must be a plain folder name"),
+    ],
+)
 def test_bad_flags_get_one_line(args, message):
     proc = cli(args)
     assert proc.returncode == 2

@@ -10,7 +10,7 @@ from conftest import REPO
 def _section(text: str, heading: str) -> str:
     start = text.index(heading)
     end = text.find("\n## ", start + len(heading))
-    return text[start:end if end != -1 else None].strip()
+    return text[start : end if end != -1 else None].strip()
 
 
 def test_metrics_section_is_the_shipped_definitions():

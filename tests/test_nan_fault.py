@@ -8,6 +8,7 @@ import json
 import shutil
 
 import pytest
+
 from conftest import SMALL, clean_env, cli, only_run_dir, torchrun
 from test_tb_plugin import serve_tensorboard
 from test_tb_plugin_browser import CHROMIUM, Browser, plugin_frame
@@ -30,7 +31,7 @@ def test_exit_status_is_1_and_the_console_names_rank_step_layer(nan_run):
     ours = [line for line in proc.stderr.splitlines() if line.startswith("profile_overlap run: error:")]
     assert len(ours) == 1 and "verification failed" in ours[0] and "not finite" in ours[0] and WHERE in ours[0]
     # torchrun's agent repeats our line as the root cause, at the bottom of its failure summary.
-    root_cause = proc.stderr[proc.stderr.rindex("Root Cause"):]
+    root_cause = proc.stderr[proc.stderr.rindex("Root Cause") :]
     assert "profile_overlap run: error: verification failed" in root_cause
     assert "Traceback" not in proc.stdout and "[rank1]: Traceback" not in proc.stderr
 
@@ -63,8 +64,7 @@ def test_tensorboard_text_shows_the_failure(nan_run):
     _, run_dir = nan_run
     acc = EventAccumulator(str(run_dir / "split"), size_guidance={"tensors": 0})
     acc.Reload()
-    texts = [t.tensor_proto.string_val[0].decode() for tag in acc.Tags()["tensors"] if "verification" in tag
-             for t in acc.Tensors(tag)]
+    texts = [t.tensor_proto.string_val[0].decode() for tag in acc.Tags()["tensors"] if "verification" in tag for t in acc.Tensors(tag)]
     assert texts and "verification FAILED" in texts[0] and f"values not finite {WHERE}" in texts[0]
 
 
@@ -82,8 +82,12 @@ def test_overlap_tab_shows_the_failure_without_errors(nan_run, tmp_path):
         text = frame.js("document.body.innerText")
         assert "This run FAILED verification" in text and f"values not finite {WHERE}" in text
         assert "the run failed before this mode was profiled" in text
-        errors = [e["params"] for e in browser.events if e.get("method") == "Runtime.exceptionThrown"
-                  or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")]
+        errors = [
+            e["params"]
+            for e in browser.events
+            if e.get("method") == "Runtime.exceptionThrown"
+            or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")
+        ]
         assert errors == [], json.dumps(errors)[:2000]
     finally:
         browser.close()

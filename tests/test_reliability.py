@@ -50,10 +50,32 @@ def test_dead_or_hung_rank_ends_the_job_and_marks_the_run_failed(tmp_path, kind,
 def test_configs_that_differ_across_nodes_are_named(tmp_path):
     port = free_port()
     agents = []
-    for node, dim in enumerate(("64", "128")):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"cfg{port}",
-               "-m", "profile_overlap", "--mode", "split", "--no-profile", "--out", str(tmp_path), *SMALL, "--dim", dim]
+    for dim in ("64", "128"):
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "1",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv-id",
+            f"cfg{port}",
+            "-m",
+            "profile_overlap",
+            "--mode",
+            "split",
+            "--no-profile",
+            "--out",
+            str(tmp_path),
+            *SMALL,
+            "--dim",
+            dim,
+        ]
         agents.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=REPO))
     outputs = [a.communicate(timeout=120) for a in agents]
     assert all(a.returncode != 0 for a in agents)
@@ -69,7 +91,7 @@ def test_dim_not_divisible_by_world_size(tmp_path):
     ours = [line for line in proc.stderr.splitlines() if line.startswith("profile_overlap run: error")]
     assert len(ours) == 1  # printed once, not once per rank
     # ... and repeated by torchrun's agent as the root cause, at the bottom of its summary.
-    assert "--dim 66 is not divisible" in proc.stderr[proc.stderr.rindex("Root Cause"):]
+    assert "--dim 66 is not divisible" in proc.stderr[proc.stderr.rindex("Root Cause") :]
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
@@ -111,8 +133,19 @@ def test_full_disk_while_writing_a_trace(tmp_path):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG errors instead of being killed
         resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "profile_overlap",
-           "--out", str(tmp_path), *SMALL]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "profile_overlap",
+        "--out",
+        str(tmp_path),
+        *SMALL,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=clean_env(), cwd=REPO, preexec_fn=small_disk)
     assert proc.returncode != 0
     _one_line_error(proc.stderr, "free disk space or pick another --out")
@@ -126,7 +159,7 @@ def test_full_disk_while_writing_a_trace(tmp_path):
 def test_runs_in_the_same_second_get_distinct_folders(tmp_path, monkeypatch):
     from profile_overlap import runner
     from profile_overlap.config import Config
-    from profile_overlap.errors import UserError
+    from profile_overlap.core.errors import UserError
 
     monkeypatch.setattr(runner.time, "strftime", lambda fmt: "20260101-000000")
     config = Config(out=str(tmp_path))
@@ -141,8 +174,9 @@ def test_runs_in_the_same_second_get_distinct_folders(tmp_path, monkeypatch):
 def test_ctrl_c_stops_every_rank_and_marks_the_run_interrupted(tmp_path):
     """Self-launched (python -m profile_overlap): SIGINT to the whole process group, as a terminal sends."""
     cmd = [sys.executable, "-m", "profile_overlap", "--nproc-per-node", "2", "--out", str(tmp_path), *SMALL, "--steps", "100000"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=REPO,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=REPO, start_new_session=True
+    )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and not list(tmp_path.glob("*/status.json")):
         time.sleep(0.2)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli
 from profile_overlap import report
 from profile_overlap.metrics import load_metrics
+
+from conftest import cli
 
 SECTIONS = ("verdict", "setup", "verification", "comparison", "timeline", "collectives", "stragglers", "notes", "definitions")
 EVIL = "<script>alert(1)</script>"
@@ -39,8 +40,17 @@ def test_a_run_writes_its_report_with_every_section(compare_run_2):
     # The timeline is embedded, not linked; the Markdown points at the PNG beside it.
     assert html.count('src="data:image/svg+xml;base64,') == 1
     assert "![overlap timeline](timeline.png)" in md and (compare_run_2 / "timeline.png").stat().st_size > 10_000
-    for title in ("## Verdict", "## Setup", "## Verification", "## Sequential vs split", "## Overlap timeline",
-                  "## Collectives", "## Stragglers: wait vs transfer", "## Notes", "## Appendix: metric definitions"):
+    for title in (
+        "## Verdict",
+        "## Setup",
+        "## Verification",
+        "## Sequential vs split",
+        "## Overlap timeline",
+        "## Collectives",
+        "## Stragglers: wait vs transfer",
+        "## Notes",
+        "## Appendix: metric definitions",
+    ):
         assert title in md
     assert json.loads((compare_run_2 / "report.json").read_text()) == json.loads((compare_run_2 / "metrics.json").read_text())
     # Setup: the exact command and every config flag.
@@ -64,7 +74,7 @@ def test_html_is_self_contained(compare_run_2):
         assert attr.startswith(("data:", "#")), attr
     # The figure is an SVG image: nothing inside it fetches anything either.
     svg = base64.b64decode(re.search(r'src="data:image/svg\+xml;base64,([^"]+)"', html).group(1)).decode()
-    assert "<script" not in svg and "href=\"http" not in svg and "xlink:href=\"http" not in svg
+    assert "<script" not in svg and 'href="http' not in svg and 'xlink:href="http' not in svg
 
 
 def test_every_metric_link_lands_on_a_definition(compare_run_2):
@@ -91,7 +101,7 @@ def test_headline_numbers_are_the_records(compare_run_2):
     assert values["failed_checks"] == 0
     # The verdict quotes the same numbers.
     html = (compare_run_2 / "report.html").read_text()
-    verdict = html[html.index('<section id="verdict">'):html.index('<section id="setup">')]
+    verdict = html[html.index('<section id="verdict">') : html.index('<section id="setup">')]
     assert f">{report.ms(split.step_time.median_ms)} ms<" in verdict
     assert f">{report.ms(seq.step_time.median_ms)} ms<" in verdict
     assert f">{report.mib(split.memory[0].optimizer_state_bytes)} MiB<" in verdict
@@ -154,11 +164,14 @@ def test_trace_text_is_escaped_everywhere(compare_run_2, tmp_path):
 
 def test_failed_run_says_failed_at_the_top(compare_run_2, tmp_path):
     run = _copy_run(compare_run_2, tmp_path / "failed-run")
-    (run / "status.json").write_text(json.dumps({"state": "failed", "time": "2026-01-01T00:00:00+00:00",
-                                                 "reason": "verification failed: sequential == split: final parameters"}))
+    (run / "status.json").write_text(
+        json.dumps(
+            {"state": "failed", "time": "2026-01-01T00:00:00+00:00", "reason": "verification failed: sequential == split: final parameters"}
+        )
+    )
     report.write(run, out=tmp_path / "out", formats=("html", "md"))
     html = (tmp_path / "out" / "report.html").read_text()
-    body = html[html.index("<body>"):]
+    body = html[html.index("<body>") :]
     assert body.index("FAILED") < body.index('<section id="verdict">')
     assert (tmp_path / "out" / "report.md").read_text().split("## Verdict")[0].count("FAILED") == 1
 

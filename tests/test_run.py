@@ -14,8 +14,15 @@ from conftest import REPO, SMALL, clean_env, free_port, load_trace, only_run_dir
 
 PHASES = {
     "sequential": {"sequential/all_reduce", "sequential/update", "backward/gradients", "forward/layer0", "forward/layer3"},
-    "split": {"split/reduce_scatter", "split/shard_update", "split/all_gather", "split/wait_all_gather",
-              "backward/gradients", "forward/layer0", "forward/layer3"},
+    "split": {
+        "split/reduce_scatter",
+        "split/shard_update",
+        "split/all_gather",
+        "split/wait_all_gather",
+        "backward/gradients",
+        "forward/layer0",
+        "forward/layer3",
+    },
 }
 
 
@@ -114,7 +121,11 @@ def test_injected_fault_fails_verification(tmp_path):
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "failed" and "verification failed" in status["reason"]
     check = json.loads((run_dir / "metrics.json").read_text())["modes"]["split"]["checks"][0]
-    assert not check["passed"] and check["max_abs_err"] >= 1.0 and (check["worst_rank"], check["worst_step"], check["worst_layer"]) == (1, 0, 2)
+    assert (
+        not check["passed"]
+        and check["max_abs_err"] >= 1.0
+        and (check["worst_rank"], check["worst_step"], check["worst_layer"]) == (1, 0, 2)
+    )
 
 
 def test_no_profile_times_steps_only(tmp_path):
@@ -129,7 +140,19 @@ def test_no_profile_times_steps_only(tmp_path):
 
 def test_self_launch_without_torchrun(tmp_path):
     """Without torchrun it starts its own ranks through torch's elastic launcher."""
-    cmd = [sys.executable, "-m", "profile_overlap", "--nproc-per-node", "2", "--mode", "split", "--no-profile", "--out", str(tmp_path), *SMALL]
+    cmd = [
+        sys.executable,
+        "-m",
+        "profile_overlap",
+        "--nproc-per-node",
+        "2",
+        "--mode",
+        "split",
+        "--no-profile",
+        "--out",
+        str(tmp_path),
+        *SMALL,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=clean_env(), cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     env = json.loads((only_run_dir(tmp_path) / "env.json").read_text())
@@ -140,10 +163,32 @@ def test_two_nodes_through_c10d_rendezvous(tmp_path):
     """Two torchrun agents on this machine form one 4-rank job (2 ranks each)."""
     port = free_port()
     agents = []
-    for node in range(2):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
-               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test{port}",
-               "-m", "profile_overlap", "--mode", "split", "--no-profile", "--out", str(tmp_path), "--name", "twonodes", *SMALL]
+    for _ in range(2):
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "2",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv-id",
+            f"test{port}",
+            "-m",
+            "profile_overlap",
+            "--mode",
+            "split",
+            "--no-profile",
+            "--out",
+            str(tmp_path),
+            "--name",
+            "twonodes",
+            *SMALL,
+        ]
         agents.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=REPO))
     outputs = [a.communicate(timeout=240) for a in agents]
     assert [a.returncode for a in agents] == [0, 0], [o[1][-2000:] for o in outputs]
@@ -231,9 +276,10 @@ def test_env_records_a_command_that_recreates_the_config(compare_run_2):
     env = json.loads((compare_run_2 / "env.json").read_text())
     words = shlex.split(env["command"])
     assert words[:4] == ["torchrun", "--standalone", "--nproc-per-node=2", "-m"]
-    args = words[words.index("profile_overlap") + 1:]
+    args = words[words.index("profile_overlap") + 1 :]
     assert args[0] == "run" and "--name" not in args
     rebuilt = from_args(build_parser("run").parse_args(args[1:]))
     recorded = json.loads((compare_run_2 / "config.json").read_text())
-    assert {k: v for k, v in rebuilt.to_dict().items() if k != "nproc_per_node"} == \
-           {k: v for k, v in recorded.items() if k != "nproc_per_node"}
+    assert {k: v for k, v in rebuilt.to_dict().items() if k != "nproc_per_node"} == {
+        k: v for k, v in recorded.items() if k != "nproc_per_node"
+    }

@@ -19,7 +19,11 @@ def test_sweep_runs_every_point_in_one_job(tmp_path):
     record = json.loads((sweep_dir / "sweep.json").read_text())
     assert record["vary"] == {"dim": [32, 64], "layers": [2, 3]}
     assert [p["knobs"] for p in record["points"]] == [
-        {"dim": 32, "layers": 2}, {"dim": 32, "layers": 3}, {"dim": 64, "layers": 2}, {"dim": 64, "layers": 3}]
+        {"dim": 32, "layers": 2},
+        {"dim": 32, "layers": 3},
+        {"dim": 64, "layers": 2},
+        {"dim": 64, "layers": 3},
+    ]
     for point in record["points"]:
         run_dir = sweep_dir / point["name"]
         metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -58,14 +62,17 @@ def test_crossover_ignores_wins_within_noise():
     assert crossover([point(1, 0.5, False), point(2, 1.5, False), point(3, 0.7, False)], vary)[0]["kind"] == "never"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["sweep"], "give at least one --vary"),
-    (["sweep", "--vary", "width=1,2"], "KNOB one of dim, layers, batch, dtype"),
-    (["sweep", "--vary", "dim=a,b"], "dim takes whole numbers"),
-    (["sweep", "--vary", "dim=64,64"], "repeats a value"),
-    (["sweep", "--vary", "dim=0,64"], "--dim must be a positive integer, got 0"),
-    (["sweep", "--vary", "dim=64", "--mode", "split"], "a sweep always compares both modes"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["sweep"], "give at least one --vary"),
+        (["sweep", "--vary", "width=1,2"], "KNOB one of dim, layers, batch, dtype"),
+        (["sweep", "--vary", "dim=a,b"], "dim takes whole numbers"),
+        (["sweep", "--vary", "dim=64,64"], "repeats a value"),
+        (["sweep", "--vary", "dim=0,64"], "--dim must be a positive integer, got 0"),
+        (["sweep", "--vary", "dim=64", "--mode", "split"], "a sweep always compares both modes"),
+    ],
+)
 def test_bad_sweep_flags(args, message):
     proc = cli(args)
     assert proc.returncode == 2

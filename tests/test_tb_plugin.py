@@ -13,9 +13,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import DATA, REPO, clean_env, cli, free_port
 
 from profile_overlap.tb_plugin.plugin import PLUGIN_NAME, merge_spans
+
+from conftest import DATA, REPO, clean_env, cli, free_port
 
 ROUTES = f"/data/plugin/{PLUGIN_NAME}"
 
@@ -49,9 +50,13 @@ def serve_tensorboard(tb_logdir: Path):
     port = free_port()
     log = tb_logdir.parent / f"tensorboard-{port}.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(tb_logdir),
-                                 "--host", "127.0.0.1", "--port", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT, env=clean_env(), cwd=REPO)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tensorboard.main", "--logdir", str(tb_logdir), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=clean_env(),
+            cwd=REPO,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -163,15 +168,18 @@ def test_frontend_is_served_and_requests_nothing_outside(tensorboard):
     assert status == 200 and b"index.js" in entry
 
 
-@pytest.mark.parametrize("query, code, message", [
-    ("metrics?run=../outside", 403, "outside the logdir"),
-    ("metrics?run=/etc", 403, "outside the logdir"),
-    ("metrics?run=nope", 404, "has no metrics.json"),
-    ("metrics", 400, "missing ?run="),
-    ("timeline?run=compare&mode=nope", 404, "it has sequential, split"),
-    ("timeline?run=compare&mode=split&max_spans=many", 400, "not a whole number"),
-    ("timeline?run=compare&mode=split&max_spans=2", 400, "below 16"),
-])
+@pytest.mark.parametrize(
+    "query, code, message",
+    [
+        ("metrics?run=../outside", 403, "outside the logdir"),
+        ("metrics?run=/etc", 403, "outside the logdir"),
+        ("metrics?run=nope", 404, "has no metrics.json"),
+        ("metrics", 400, "missing ?run="),
+        ("timeline?run=compare&mode=nope", 404, "it has sequential, split"),
+        ("timeline?run=compare&mode=split&max_spans=many", 400, "not a whole number"),
+        ("timeline?run=compare&mode=split&max_spans=2", 400, "below 16"),
+    ],
+)
 def test_bad_requests_get_one_line_errors(tensorboard, query, code, message):
     status, _, body = get(tensorboard + f"{ROUTES}/{query}")
     assert status == code
@@ -179,10 +187,14 @@ def test_bad_requests_get_one_line_errors(tensorboard, query, code, message):
 
 
 def test_merge_spans_keeps_the_largest_gaps():
-    spans = [[1, 0.0, 1.0, "comm", "a"], [1, 1.5, 2.0, "comm", "b"], [1, 5.0, 9.0, "comm", "c"],
-             [1, 9.5, 10.0, "comm", "d"], [2, 0.0, 3.0, "compute", "x"]]
+    spans = [
+        [1, 0.0, 1.0, "comm", "a"],
+        [1, 1.5, 2.0, "comm", "b"],
+        [1, 5.0, 9.0, "comm", "c"],
+        [1, 9.5, 10.0, "comm", "d"],
+        [2, 0.0, 3.0, "compute", "x"],
+    ]
     # Gaps 0.5, 3.0, 0.5: with two spans allowed only the gap of 3.0 stays. Each merged span has
     # its first piece's step and its longest piece's label (c is 4 µs long).
-    assert merge_spans(spans, max_spans=2) == [
-        [1, 0.0, 2.0, "comm", "a"], [2, 0.0, 3.0, "compute", "x"], [1, 5.0, 10.0, "comm", "c"]]
+    assert merge_spans(spans, max_spans=2) == [[1, 0.0, 2.0, "comm", "a"], [2, 0.0, 3.0, "compute", "x"], [1, 5.0, 10.0, "comm", "c"]]
     assert merge_spans(spans, max_spans=4) is spans

@@ -14,9 +14,9 @@ import shutil
 import subprocess
 import tempfile
 import time
-from pathlib import Path
 
 import pytest
+
 from test_tb_plugin import tb_logdir, tensorboard  # noqa: F401  (shared session fixtures)
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -39,12 +39,27 @@ class Browser:
             os.dup2(b, 4)
 
         self.proc = subprocess.Popen(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             # Loopback bypasses the proxy; anything else would go to a port where nothing listens.
-             "--proxy-server=http://127.0.0.1:9", f"--user-data-dir={self.profile}",
-             f"--window-size={width},{height}", "about:blank"],
-            pass_fds=(3, 4), preexec_fn=as_fds_3_and_4, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--remote-debugging-pipe",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                # Loopback bypasses the proxy; anything else would go to a port where nothing listens.
+                "--proxy-server=http://127.0.0.1:9",
+                f"--user-data-dir={self.profile}",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            pass_fds=(3, 4),
+            preexec_fn=as_fds_3_and_4,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(cmd_r)
         os.close(ev_w)
         self.out, self.inp = cmd_w, ev_r
@@ -55,8 +70,7 @@ class Browser:
         self.session = self.send("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
         for domain in ("Page", "Runtime", "Network", "Log", "DOM"):
             self.send(f"{domain}.enable", self.session)
-        self.send("Emulation.setDeviceMetricsOverride", self.session, width=width, height=height,
-                  deviceScaleFactor=1, mobile=False)
+        self.send("Emulation.setDeviceMetricsOverride", self.session, width=width, height=height, deviceScaleFactor=1, mobile=False)
 
     def send(self, method: str, session: str | None = None, **params) -> dict:
         self.next_id += 1
@@ -167,17 +181,24 @@ def test_overlap_tab_renders_offline_with_the_records_numbers(browser, tensorboa
         for rec in metrics["modes"][mode]["analysis"]["ranks"]:
             row = next(r for r in rows if r[0] == mode and r[1].split()[0] == str(rec["rank"]))
             shown = [float(x.replace(",", "")) for x in row[2:9]]
-            assert shown == [rec[k] for k in ("comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap_pct",
-                                              "wait_us", "transfer_us")]
+            assert shown == [
+                rec[k] for k in ("comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap_pct", "wait_us", "transfer_us")
+            ]
     slowest = min(metrics["modes"]["split"]["analysis"]["ranks"], key=lambda r: r["wait_us"])["rank"]
-    assert frame.js("[...document.querySelectorAll('tr.po-slow')].map(r => r.cells[0].innerText + ' ' + r.cells[1].innerText)") \
-        == [f"sequential {min(metrics['modes']['sequential']['analysis']['ranks'], key=lambda r: r['wait_us'])['rank']} ◆",
-            f"split {slowest} ◆"]
+    assert frame.js("[...document.querySelectorAll('tr.po-slow')].map(r => r.cells[0].innerText + ' ' + r.cells[1].innerText)") == [
+        f"sequential {min(metrics['modes']['sequential']['analysis']['ranks'], key=lambda r: r['wait_us'])['rank']} ◆",
+        f"split {slowest} ◆",
+    ]
     # Per-step and per-collective tables, and the explain panel for 2 ranks.
     text = frame.js("document.body.innerText")
     num_steps = sum(len(r["steps"]) for m in ("sequential", "split") for r in metrics["modes"][m]["analysis"]["ranks"])
-    assert frame.js("[...document.querySelectorAll('table')].filter(t => t.tHead.innerText.includes('step_us'))"
-                    ".reduce((n, t) => n + t.tBodies[0].rows.length, 0)") == num_steps
+    assert (
+        frame.js(
+            "[...document.querySelectorAll('table')].filter(t => t.tHead.innerText.includes('step_us'))"
+            ".reduce((n, t) => n + t.tBodies[0].rows.length, 0)"
+        )
+        == num_steps
+    )
     assert "reduce_scatter" in text and "busbw GB/s" in text
     assert "with this run's 2 ranks" in text and "[4, 6]" in text  # ranks hold [1, 2] and [3, 4]
 
@@ -203,8 +224,9 @@ def test_overlap_tab_renders_offline_with_the_records_numbers(browser, tensorboa
     before = int(frame.js("document.querySelectorAll('.po-panel')[1].dataset.spansInView"))
     for _ in range(6):
         browser.page("Input.dispatchMouseEvent", type="mouseWheel", x=ix + cx + cw / 2, y=y, deltaX=0, deltaY=-400)
-    after = int(frame.wait("(p => p.dataset.spansInView !== String(%d) && p.dataset.spansInView)("
-                           "document.querySelectorAll('.po-panel')[1])" % before))
+    after = int(
+        frame.wait(f"(p => p.dataset.spansInView !== String({before}) && p.dataset.spansInView)(document.querySelectorAll('.po-panel')[1])")
+    )
     assert after < before
     assert "spans in view" in frame.js("document.querySelectorAll('.po-note')[1].innerText")
 
@@ -216,7 +238,11 @@ def test_overlap_tab_renders_offline_with_the_records_numbers(browser, tensorboa
     assert any("/data/plugin/profile_overlap/timeline" in u for u in requests)
     outside = [u for u in requests if not u.startswith((tensorboard + "/", "data:", "blob:", "about:"))]
     assert outside == [], f"requests outside the TensorBoard server: {outside}"
-    errors = [e["params"] for e in browser.events if e.get("method") == "Runtime.exceptionThrown"
-              or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")
-              or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")]
+    errors = [
+        e["params"]
+        for e in browser.events
+        if e.get("method") == "Runtime.exceptionThrown"
+        or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")
+        or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
+    ]
     assert errors == [], f"console errors: {json.dumps(errors)[:2000]}"

@@ -22,7 +22,9 @@ HELPER = Path(__file__).resolve().parent / "helpers" / "threads_after_main.py"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", [["run", "--mode", "compare"], ["bench-collectives", "--sizes", "1K:4K", "--iters", "2", "--warmup", "1"]])
+@pytest.mark.parametrize(
+    "command", [["run", "--mode", "compare"], ["bench-collectives", "--sizes", "1K:4K", "--iters", "2", "--warmup", "1"]]
+)
 def test_no_gloo_thread_outlives_the_job(tmp_path, command):
     threads_out = tmp_path / "threads"
     threads_out.mkdir()
@@ -30,8 +32,7 @@ def test_no_gloo_thread_outlives_the_job(tmp_path, command):
     if command[0] == "run":
         args += SMALL  # profiled: the profiler's first trace is what imported torch.distributed.nn late
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(HELPER), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO,
-                          env=clean_env(THREADS_OUT=str(threads_out)))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO, env=clean_env(THREADS_OUT=str(threads_out)))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     for rank in (0, 1):
         record = json.loads((threads_out / f"rank{rank}.json").read_text())

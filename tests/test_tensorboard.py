@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, clean_env, free_port
 from profile_overlap import console
 from profile_overlap import tensorboard as tb
-from profile_overlap.errors import UserError
+from profile_overlap.core.errors import UserError
 from profile_overlap.metrics import load_metrics
+
+from conftest import REPO, clean_env, free_port
 
 MODES = ("sequential", "split")
 # torch-tb-profiler's file pattern (torch_tb_profiler/consts.py WORKER_PATTERN), written out here.
@@ -45,8 +46,12 @@ class Server:
         return json.loads(self.get(path, **query))
 
     def post(self, path: str, body: dict):
-        req = urllib.request.Request(f"{self.base}/{path}", data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json", "X-XSRF-Protected": "1"})
+        req = urllib.request.Request(
+            f"{self.base}/{path}",
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json", "X-XSRF-Protected": "1"},
+        )
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read())
 
@@ -79,8 +84,14 @@ def server(compare_run_2, tmp_path_factory):
     port = free_port()
     log = logdir.parent / "tensorboard.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "profile_overlap", "tensorboard", str(logdir), "--port", str(port)],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=clean_env(), cwd=REPO)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "profile_overlap", "tensorboard", str(logdir), "--port", str(port)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=clean_env(),
+            cwd=REPO,
+        )
     srv = Server(f"http://127.0.0.1:{port}", run_dir.name, proc, log, run_dir)
     try:
         wait_for(srv, lambda: len(srv.json("data/plugin/scalars/tags")) == 2)
@@ -113,14 +124,17 @@ def test_scalars_for_both_modes_match_the_record(server):
     # The overlaid series are the record's numbers, per profiled step.
     ranks = metrics.modes["split"].analysis["ranks"]
     points = server.json("data/plugin/scalars/scalars", run=f"{server.run}/split", tag="max/exposed_comm_ms")
-    expected = {s["step"]: max(x["exposed_comm_us"] for r in ranks for x in r["steps"] if x["step"] == s["step"]) / 1e3
-                for s in ranks[0]["steps"]}
+    expected = {
+        s["step"]: max(x["exposed_comm_us"] for r in ranks for x in r["steps"] if x["step"] == s["step"]) / 1e3 for s in ranks[0]["steps"]
+    }
     assert {p[1]: round(p[2], 3) for p in points} == {k: round(v, 3) for k, v in expected.items()}
     timed = server.json("data/plugin/scalars/scalars", run=f"{server.run}/sequential", tag="step_time/timed_ms")
     assert [round(p[2], 3) for p in timed] == [round(t, 3) for t in metrics.modes["sequential"].step_time.times_ms]
     # Split keeps 1/N of the optimizer state: half of sequential's on 2 ranks.
-    opt = {mode: server.json("data/plugin/scalars/scalars", run=f"{server.run}/{mode}",
-                             tag="memory/rank0/optimizer_state_bytes")[0][2] for mode in MODES}
+    opt = {
+        mode: server.json("data/plugin/scalars/scalars", run=f"{server.run}/{mode}", tag="memory/rank0/optimizer_state_bytes")[0][2]
+        for mode in MODES
+    }
     assert opt["split"] * 2 == opt["sequential"]
 
 
@@ -156,10 +170,16 @@ def test_hparams_session_groups_sortable_by_headline_metrics(server):
     metrics = load_metrics(server.run_dir / "metrics.json")
     experiment = server.post("data/plugin/hparams/experiment", {"experimentName": ""})
     assert {m["name"]["tag"] for m in experiment["metricInfos"]} == set(tb.HEADLINE)
-    groups = server.post("data/plugin/hparams/session_groups", {
-        "experimentName": "", "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"],
-        "colParams": [{"metric": {"tag": "headline/median_step_ms"}, "order": "ORDER_ASC"}],
-        "startIndex": 0, "sliceSize": 10})
+    groups = server.post(
+        "data/plugin/hparams/session_groups",
+        {
+            "experimentName": "",
+            "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"],
+            "colParams": [{"metric": {"tag": "headline/median_step_ms"}, "order": "ORDER_ASC"}],
+            "startIndex": 0,
+            "sliceSize": 10,
+        },
+    )
     names = [g["name"] for g in groups["sessionGroups"]]
     assert sorted(names) == [f"{server.run}/sequential", f"{server.run}/split"]
     for g in groups["sessionGroups"]:

@@ -8,13 +8,12 @@ import pytest
 from matplotlib.patches import Rectangle
 
 from profile_overlap import timeline
-from profile_overlap.errors import UserError
+from profile_overlap.core.errors import UserError
 from profile_overlap.metrics import RunMetrics, load_metrics
 
 
 def bare_metrics(**config) -> RunMetrics:
-    return RunMetrics(schema_version=1, run_dir="runs/hand-made", config=config, env={"world_size": 1},
-                      modes={}, checks=(), speedup=None)
+    return RunMetrics(schema_version=1, run_dir="runs/hand-made", config=config, env={"world_size": 1}, modes={}, checks=(), speedup=None)
 
 
 def one_rank(rank: int, steps: dict[int, float], spans: list) -> dict:
@@ -28,14 +27,19 @@ def one_rank(rank: int, steps: dict[int, float], spans: list) -> dict:
 
 def hatched(fig) -> list[tuple[float, float]]:
     """(start_ms, width_ms) of the overlap hatches drawn on comm bars."""
-    return sorted((round(p.get_x(), 6), round(p.get_width(), 6)) for ax in fig.axes for p in ax.patches
-                  if isinstance(p, Rectangle) and p.get_hatch())
+    return sorted(
+        (round(p.get_x(), 6), round(p.get_width(), 6)) for ax in fig.axes for p in ax.patches if isinstance(p, Rectangle) and p.get_hatch()
+    )
 
 
 def test_overlap_shading_is_exactly_comm_and_compute_intersection():
     # comm 0-10 ms and 30-40 ms; compute 5-20 ms and 35-36 ms: overlapped 5-10 and 35-36 ms.
-    spans = [[1, 1000, 11000, "comm", "split/reduce_scatter"], [1, 31000, 41000, "comm", "split/all_gather"],
-             [1, 6000, 21000, "compute", "forward/layer0"], [1, 36000, 37000, "compute", "forward/layer1"]]
+    spans = [
+        [1, 1000, 11000, "comm", "split/reduce_scatter"],
+        [1, 31000, 41000, "comm", "split/all_gather"],
+        [1, 6000, 21000, "compute", "forward/layer0"],
+        [1, 36000, 37000, "compute", "forward/layer1"],
+    ]
     fig = timeline.figure(bare_metrics(), {"modes": {"split": {"ranks": [one_rank(0, {1: 50_000}, spans)]}}})
     assert hatched(fig) == [(5.0, 5.0), (35.0, 1.0)]
     texts = {t.get_text() for t in fig.axes[0].texts}
@@ -62,7 +66,8 @@ def test_64_ranks_are_sampled_keeping_rank_0_and_the_slowest():
     shown = [int(s.split()[1]) for s in labels if s.startswith("rank")]
     assert len(shown) == 16 and 0 in shown and 37 in shown and 63 in shown
     assert fig.axes[0].get_title(loc="right") == (
-        "showing 16 of 64 ranks: rank 0, the slowest in this step (rank 37), and evenly spaced ranks")
+        "showing 16 of 64 ranks: rank 0, the slowest in this step (rank 37), and evenly spaced ranks"
+    )
 
 
 def test_real_run_figure_png_and_svg(compare_run_2, tmp_path):

@@ -12,8 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from profile_overlap import analysis as trace_analysis
-from profile_overlap.errors import UserError
-from profile_overlap.metrics import SCHEMA_VERSION, ModeMetrics, RunMetrics, StepTimes, write_json_atomic
+from profile_overlap.core.errors import UserError
+from profile_overlap.core.files import METRICS_JSON, TIMELINE_JSON
+from profile_overlap.core.io import write_json_atomic
+from profile_overlap.metrics import SCHEMA_VERSION, ModeMetrics, RunMetrics, StepTimes
 
 FOREIGN_MODE = "trace"
 """The one mode of a record written for foreign traces (our runs have sequential / split)."""
@@ -30,10 +32,13 @@ def plugin_metrics(result: trace_analysis.TraceAnalysis, *, out_dir: Path) -> Ru
         analysis=trace_analysis.to_json(result),
     )
     return RunMetrics(
-        schema_version=SCHEMA_VERSION, run_dir=str(out_dir),
+        schema_version=SCHEMA_VERSION,
+        run_dir=str(out_dir),
         config={"source": result.source, "hta_compat": result.hta_compat},
         env={"command": "profile_overlap analyze --tensorboard", "world_size": result.world_size},
-        modes={FOREIGN_MODE: mode}, checks=(), speedup=None,
+        modes={FOREIGN_MODE: mode},
+        checks=(),
+        speedup=None,
     )
 
 
@@ -43,9 +48,10 @@ def write_plugin_data(out_dir: Path, result: trace_analysis.TraceAnalysis) -> Pa
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out_dir / "metrics.json", plugin_metrics(result, out_dir=out_dir).to_json())
-        write_json_atomic(out_dir / "timeline.json", trace_analysis.timeline_record({FOREIGN_MODE: result}))
+        write_json_atomic(out_dir / METRICS_JSON, plugin_metrics(result, out_dir=out_dir).to_json())
+        write_json_atomic(out_dir / TIMELINE_JSON, trace_analysis.timeline_record({FOREIGN_MODE: result}))
     except OSError as err:
-        raise UserError(f"cannot write the TensorBoard data to {out_dir}: {err.strerror}; "
-                        "pick a writable folder with --tensorboard OUT") from None
+        raise UserError(
+            f"cannot write the TensorBoard data to {out_dir}: {err.strerror}; pick a writable folder with --tensorboard OUT"
+        ) from None
     return out_dir

@@ -30,11 +30,10 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from profile_overlap.core.files import METRICS_JSON, STATUS_JSON, TIMELINE_JSON
+
 PLUGIN_NAME = "profile_overlap"
 TAB_NAME = "Overlap"
-METRICS_FILE = "metrics.json"
-TIMELINE_FILE = "timeline.json"
-STATUS_FILE = "status.json"
 MIN_MAX_SPANS = 16
 CACHED_REPLIES = 8
 """Timeline replies kept serialised: a 64-rank timeline.json takes seconds to parse, and the tab
@@ -55,7 +54,7 @@ def find_runs(logdir: Path) -> list[Path]:
     skipped, and the walk does not descend into a run (its subfolders hold traces)."""
     runs = []
     for folder, subdirs, files in os.walk(logdir):
-        if METRICS_FILE in files:
+        if METRICS_JSON in files:
             runs.append(Path(folder))
             subdirs[:] = []
         else:
@@ -65,16 +64,22 @@ def find_runs(logdir: Path) -> list[Path]:
 
 def describe_run(logdir: Path, run_dir: Path) -> dict:
     """One row of the run picker, read from the run's own files."""
-    entry = {"run": run_dir.relative_to(logdir).as_posix(), "modes": [], "world_size": None,
-             "status": None, "has_timeline": (run_dir / TIMELINE_FILE).is_file(), "error": None}
+    entry = {
+        "run": run_dir.relative_to(logdir).as_posix(),
+        "modes": [],
+        "world_size": None,
+        "status": None,
+        "has_timeline": (run_dir / TIMELINE_JSON).is_file(),
+        "error": None,
+    }
     try:
-        record = json.loads((run_dir / METRICS_FILE).read_text())
+        record = json.loads((run_dir / METRICS_JSON).read_text())
         entry["modes"] = list(record["modes"])
         entry["world_size"] = (record.get("env") or {}).get("world_size")
     except (OSError, ValueError, KeyError, TypeError) as err:
-        entry["error"] = f"unreadable {METRICS_FILE}: {err}"
+        entry["error"] = f"unreadable {METRICS_JSON}: {err}"
     try:
-        entry["status"] = json.loads((run_dir / STATUS_FILE).read_text()).get("state")
+        entry["status"] = json.loads((run_dir / STATUS_JSON).read_text()).get("state")
     except (OSError, ValueError, AttributeError):
         pass
     return entry
@@ -98,7 +103,7 @@ def merge_spans(spans: list[list], *, max_spans: int) -> list[list]:
         end = np.array([s[2] for s in mine], dtype=np.float64)[order]
         gap = start[1:] - np.maximum.accumulate(end)[:-1]
         breaks = np.zeros(len(mine), dtype=bool)
-        breaks[1 + np.argsort(-gap, kind="stable")[:max_spans - 1]] = True
+        breaks[1 + np.argsort(-gap, kind="stable")[: max_spans - 1]] = True
         breaks[0] = True
         group = np.cumsum(breaks) - 1
         first = np.flatnonzero(breaks)
@@ -150,15 +155,15 @@ class OverlapPlugin(base_plugin.TBPlugin):
         run_dir = (logdir / run).resolve()
         if not run_dir.is_relative_to(logdir):
             raise RequestError(f"run {run!r} is outside the logdir", code=403)
-        if not (run_dir / METRICS_FILE).is_file():
-            raise RequestError(f"run {run!r} has no {METRICS_FILE}", code=404)
+        if not (run_dir / METRICS_JSON).is_file():
+            raise RequestError(f"run {run!r} has no {METRICS_JSON}", code=404)
         return run_dir
 
     # ------------------------------------------------------------- routes
 
     @wrappers.Request.application
     def _serve_static(self, request):
-        name, mimetype = _STATIC[request.path[request.path.rindex("/"):]]
+        name, mimetype = _STATIC[request.path[request.path.rindex("/") :]]
         content = resources.files(__package__).joinpath("static", name).read_bytes()
         return http_util.Respond(request, content, mimetype)
 
@@ -172,7 +177,7 @@ class OverlapPlugin(base_plugin.TBPlugin):
     def _serve_metrics(self, request):
         try:
             # Byte for byte: the tab shows the record's own numbers, never a re-serialisation.
-            content = (self._run_dir(request) / METRICS_FILE).read_bytes()
+            content = (self._run_dir(request) / METRICS_JSON).read_bytes()
         except RequestError as err:
             return _error(request, err)
         return http_util.Respond(request, content, "application/json")
@@ -196,11 +201,11 @@ class OverlapPlugin(base_plugin.TBPlugin):
                 raise RequestError(f"max_spans={max_spans!r} is not a whole number") from None
             if max_spans < MIN_MAX_SPANS:
                 raise RequestError(f"max_spans={max_spans} is below {MIN_MAX_SPANS}")
-        path = run_dir / TIMELINE_FILE
+        path = run_dir / TIMELINE_JSON
         try:
             stat = path.stat()
         except OSError:
-            raise RequestError(f"this run has no {TIMELINE_FILE} (it was not profiled)", code=404) from None
+            raise RequestError(f"this run has no {TIMELINE_JSON} (it was not profiled)", code=404) from None
         key = (str(path), stat.st_mtime_ns, stat.st_size, max_spans)
         with self._lock:
             replies = self._replies.get(key)
@@ -221,15 +226,21 @@ def timeline_replies(path: Path, *, max_spans: int | None) -> dict[str, bytes]:
         modes = orjson.loads(path.read_bytes())["modes"]
         ranks_of = {mode: record["ranks"] for mode, record in modes.items()}
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise RequestError(f"unreadable {TIMELINE_FILE}: {err}", code=500) from None
+        raise RequestError(f"unreadable {TIMELINE_JSON}: {err}", code=500) from None
     replies = {}
     for mode, ranks in ranks_of.items():
         num_in_file = sum(len(r["spans"]) for r in ranks)
         if max_spans is not None:
             ranks = [{**r, "spans": merge_spans(r["spans"], max_spans=max_spans)} for r in ranks]
-        replies[mode] = orjson.dumps({
-            "mode": mode, "ranks": ranks, "max_spans": max_spans,
-            "num_spans_in_file": num_in_file, "num_spans_served": sum(len(r["spans"]) for r in ranks)})
+        replies[mode] = orjson.dumps(
+            {
+                "mode": mode,
+                "ranks": ranks,
+                "max_spans": max_spans,
+                "num_spans_in_file": num_in_file,
+                "num_spans_served": sum(len(r["spans"]) for r in ranks),
+            }
+        )
     return replies
 
 

@@ -34,10 +34,14 @@ def main(run_dir: Path, num_gpus: int) -> int:
     problems = []
     if json.loads((run_dir / "status.json").read_text())["state"] != "succeeded":
         problems.append("status.json is not succeeded")
-    print(f"\nGPU check: {metrics['env']['ranks'][0]['device']} x{num_gpus}, torch {metrics['env']['torch']}, "
-          f"CUDA {metrics['env']['cuda']}, NCCL {metrics['env']['nccl']}")
-    print(f"{'mode':<11} {'step ms (median, p10-p90)':>27} {'timer':>12} {'kernels':>8} {'NCCL kernels':>13} "
-          f"{'compute streams':>16} {'NCCL streams':>13} {'overlap %':>9} {'peak GiB':>9}")
+    print(
+        f"\nGPU check: {metrics['env']['ranks'][0]['device']} x{num_gpus}, torch {metrics['env']['torch']}, "
+        f"CUDA {metrics['env']['cuda']}, NCCL {metrics['env']['nccl']}"
+    )
+    print(
+        f"{'mode':<11} {'step ms (median, p10-p90)':>27} {'timer':>12} {'kernels':>8} {'NCCL kernels':>13} "
+        f"{'compute streams':>16} {'NCCL streams':>13} {'overlap %':>9} {'peak GiB':>9}"
+    )
     for mode, m in metrics["modes"].items():
         traces = sorted((run_dir / mode).glob("*.pt.trace.json.gz"))
         if len(traces) != num_gpus:
@@ -52,9 +56,11 @@ def main(run_dir: Path, num_gpus: int) -> int:
         pct = ranks[0]["overlap_pct"]
         peaks = [x["peak_allocated_bytes"] for x in m["memory"] if x["peak_allocated_bytes"] is not None]
         peak = max(peaks) / 2**30 if peaks else float("nan")
-        print(f"{mode:<11} {st['median_ms']:>10.2f} ({st['p10_ms']:.2f}-{st['p90_ms']:.2f}) {st['method']:>12} "
-              f"{sum(compute.values()):>8} {sum(comm.values()):>13} {','.join(map(str, sorted(compute))):>16} "
-              f"{','.join(map(str, sorted(comm))) or '-':>13} {'-' if pct is None else f'{pct:.1f}':>9} {peak:>9.2f}")
+        print(
+            f"{mode:<11} {st['median_ms']:>10.2f} ({st['p10_ms']:.2f}-{st['p90_ms']:.2f}) {st['method']:>12} "
+            f"{sum(compute.values()):>8} {sum(comm.values()):>13} {','.join(map(str, sorted(compute))):>16} "
+            f"{','.join(map(str, sorted(comm))) or '-':>13} {'-' if pct is None else f'{pct:.1f}':>9} {peak:>9.2f}"
+        )
         if st["method"] != "cuda_events":
             problems.append(f"{mode}: steps not timed with CUDA events")
         if not compute:
@@ -67,8 +73,10 @@ def main(run_dir: Path, num_gpus: int) -> int:
             if set(comm) & set(compute):
                 problems.append(f"{mode}: NCCL kernels share a stream with compute kernels: {set(comm) & set(compute)}")
     if num_gpus == 1:
-        print("world size 1: NCCL's one-rank path launches no NCCL kernel, so the NCCL-stream and overlap columns "
-              "are empty by design; multi-rank NCCL traces are checked in CI from tests/data.")
+        print(
+            "world size 1: NCCL's one-rank path launches no NCCL kernel, so the NCCL-stream and overlap columns "
+            "are empty by design; multi-rank NCCL traces are checked in CI from tests/data."
+        )
     checks = [c for m in metrics["modes"].values() for c in m["checks"]] + metrics["checks"]
     for c in checks:
         print(("OK     " if c["passed"] else "FAILED ") + c["name"] + f" (max error {c['max_abs_err']})")

@@ -1,0 +1,34 @@
+"""Atomic writes: a temporary file in the target's folder, then a rename, so that a reader sees
+the old file or the new one, never half of one (a killed run, a full disk, a reader racing us)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def replace_atomically(path: Path, write: Callable[[Path], None]) -> Path:
+    """Call `write(tmp)` on a temporary path beside `path`, then rename it to `path`."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    return replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_json_atomic(path: Path, data: Any, *, indent: int = 2) -> Path:
+    """Strict JSON (NaN and infinity are refused: other tools read these files)."""
+    return write_text_atomic(path, json.dumps(data, indent=indent, allow_nan=False) + "\n")
