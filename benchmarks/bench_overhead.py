@@ -3,8 +3,8 @@
     python benchmarks/bench_overhead.py            # default CPU config, 4 ranks, 5 blocks of 10 steps each way, 3 jobs
     python benchmarks/bench_overhead.py --quick    # smoke run (figures meaningless): 2 ranks, 2 blocks of 2 steps, small layers
 
-Each job is a real torchrun job running the real pipelines (profile_overlap.modes) with the `run`
-command's default config (profile_overlap.config.Config). Per mode, after warmup steps, it
+Each job is a real torchrun job running the real pipelines (profile_overlap.run.pipelines) with the `run`
+command's default config (profile_overlap.run.config.Config). Per mode, after warmup steps, it
 alternates blocks of steps without and with the profiler (the order flips every block, so drift
 favours neither side). Profiled blocks record what `run` records (CPU activities, plus CUDA on GPU,
 record_shapes=True, prof.step() per step) after one untimed profiler warmup step, as `run` does.
@@ -45,9 +45,9 @@ def run_job(args: argparse.Namespace) -> None:
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile
 
-    from profile_overlap import modes as pipelines
-    from profile_overlap import runner
-    from profile_overlap.config import Config
+    from profile_overlap.run import harness as runner
+    from profile_overlap.run import pipelines
+    from profile_overlap.run.config import Config
 
     config = Config(**{k: getattr(args, k) for k in ("layers", "dim", "batch", "dtype") if getattr(args, k) is not None})
     backend = runner.resolve_backend(config)
@@ -219,7 +219,7 @@ def main() -> int:
         jobs = [start_job(args, Path(tmp) / f"job{i}.json") for i in range(args.jobs)]
     summary = report(jobs)
     if args.json:
-        from profile_overlap.metrics import write_json_atomic
+        from profile_overlap.record.metrics import write_json_atomic
 
         write_json_atomic(Path(args.json), summary)
     return 0

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# The synthetic trace generator serves the tests and the benchmarks; it is not part of the package.
+sys.path.insert(0, str(REPO / "benchmarks"))
 DATA = Path(__file__).resolve().parent / "data"
 
 # Small and quick: each run is dominated by process start-up and torch import.

@@ -6,10 +6,10 @@ from pathlib import Path
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from synthetic import gpu_trace, write_trace
 
-from profile_overlap import intervals as iv
-from profile_overlap.analysis import analyze_rank
-from profile_overlap.synthetic import gpu_trace, write_trace
+from profile_overlap.analysis import intervals as iv
+from profile_overlap.analysis.core import analyze_rank
 
 HORIZON = 120
 

@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profile_overlap.analysis import COMM_KERNEL_RE, analyze_dir, analyze_rank, collective_kind
-from profile_overlap.trace import load_trace
+from profile_overlap.analysis.core import COMM_KERNEL_RE, analyze_dir, analyze_rank, collective_kind
+from profile_overlap.analysis.trace import load_trace
 
 DATA = Path(__file__).parent / "data"
 TRACE_FILTER = DATA / "hta_trace_filter_2rank"

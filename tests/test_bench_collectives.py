@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from profile_overlap.bench_collectives import COLLECTIVES, BenchConfig, build_result, parse_sizes, size_ladder
+from profile_overlap.tools.bench_collectives import COLLECTIVES, BenchConfig, build_result, parse_sizes, size_ladder
 
 from conftest import clean_env, cli, only_run_dir, torchrun
 

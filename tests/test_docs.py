@@ -16,7 +16,7 @@ def _section(text: str, heading: str) -> str:
 def test_metrics_section_is_the_shipped_definitions():
     """Reports link to the packaged copy; the README's section must be that text exactly."""
     readme = (REPO / "README.md").read_text()
-    shipped = (REPO / "profile_overlap" / "static" / "metric_defs.md").read_text().strip()
+    shipped = (REPO / "profile_overlap" / "render" / "static" / "metric_defs.md").read_text().strip()
     assert _section(readme, "## Metrics") == shipped
 
 
@@ -29,7 +29,7 @@ def test_quickstart_has_the_two_commands_ci_runs():
 
 
 def test_every_command_is_documented():
-    from profile_overlap.__main__ import COMMANDS
+    from profile_overlap.cli.main import COMMANDS
 
     commands = _section((REPO / "README.md").read_text(), "## Commands")
     for name in COMMANDS:

@@ -22,8 +22,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from profile_overlap import analysis, console, report
-from profile_overlap.report_md import render as render_md
+from profile_overlap.analysis import core as analysis
+from profile_overlap.record.folder import load_run
+from profile_overlap.record.summary import headline
+from profile_overlap.render import console
+from profile_overlap.render.markdown import render as render_md
+from profile_overlap.render.report import build
 
 from conftest import DATA
 
@@ -72,15 +76,15 @@ def test_analysis_of_fixed_traces(folder):
 
 @pytest.fixture(scope="module")
 def golden_run():
-    return report.load_run(GOLDEN / "run")
+    return load_run(GOLDEN / "run")
 
 
 def test_headline_numbers_of_a_fixed_record(golden_run):
-    check_json(GOLDEN / "run" / "expected" / "headline.json", report.headline(golden_run.metrics))
+    check_json(GOLDEN / "run" / "expected" / "headline.json", headline(golden_run.metrics))
 
 
 def test_report_of_a_fixed_record(golden_run):
-    check_text(GOLDEN / "run" / "expected" / "report.md", render_md(report.build(golden_run), figure_png="timeline.png"))
+    check_text(GOLDEN / "run" / "expected" / "report.md", render_md(build(golden_run), figure_png="timeline.png"))
 
 
 def test_console_summary_of_a_fixed_record(golden_run):

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from profile_overlap import intervals as iv
+from profile_overlap.analysis import intervals as iv
 
 
 def u(*pairs):

@@ -157,9 +157,9 @@ def test_full_disk_while_writing_a_trace(tmp_path):
 
 
 def test_runs_in_the_same_second_get_distinct_folders(tmp_path, monkeypatch):
-    from profile_overlap import runner
-    from profile_overlap.config import Config
     from profile_overlap.core.errors import UserError
+    from profile_overlap.run import harness as runner
+    from profile_overlap.run.config import Config
 
     monkeypatch.setattr(runner.time, "strftime", lambda fmt: "20260101-000000")
     config = Config(out=str(tmp_path))

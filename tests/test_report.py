@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from profile_overlap import report
-from profile_overlap.metrics import load_metrics
+from profile_overlap.record import summary
+from profile_overlap.record.metrics import load_metrics
+from profile_overlap.render import document, write
 
 from conftest import cli
 
@@ -90,7 +91,7 @@ def test_every_metric_link_lands_on_a_definition(compare_run_2):
 
 def test_headline_numbers_are_the_records(compare_run_2):
     metrics = load_metrics(compare_run_2 / "metrics.json")
-    values = report.headline(metrics)
+    values = summary.headline(metrics)
     seq, split = metrics.modes["sequential"], metrics.modes["split"]
     assert values["speedup"] == metrics.speedup.measured == seq.step_time.median_ms / split.step_time.median_ms
     assert values["predicted_speedup"] == metrics.speedup.predicted
@@ -102,9 +103,9 @@ def test_headline_numbers_are_the_records(compare_run_2):
     # The verdict quotes the same numbers.
     html = (compare_run_2 / "report.html").read_text()
     verdict = html[html.index('<section id="verdict">') : html.index('<section id="setup">')]
-    assert f">{report.ms(split.step_time.median_ms)} ms<" in verdict
-    assert f">{report.ms(seq.step_time.median_ms)} ms<" in verdict
-    assert f">{report.mib(split.memory[0].optimizer_state_bytes)} MiB<" in verdict
+    assert f">{document.ms(split.step_time.median_ms)} ms<" in verdict
+    assert f">{document.ms(seq.step_time.median_ms)} ms<" in verdict
+    assert f">{document.mib(split.memory[0].optimizer_state_bytes)} MiB<" in verdict
     assert "1/2 of the optimizer state" in verdict
 
 
@@ -148,7 +149,7 @@ def test_trace_text_is_escaped_everywhere(compare_run_2, tmp_path):
     metrics["env"]["command"] = "python -m profile_overlap --out '</code><script>alert(3)</script>'"
     (run / "metrics.json").write_text(json.dumps(metrics))
 
-    report.write(run, out=tmp_path / "out")
+    write.write(run, out=tmp_path / "out")
     html = (tmp_path / "out" / "report.html").read_text()
     assert "<script" not in html.lower() and "<img src=x" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "&lt;img src=x onerror=&quot;alert(2)&quot;&gt;" in html
@@ -169,7 +170,7 @@ def test_failed_run_says_failed_at_the_top(compare_run_2, tmp_path):
             {"state": "failed", "time": "2026-01-01T00:00:00+00:00", "reason": "verification failed: sequential == split: final parameters"}
         )
     )
-    report.write(run, out=tmp_path / "out", formats=("html", "md"))
+    write.write(run, out=tmp_path / "out", formats=("html", "md"))
     html = (tmp_path / "out" / "report.html").read_text()
     body = html[html.index("<body>") :]
     assert body.index("FAILED") < body.index('<section id="verdict">')

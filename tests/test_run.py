@@ -270,8 +270,8 @@ def test_env_records_a_command_that_recreates_the_config(compare_run_2):
     same config; --name is left out, since that folder exists."""
     import shlex
 
-    from profile_overlap.__main__ import build_parser
-    from profile_overlap.config import from_args
+    from profile_overlap.cli.main import build_parser
+    from profile_overlap.run.config import from_args
 
     env = json.loads((compare_run_2 / "env.json").read_text())
     words = shlex.split(env["command"])

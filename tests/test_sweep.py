@@ -48,7 +48,7 @@ def test_sweep_runs_every_point_in_one_job(tmp_path):
 
 
 def test_crossover_ignores_wins_within_noise():
-    from profile_overlap.sweep import crossover
+    from profile_overlap.tools.sweep import crossover
 
     def point(dim, speedup, noisy):
         return {"name": f"d{dim}", "knobs": {"dim": dim}, "headline": {"speedup": speedup}, "within_noise": noisy}

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from profile_overlap import console
-from profile_overlap import tensorboard as tb
 from profile_overlap.core.errors import UserError
-from profile_overlap.metrics import load_metrics
+from profile_overlap.record.metrics import load_metrics
+from profile_overlap.render import console
+from profile_overlap.render import tensorboard as tb
 
 from conftest import REPO, clean_env, free_port
 

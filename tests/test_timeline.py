@@ -7,9 +7,9 @@ import json
 import pytest
 from matplotlib.patches import Rectangle
 
-from profile_overlap import timeline
 from profile_overlap.core.errors import UserError
-from profile_overlap.metrics import RunMetrics, load_metrics
+from profile_overlap.record.metrics import RunMetrics, load_metrics
+from profile_overlap.render import timeline
 
 
 def bare_metrics(**config) -> RunMetrics:

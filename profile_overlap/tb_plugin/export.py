@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profile_overlap import analysis as trace_analysis
+from profile_overlap.analysis import core as trace_analysis
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, TIMELINE_JSON
 from profile_overlap.core.io import write_json_atomic
-from profile_overlap.metrics import SCHEMA_VERSION, ModeMetrics, RunMetrics, StepTimes
+from profile_overlap.record.metrics import SCHEMA_VERSION, ModeMetrics, RunMetrics, StepTimes
 
 FOREIGN_MODE = "trace"
 """The one mode of a record written for foreign traces (our runs have sequential / split)."""

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from profile_overlap.__main__ import main
+from profile_overlap.cli.main import main
 
 code = main(sys.argv[1:])
 names = []

@@ -13,8 +13,8 @@ import dataclasses
 import torch
 import torch.distributed as dist
 
-from profile_overlap.metrics import CheckResult
-from profile_overlap.modes import State, all_gather_single, reduce_scatter
+from profile_overlap.record.metrics import CheckResult
+from profile_overlap.run.pipelines import State, all_gather_single, reduce_scatter
 
 # Relative tolerance: |a - b| <= TOLERANCE[dtype] * max(1, max|a|).
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import LOGS_DIR
 
 VERBOSE_ENV = "PROFILE_OVERLAP_VERBOSE"
@@ -126,3 +127,16 @@ def record_error(message: str) -> None:
         Path(path).write_text(json.dumps(data))
     except OSError:
         pass  # the agent then shows its own summary without our line; the line was printed anyway
+
+
+def report_user_error(command: str, error: UserError) -> None:
+    """One line on the terminal's stderr. Under torchrun every rank usually hits the same error,
+    so only each node's local rank 0 prints it; every rank hands it to torchrun's agent, which
+    repeats it as the root cause at the bottom of its failure summary."""
+    line = f"profile_overlap {command}: error: {error}"
+    # A rank that this process's own launcher started leaves the printing to the launcher, which
+    # prints the first failure's line once, last.
+    self_launched_rank = "RANK" in os.environ and os.environ.get("PROFILE_OVERLAP_SELF_LAUNCHED")
+    if os.environ.get("LOCAL_RANK", "0") == "0" and not self_launched_rank:
+        print(line, file=err(), flush=True)
+    record_error(line)

@@ -147,7 +147,7 @@ def render(analysis, console) -> None:
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from profile_overlap.analysis import analyze_dir, to_json
+    from profile_overlap.analysis.core import analyze_dir, to_json
 
     def warn(message: str) -> None:
         print(f"warning: {message}", file=sys.stderr)

@@ -38,7 +38,7 @@ class Condition:
 
 
 def parse_condition(text: str) -> Condition:
-    from profile_overlap.report import HEADLINE_NAMES
+    from profile_overlap.record.summary import HEADLINE_NAMES
 
     found = _CONDITION.match(text)
     if not found:
@@ -54,7 +54,7 @@ def parse_condition(text: str) -> Condition:
 
 
 def _formats(text: str) -> tuple[str, ...]:
-    from profile_overlap.report import FORMATS
+    from profile_overlap.render.write import FORMATS
 
     chosen = tuple(f.strip() for f in text.split(",") if f.strip())
     bad = [f for f in chosen if f not in FORMATS]
@@ -99,21 +99,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from profile_overlap import report
+    from profile_overlap.record.folder import load_run
+    from profile_overlap.record.summary import headline
+    from profile_overlap.render import write
 
     if args.compare and args.run_dir:
         raise UserError("give either RUN_DIR or --compare RUN_A RUN_B, not both")
     if not args.compare and not args.run_dir:
         raise UserError("no run folder given: profile_overlap report RUN_DIR (or --compare RUN_A RUN_B)")
     if args.compare:
-        written = report.write_compare(*args.compare, out=args.out, formats=args.format)
-        gated = report.load_run(args.compare[1])
+        written = write.write_compare(*args.compare, out=args.out, formats=args.format)
+        gated = load_run(args.compare[1])
     else:
-        written = report.write(args.run_dir, out=args.out, formats=args.format)
-        gated = report.load_run(args.run_dir)
+        written = write.write(args.run_dir, out=args.out, formats=args.format)
+        gated = load_run(args.run_dir)
     for path in written:
         print(f"wrote {path}")
-    return gate(report.headline(gated.metrics), args.fail_if, run_name=gated.name)
+    return gate(headline(gated.metrics), args.fail_if, run_name=gated.name)
 
 
 def gate(values: dict[str, float | None], conditions: list[Condition], *, run_name: str) -> int:

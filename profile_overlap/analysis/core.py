@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from profile_overlap import intervals as iv
-from profile_overlap.bandwidth import algbw_gbps, busbw_gbps
+from profile_overlap.analysis import intervals as iv
+from profile_overlap.analysis.bandwidth import algbw_gbps, busbw_gbps
+from profile_overlap.analysis.trace import CPU_OP, USER_ANNOTATION, CollectiveArgs, Trace, load_trace
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import BENCH_JSON, CONFIG_JSON, ENV_JSON, METRICS_JSON, REPORT_JSON, STATUS_JSON, SWEEP_JSON, TIMELINE_JSON
-from profile_overlap.trace import CPU_OP, USER_ANNOTATION, CollectiveArgs, Trace, load_trace
 
 # Kernel classes, by name only. Never via `External id`: in current PyTorch an NCCL kernel's
 # External id points at `record_param_comms`, which made the TensorBoard plugin count NCCL

@@ -7,8 +7,9 @@ A rule returns None when it has nothing to say; the order of RULES is the order 
 
 from __future__ import annotations
 
-from profile_overlap.metrics import RunMetrics
-from profile_overlap.report import Inline, ModeSummary, Ref, headline_mode, ms, pct, slowest_rank, times, within_noise
+from profile_overlap.record.metrics import RunMetrics
+from profile_overlap.record.summary import ModeSummary, headline_mode, slowest_rank, within_noise
+from profile_overlap.render.document import Inline, Ref, ms, pct, times
 
 # Thresholds, with the reason each is where it is.
 GLOO_RS_AS_ALL_REDUCE = 0.7

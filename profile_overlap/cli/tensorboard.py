@@ -46,7 +46,7 @@ def free_port(host: str) -> int:
 
 def write_missing_events(logdir: Path) -> list[Path]:
     """Event files for finished runs under `logdir` that have metrics.json but none of ours yet."""
-    from profile_overlap import tensorboard
+    from profile_overlap.render import tensorboard
 
     written = []
     for metrics_path in sorted(logdir.glob(METRICS_JSON)) + sorted(logdir.glob("*/metrics.json")):

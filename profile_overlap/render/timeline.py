@@ -23,7 +23,7 @@ from matplotlib.patches import Patch, Rectangle
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import replace_atomically
-from profile_overlap.metrics import RunMetrics
+from profile_overlap.record.metrics import RunMetrics
 
 MODE_ORDER = ("sequential", "split")
 

@@ -16,9 +16,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from profile_overlap import rank_output
-from profile_overlap.config import Config
+from profile_overlap.core import rank_output
 from profile_overlap.core.errors import UserError
+from profile_overlap.run.config import Config
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -47,12 +47,10 @@ def as_rank(entry: Callable[[Any], int], config: Any) -> int:
 
 def _rank_entry(entry: Callable[[Any], int], config: Any, command: str) -> int:
     """One rank, in a process started by elastic_launch."""
-    from profile_overlap.__main__ import report_user_error
-
     try:
         code = as_rank(entry, config)
     except UserError as err:
-        report_user_error(command, err)
+        rank_output.report_user_error(command, err)
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         # Ctrl-C reaches every rank (and the launcher forwards another): stop quietly, once.
@@ -66,7 +64,7 @@ def _rank_entry(entry: Callable[[Any], int], config: Any, command: str) -> int:
 
 
 def run_rank(config: Config) -> int:
-    from profile_overlap import runner
+    from profile_overlap.run import harness as runner
 
     code = runner.run(config)
     if code:

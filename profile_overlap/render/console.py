@@ -2,36 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from profile_overlap import rank_output
+from profile_overlap.core import rank_output
 from profile_overlap.core.files import REPORT_HTML
-from profile_overlap.metrics import RunMetrics
+from profile_overlap.record.metrics import RunMetrics
+from profile_overlap.record.summary import step_overlaps, summaries
 
 
 def _fmt(value: float | None, spec: str = ".2f", unit: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{unit}"
-
-
-@dataclass(frozen=True)
-class ModeSummary:
-    """One row of the summary table, as numbers: profiled times are per profiled step, rank mean."""
-
-    mode: str
-    median_ms: float | None
-    p10_ms: float | None
-    p90_ms: float | None
-    comm_ms: float | None
-    compute_ms: float | None
-    overlap_ms: float | None
-    exposed_comm_ms: float | None
-    overlap_pct: float | None
-    opt_state_mb: float
 
 
 SUMMARY_COLUMNS = (
@@ -47,40 +31,10 @@ SUMMARY_COLUMNS = (
 )
 
 
-def mode_summaries(metrics: RunMetrics) -> list[ModeSummary]:
-    out = []
-    for name, mode in metrics.modes.items():
-        st = mode.step_time
-        comm = compute = overlap = exposed = pct = None
-        if mode.analysis:
-            # Per profiled step, averaged over ranks: the analysis record's per-rank totals cover all profiled steps.
-            ranks = mode.analysis["ranks"]
-            steps = max(len(r["steps"]) for r in ranks) or 1
-            comm, compute, overlap, exposed = (
-                sum(r[k] for r in ranks) / len(ranks) / steps / 1e3 for k in ("comm_us", "compute_us", "overlap_us", "exposed_comm_us")
-            )
-            pct = 100 * overlap / comm if comm else None
-        out.append(
-            ModeSummary(
-                mode=name,
-                median_ms=st.median_ms,
-                p10_ms=st.p10_ms,
-                p90_ms=st.p90_ms,
-                comm_ms=comm,
-                compute_ms=compute,
-                overlap_ms=overlap,
-                exposed_comm_ms=exposed,
-                overlap_pct=pct,
-                opt_state_mb=max(m.optimizer_state_bytes for m in mode.memory) / 2**20,
-            )
-        )
-    return out
-
-
 def summary_rows(metrics: RunMetrics) -> list[tuple[str, ...]]:
     """The summary table's cells, one row per mode, in SUMMARY_COLUMNS order (console, TensorBoard, reports)."""
     rows = []
-    for m in mode_summaries(metrics):
+    for m in step_overlaps(metrics):
         spread = f"{m.p10_ms:.2f}-{m.p90_ms:.2f}" if m.p10_ms is not None else "-"
         rows.append(
             (
@@ -124,11 +78,10 @@ def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> No
         f"({env['device_type']}), K={cfg['layers']} layers of {cfg['dim']}x{cfg['dim']} {cfg['dtype']}, batch {cfg['batch']}"
     )
     console.print(summary_table(metrics))
-    from profile_overlap import report  # imports this module; the per-kind aggregation lives there
 
     busbw = [
         f"{name} " + ", ".join(f"{c.kind} {c.busbw_gbps.mean:.3g}" for c in s.collectives if c.busbw_gbps)
-        for name, s in report.summaries(metrics).items()
+        for name, s in summaries(metrics).items()
         if any(c.busbw_gbps for c in s.collectives)
     ]
     if busbw:

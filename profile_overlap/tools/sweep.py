@@ -11,21 +11,20 @@ an HParams entry in TensorBoard) and the sweep's own record and report:
       sweep.json  sweep.html  sweep.md  sweep.png  status.json  config.json
       00-dim256/  01-dim512/ ...            (run folders)
 
-The sweep's numbers are each point's headline numbers (report.headline), read from its record.
+The sweep's numbers are each point's headline numbers (record.summary.headline), read from its record.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
-from profile_overlap import config as run_config
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import CONFIG_JSON, METRICS_JSON, SWEEP_HTML, SWEEP_JSON, SWEEP_MD, SWEEP_PNG
 from profile_overlap.core.io import write_text_atomic
+from profile_overlap.run import config as run_config
 
 KNOBS = {"dim": int, "layers": int, "batch": int, "dtype": str}
 """Config fields a sweep may vary, with their types."""
@@ -75,52 +74,15 @@ def parse_vary(specs: list[str]) -> tuple[tuple[str, tuple], ...]:
     return tuple(out)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    run_config.add_arguments(parser)
-    parser.description = "Run the sequential/split compare for each point of a grid in one job, and report where the split starts to win."
-    parser.epilog = (
-        "Examples:\n"
-        "  torchrun --standalone --nproc-per-node 4 -m profile_overlap sweep --vary dim=256,512,1024,2048\n"
-        "  python -m profile_overlap sweep --nproc-per-node 2 --vary dim=128,256 --vary layers=4,8"
-    )
-    parser.add_argument(
-        "--vary",
-        action="append",
-        default=[],
-        metavar="KNOB=V1,V2,...",
-        help="a knob and its values (repeatable; the grid is their product). Knobs: " + ", ".join(KNOBS),
-    )
-
-
-def from_args(args: argparse.Namespace) -> SweepConfig:
-    vary = parse_vary(args.vary)
-    if args.mode != "compare":
-        raise UserError(f"a sweep always compares both modes: drop --mode {args.mode}")
-    try:
-        sweep = SweepConfig(base=run_config.from_args(args), vary=vary)
-        sweep.point_configs()  # a bad value (say dim=0) fails here, before any rank starts
-    except ValueError as err:
-        raise UserError(str(err)) from None
-    if not sweep.base.profile:
-        raise UserError("a sweep needs the profiler for overlap and exposed communication: drop --no-profile")
-    return sweep
-
-
-def main(args: argparse.Namespace) -> int:
-    from profile_overlap import launch
-
-    return launch.launch_or_run(from_args(args), entry=run_rank, command="sweep")
-
-
 # ---------------------------------------------------------------- on every rank
 
 
 def run_rank(sweep: SweepConfig) -> int:
     import torch.distributed as dist
 
-    from profile_overlap import runner
-    from profile_overlap import status as run_status
+    from profile_overlap.core import status as run_status
     from profile_overlap.core.io import write_json_atomic
+    from profile_overlap.run import harness as runner
 
     configs = sweep.point_configs()
     with runner.process_group(sweep.base) as (backend, device):
@@ -173,21 +135,21 @@ def _mkdir(path: Path) -> Path:
 
 def sweep_record(sweep: SweepConfig, point_dirs: list[Path]) -> dict:
     """Each point's knobs and headline numbers, read from its metrics.json."""
-    from profile_overlap import report
-    from profile_overlap.metrics import load_metrics
+    from profile_overlap.record import summary
+    from profile_overlap.record.metrics import load_metrics
 
     points = []
     for point, run_dir in zip(sweep.points(), point_dirs):
         metrics = load_metrics(run_dir / METRICS_JSON)
-        summaries = report.summaries(metrics)
+        summaries = summary.summaries(metrics)
         seq, split = summaries["sequential"], summaries["split"]
         points.append(
             {
                 "name": run_dir.name,
                 "knobs": point,
                 "passed": metrics.passed,
-                "headline": report.headline(metrics),
-                "within_noise": report.within_noise(seq.step_time, split.step_time),
+                "headline": summary.headline(metrics),
+                "within_noise": summary.within_noise(seq.step_time, split.step_time),
                 "sequential": {"comm_ms": seq.comm_ms, "compute_ms": seq.compute_ms, "step_ms": seq.step_time.median_ms},
                 "split": {
                     "comm_ms": split.comm_ms,
@@ -320,8 +282,10 @@ def explain_crossover(record: dict) -> list[str]:
 
 
 def write_reports(sweep_dir: Path, record: dict) -> None:
-    from profile_overlap import report, report_html, report_md, timeline
-    from profile_overlap.report import Figure, Paragraph, Ref, Section, Table
+    from profile_overlap.render import document, timeline
+    from profile_overlap.render import html as report_html
+    from profile_overlap.render import markdown as report_md
+    from profile_overlap.render.document import Figure, Paragraph, Ref, Section, Table
 
     fig = figure(record)
     vary = list(record["vary"].items())
@@ -331,12 +295,12 @@ def write_reports(sweep_dir: Path, record: dict) -> None:
         rows.append(
             (
                 *(str(p["knobs"][k]) for k, _ in vary),
-                report.ms(p["sequential"]["step_ms"]),
-                report.ms(p["split"]["step_ms"]),
-                report.times(h["speedup"]),
-                report.times(h["predicted_speedup"]),
-                report.pct(p["split"]["overlap_pct"]),
-                report.ms(p["split"]["exposed_comm_ms"]),
+                document.ms(p["sequential"]["step_ms"]),
+                document.ms(p["split"]["step_ms"]),
+                document.times(h["speedup"]),
+                document.times(h["predicted_speedup"]),
+                document.pct(p["split"]["overlap_pct"]),
+                document.ms(p["split"]["exposed_comm_ms"]),
                 "yes" if p["within_noise"] else "no",
                 "OK" if p["passed"] else "FAILED",
                 p["name"],
@@ -355,7 +319,7 @@ def write_reports(sweep_dir: Path, record: dict) -> None:
         ("run folder",),
     )
     numeric = (*(True for _ in vary), True, True, True, True, True, True, False, False, False)
-    doc = report.Report(
+    doc = document.Report(
         title="profile_overlap sweep: when does the split pay?",
         subtitle=f"{len(record['points'])} points, varying " + ", ".join(k for k, _ in vary),
         banner=None,
@@ -377,7 +341,7 @@ def write_reports(sweep_dir: Path, record: dict) -> None:
 def print_summary(record: dict, sweep_dir: Path) -> None:
     from rich.table import Table as RichTable
 
-    from profile_overlap.console import make_console
+    from profile_overlap.render.console import make_console
 
     console = make_console()
     vary = list(record["vary"].items())

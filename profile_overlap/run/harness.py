@@ -26,14 +26,13 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from profile_overlap import analysis, outputs, rank_output
-from profile_overlap import modes as pipelines
-from profile_overlap import status as run_status
-from profile_overlap.config import Config
+from profile_overlap.analysis import core as analysis
+from profile_overlap.core import rank_output
+from profile_overlap.core import status as run_status
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import CONFIG_JSON, ENV_JSON, METRICS_JSON, TIMELINE_JSON
 from profile_overlap.core.io import write_json_atomic
-from profile_overlap.metrics import (
+from profile_overlap.record.metrics import (
     SCHEMA_VERSION,
     Memory,
     ModeMetrics,
@@ -42,7 +41,10 @@ from profile_overlap.metrics import (
     StepTimes,
     ensure_writable_dir,
 )
-from profile_overlap.verify import DecompositionChecker, compare_params, ranks_agree
+from profile_overlap.render import outputs
+from profile_overlap.run import pipelines
+from profile_overlap.run.config import Config
+from profile_overlap.run.verify import DecompositionChecker, compare_params, ranks_agree
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 RUN_NAME = "{stamp}-{mode}-{backend}-w{world}"
@@ -509,7 +511,7 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
         if any(analyses.values()):
             write_json_atomic(run_dir / TIMELINE_JSON, analysis.timeline_record(analyses))
         outputs.render_all(run_dir, metrics)
-        from profile_overlap import console
+        from profile_overlap.render import console
 
         console.print_run_summary(metrics)
         if not failed:

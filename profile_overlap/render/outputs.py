@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profile_overlap import report, tensorboard
-from profile_overlap.metrics import RunMetrics
+from profile_overlap.record.metrics import RunMetrics
+from profile_overlap.render import tensorboard, write
 
 
 def render_all(run_dir: Path, metrics: RunMetrics) -> None:
     """Called once on rank 0 after metrics.json and timeline.json are written."""
     tensorboard.write_run(run_dir, metrics)
     # report.html / .md / .json and timeline.png (beside report.md); status.json still says running
-    report.write(run_dir, metrics, check_status=False)
+    write.write(run_dir, metrics, check_status=False)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from profile_overlap.report import Code, Figure, Items, Paragraph, Ref, Report, Table, definitions
+from profile_overlap.render.document import Code, Figure, Items, Paragraph, Ref, Report, Table, definitions
 
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|~])")
 _EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")

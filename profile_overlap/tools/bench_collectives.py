@@ -23,7 +23,6 @@ of collective C (index into COLLECTIVES) at size index I, before the check.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
@@ -34,11 +33,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profile_overlap import rank_output
-from profile_overlap.bandwidth import algbw_gbps, busbw_gbps
-from profile_overlap.config import BACKENDS, DTYPES, add_verbose_flag, check_job_fields
-from profile_overlap.core.errors import UserError
+from profile_overlap.analysis.bandwidth import algbw_gbps, busbw_gbps
+from profile_overlap.core import rank_output
 from profile_overlap.core.files import BENCH_JSON, CONFIG_JSON, ENV_JSON
+from profile_overlap.run.config import BACKENDS, DTYPES, check_job_fields
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 SCHEMA_VERSION = 1
@@ -333,9 +331,9 @@ def _time_iterations(torch, dist, call, *, refill, iters: int, warmup: int, devi
 
 def _measure_size(torch, dist, *, nbytes: int, size_index: int, config: BenchConfig, device, fault) -> tuple[dict, dict]:
     """This rank's times (µs per iteration) and wrong-element counts for the three collectives."""
-    from profile_overlap.modes import all_gather_single, reduce_scatter_single
-    from profile_overlap.runner import DTYPES as TORCH_DTYPES
-    from profile_overlap.verify import TOLERANCE
+    from profile_overlap.run.harness import DTYPES as TORCH_DTYPES
+    from profile_overlap.run.pipelines import all_gather_single, reduce_scatter_single
+    from profile_overlap.run.verify import TOLERANCE
 
     rank, world = dist.get_rank(), dist.get_world_size()
     dtype = TORCH_DTYPES[config.dtype]
@@ -378,7 +376,7 @@ def run_rank(config: BenchConfig) -> int:
     import torch
     import torch.distributed as dist
 
-    from profile_overlap import runner
+    from profile_overlap.run import harness as runner
 
     with runner.process_group(config) as (backend, device):
         world = dist.get_world_size()
@@ -389,10 +387,10 @@ def run_rank(config: BenchConfig) -> int:
 
 
 def bench_in_folder(torch, dist, config: BenchConfig, *, backend: str, device, run_dir: Path) -> BenchResult:
-    from profile_overlap import runner
-    from profile_overlap import status as run_status
+    from profile_overlap.core import status as run_status
     from profile_overlap.core.io import write_json_atomic
-    from profile_overlap.modes import Fault
+    from profile_overlap.run import harness as runner
+    from profile_overlap.run.pipelines import Fault
 
     world, rank = dist.get_world_size(), dist.get_rank()
     sizes = config.byte_sizes(world)
@@ -512,63 +510,3 @@ def write_tensorboard(result: BenchResult, run_dir: Path) -> None:
 
 
 # ---- CLI ----------------------------------------------------------------------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = BenchConfig()
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = (
-        "Examples:\n"
-        "  torchrun --standalone --nproc-per-node 4 -m profile_overlap bench-collectives\n"
-        "  python -m profile_overlap bench-collectives --nproc-per-node 2 --sizes 1K:256M --dtype bfloat16"
-    )
-    parser.add_argument(
-        "--sizes",
-        default=d.sizes,
-        metavar="MIN:MAX[:F]",
-        help="bytes of the full array: MIN, MIN*F, ... up to MAX; K/M/G = 1024^1/2/3; F defaults to 2 (default: %(default)s)",
-    )
-    parser.add_argument("--dtype", default=d.dtype, choices=DTYPES, help="element type (default: %(default)s)")
-    parser.add_argument("--iters", type=int, default=d.iters, help="timed iterations per size and collective (default: %(default)s)")
-    parser.add_argument("--warmup", type=int, default=d.warmup, help="untimed iterations first (default: %(default)s)")
-    parser.add_argument("--backend", default=d.backend, choices=BACKENDS, help="auto: nccl with CUDA, else gloo (default: %(default)s)")
-    parser.add_argument(
-        "--nproc-per-node",
-        type=int,
-        default=None,
-        metavar="N",
-        help="without torchrun: ranks to launch on this machine (default: one per GPU, or 4 on CPU)",
-    )
-    parser.add_argument(
-        "--timeout",
-        dest="timeout_s",
-        type=float,
-        default=d.timeout_s,
-        metavar="SECONDS",
-        help="process-group timeout (default: %(default)s)",
-    )
-    parser.add_argument("--out", default=d.out, help="parent folder of run folders (default: %(default)s)")
-    parser.add_argument("--name", default=None, help="run folder name (default: <YYYYmmdd-HHMMSS>-bench-collectives-<backend>-w<N>)")
-    parser.add_argument("--json", default=None, metavar="OUT", help="also write the record (bench.json) to OUT")
-    add_verbose_flag(parser)
-
-
-def main(args: argparse.Namespace) -> int:
-    names = {f.name for f in dataclasses.fields(BenchConfig)}
-    try:
-        config = BenchConfig(**{k: v for k, v in vars(args).items() if k in names})
-    except ValueError as err:
-        raise UserError(str(err)) from None
-    if config.json:
-        parent = Path(config.json).resolve().parent
-        if not parent.is_dir():
-            raise UserError(f"--json {config.json}: folder {parent} does not exist; create it or pick another path")
-    from profile_overlap import launch
-
-    if not launch.under_torchrun():
-        # Self-launched, the world size is known now: refuse bad sizes before starting any rank.
-        try:
-            config.check_world_size(config.nproc_per_node or launch.default_nproc())
-        except ValueError as err:
-            raise UserError(str(err)) from None
-    return launch.launch_or_run(config, entry=run_rank, command=COMMAND)

@@ -4,7 +4,7 @@ Each mode folder `runs/<run>/<mode>/` is one TensorBoard run: it already holds t
 (torch-tb-profiler's PyTorch Profiler tab lists it), and this module adds our own event file.
 Scalar tags are the same in every mode, so TensorBoard overlays sequential and split.
 
-    python -c "from profile_overlap import tensorboard; tensorboard.write_run('runs/<run>')"
+    python -c "from profile_overlap.render import tensorboard; tensorboard.write_run('runs/<run>')"
 
 Written with tensorboard's own protos and event writer (no TensorFlow, no torch), so it runs
 from a finished folder as cheaply as at the end of a run.
@@ -25,10 +25,11 @@ from tensorboard.plugins.text import summary_v2 as text_summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.util import tensor_util
 
-from profile_overlap import console
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, TIMELINE_JSON
-from profile_overlap.metrics import RunMetrics, load_metrics
+from profile_overlap.record.metrics import RunMetrics, load_metrics
+from profile_overlap.record.summary import step_overlaps
+from profile_overlap.render import console
 
 EVENT_SUFFIX = ".profile_overlap"
 """Our event files end with this, so a rewrite replaces ours and nothing else."""
@@ -94,7 +95,7 @@ def _timeline_png(metrics: RunMetrics, spans: dict | None, mode: str) -> bytes |
     """This mode's timeline, on the time axis of all modes: the Images dashboard shows the modes side by side."""
     if not spans or mode not in spans.get("modes", {}):
         return None
-    from profile_overlap import timeline  # matplotlib: only when there is something to draw
+    from profile_overlap.render import timeline  # matplotlib: only when there is something to draw
 
     return timeline.png_bytes(timeline.figure(metrics, spans, modes=(mode,)))
 
@@ -193,7 +194,7 @@ def _hparams(metrics: RunMetrics, mode: str) -> dict:
 
 
 def _headline(metrics: RunMetrics, mode: str) -> dict[str, float]:
-    row = next(s for s in console.mode_summaries(metrics) if s.mode == mode)
+    row = next(s for s in step_overlaps(metrics) if s.mode == mode)
     out = {
         "headline/median_step_ms": row.median_ms,
         "headline/overlap_pct": row.overlap_pct,

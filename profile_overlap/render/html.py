@@ -14,7 +14,7 @@ import html
 
 from markdown_it import MarkdownIt
 
-from profile_overlap.report import Code, Figure, Items, Paragraph, Ref, Report, Table, definitions
+from profile_overlap.render.document import Code, Figure, Items, Paragraph, Ref, Report, Table, definitions
 
 STYLE = """
 :root { --ink:#1d2330; --muted:#5b6475; --rule:#d9dde5; --zebra:#f5f7fa; --accent:#2458a6;

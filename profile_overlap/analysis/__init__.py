@@ -1,0 +1,1 @@
+"""Trace files -> events -> intervals -> per rank -> across ranks. No torch import."""

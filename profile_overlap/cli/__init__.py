@@ -1,0 +1,1 @@
+"""One module per command: argparse in, calls below, exit codes out."""

@@ -1,0 +1,1 @@
+"""Renderers of the record: console, report (document -> HTML, Markdown, JSON), timeline figure, TensorBoard."""

@@ -1,0 +1,91 @@
+"""Writing a run's report files (report.html, report.md with timeline.png, report.json) and the
+comparison of two runs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from profile_overlap.core.files import REPORT_HTML, REPORT_JSON, REPORT_MD, TIMELINE_PNG
+from profile_overlap.core.io import write_json_atomic, write_text_atomic
+from profile_overlap.record.folder import Run, load_run
+from profile_overlap.record.metrics import RunMetrics, ensure_writable_dir
+from profile_overlap.render.compare import build_compare, compare_record
+from profile_overlap.render.report import build
+
+FORMATS = ("html", "md", "json")
+
+
+def write(
+    run_dir: Path,
+    metrics: RunMetrics | None = None,
+    *,
+    out: Path | None = None,
+    formats: tuple[str, ...] = FORMATS,
+    check_status: bool = True,
+) -> list[Path]:
+    """Write report.html / report.md (+ timeline.png) / report.json for one run. At the end of a
+    run, `outputs.render_all` passes the metrics it holds and check_status=False (status.json
+    still says running then)."""
+    run_dir = Path(run_dir)
+    run = load_run(run_dir)
+    if not check_status:
+        run = Run(dir=run.dir, metrics=metrics or run.metrics, timeline=run.timeline, status=None)
+    out = Path(out) if out else run_dir
+    ensure_writable_dir(out)
+    report = build(run)
+    written = []
+    fig = _figure(run) if ("html" in formats or "md" in formats) else None
+    if "html" in formats:
+        from profile_overlap.render import html as report_html
+        from profile_overlap.render import timeline
+
+        svg = timeline.to_svg(fig) if fig is not None else None
+        written.append(write_text_atomic(out / REPORT_HTML, report_html.render(report, figure_svg=svg)))
+    if "md" in formats:
+        from profile_overlap.render import markdown as report_md
+        from profile_overlap.render import timeline
+
+        png = None
+        if fig is not None:
+            timeline.save_png(fig, out / TIMELINE_PNG)
+            written.append(out / TIMELINE_PNG)
+            png = TIMELINE_PNG
+        written.append(write_text_atomic(out / REPORT_MD, report_md.render(report, figure_png=png)))
+    if "json" in formats:
+        write_json_atomic(out / REPORT_JSON, run.metrics.to_json())
+        written.append(out / REPORT_JSON)
+    return written
+
+
+def write_compare(a_dir: Path, b_dir: Path, *, out: Path | None = None, formats: tuple[str, ...] = FORMATS) -> list[Path]:
+    a, b = load_run(a_dir), load_run(b_dir)
+    out = Path(out) if out else Path.cwd()
+    ensure_writable_dir(out)
+    stem = f"compare-{_safe(a.name)}-vs-{_safe(b.name)}"
+    report = build_compare(a, b)
+    written = []
+    if "html" in formats:
+        from profile_overlap.render import html as report_html
+
+        written.append(write_text_atomic(out / f"{stem}.html", report_html.render(report, figure_svg=None)))
+    if "md" in formats:
+        from profile_overlap.render import markdown as report_md
+
+        written.append(write_text_atomic(out / f"{stem}.md", report_md.render(report, figure_png=None)))
+    if "json" in formats:
+        write_json_atomic(out / f"{stem}.json", compare_record(a, b))
+        written.append(out / f"{stem}.json")
+    return written
+
+
+def _figure(run: Run):
+    if not run.timeline or not run.timeline.get("modes"):
+        return None
+    from profile_overlap.render import timeline
+
+    return timeline.figure(run.metrics, run.timeline)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)

@@ -1,0 +1,1 @@
+"""A run on every rank: config, launch, process group, pipelines, verification, profiling, the harness."""

@@ -1,0 +1,1 @@
+"""Commands that compose run, analysis and render: sweep, bench-collectives, explain."""
