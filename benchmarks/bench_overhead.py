@@ -45,14 +45,14 @@ def run_job(args: argparse.Namespace) -> None:
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile
 
-    from profile_overlap.run import harness as runner
-    from profile_overlap.run import pipelines
+    from profile_overlap.run import job, pipelines, timing
     from profile_overlap.run.config import Config
+    from profile_overlap.run.harness import DTYPES
 
     config = Config(**{k: getattr(args, k) for k in ("layers", "dim", "batch", "dtype") if getattr(args, k) is not None})
-    backend = runner.resolve_backend(config)
-    device = runner.check_devices(backend)
-    runner.init_process_group(backend, device, config.timeout_s)  # its ordering rule matters here too
+    backend = job.resolve_backend(config)
+    device = job.check_devices(backend)
+    job.init_process_group(backend, device, config.timeout_s)  # its ordering rule matters here too
     rank, world = dist.get_rank(), dist.get_world_size()
     config.check_world_size(world)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -67,7 +67,7 @@ def run_job(args: argparse.Namespace) -> None:
         "modes": {},
     }
     for mode in config.modes:
-        state = pipelines.build_state(mode, config=config, rank=rank, world_size=world, device=device, dtype=runner.DTYPES[config.dtype])
+        state = pipelines.build_state(mode, config=config, rank=rank, world_size=world, device=device, dtype=DTYPES[config.dtype])
         step_fn = pipelines.PIPELINES[mode]
         step = 0
         for _ in range(config.warmup_steps):
@@ -78,14 +78,14 @@ def run_job(args: argparse.Namespace) -> None:
             result = {}
             for kind in ("off", "on") if block % 2 == 0 else ("on", "off"):
                 if kind == "off":
-                    times = runner.timed_steps(step_fn, state, first_step=step, num_steps=args.steps, device=device)
+                    times = timing.timed_steps(step_fn, state, first_step=step, num_steps=args.steps, device=device)
                     step += args.steps
                 else:
                     with profile(activities=activities, record_shapes=True) as prof:
                         step_fn(state, step)  # the profiler's warmup step, untimed, as in `run`
                         prof.step()
                         step += 1
-                        times = runner.timed_steps(
+                        times = timing.timed_steps(
                             step_fn, state, first_step=step, num_steps=args.steps, device=device, after_step=prof.step
                         )
                         step += args.steps

@@ -158,17 +158,17 @@ def test_full_disk_while_writing_a_trace(tmp_path):
 
 def test_runs_in_the_same_second_get_distinct_folders(tmp_path, monkeypatch):
     from profile_overlap.core.errors import UserError
-    from profile_overlap.run import harness as runner
+    from profile_overlap.run import job
     from profile_overlap.run.config import Config
 
-    monkeypatch.setattr(runner.time, "strftime", lambda fmt: "20260101-000000")
+    monkeypatch.setattr(job.time, "strftime", lambda fmt: "20260101-000000")
     config = Config(out=str(tmp_path))
-    first = runner.create_fresh_dir(config, backend="gloo", world=2)
-    second = runner.create_fresh_dir(config, backend="gloo", world=2)
+    first = job.create_fresh_dir(config, backend="gloo", world=2)
+    second = job.create_fresh_dir(config, backend="gloo", world=2)
     assert first != second and first.is_dir() and second.is_dir()
     assert second.name == first.name + "-2"
     with pytest.raises(UserError, match="already exists and is never overwritten"):
-        runner.create_fresh_dir(Config(out=str(tmp_path), name=first.name), backend="gloo", world=2)
+        job.create_fresh_dir(Config(out=str(tmp_path), name=first.name), backend="gloo", world=2)
 
 
 def test_ctrl_c_stops_every_rank_and_marks_the_run_interrupted(tmp_path):

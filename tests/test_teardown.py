@@ -3,7 +3,7 @@
 The teardown abort (issue 11): the default gloo process group was kept alive past
 destroy_process_group by torch.distributed.nn's default arguments (imported by the profiler after
 init), so its worker threads were still running during interpreter finalization, where one of them
-could abort the process after a successful run. runner.init_process_group imports that module first;
+could abort the process after a successful run. run.job.init_process_group imports that module first;
 this test checks the outcome on real ranks: once `main` returns, no gloo thread is left.
 """
 

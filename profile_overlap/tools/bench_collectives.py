@@ -123,11 +123,11 @@ class BenchConfig:
         check_job_fields(self)
 
     def check_world_size(self, world_size: int) -> None:
-        """Checks that need the world size (runner.process_group calls it on every rank)."""
+        """Checks that need the world size (job.process_group calls it on every rank)."""
         self.byte_sizes(world_size)
 
     def digest(self) -> str:
-        """Hash of the fields every rank must agree on (runner.process_group compares them)."""
+        """Hash of the fields every rank must agree on (job.process_group compares them)."""
         fields = {k: v for k, v in self.to_dict().items() if k not in ("nproc_per_node", "name", "out", "json")}
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -376,12 +376,12 @@ def run_rank(config: BenchConfig) -> int:
     import torch
     import torch.distributed as dist
 
-    from profile_overlap.run import harness as runner
+    from profile_overlap.run import job
 
-    with runner.process_group(config) as (backend, device):
+    with job.process_group(config) as (backend, device):
         world = dist.get_world_size()
-        run_dir = runner.make_dir(lambda: runner.create_fresh_dir(config, backend=backend, world=world, label=COMMAND))
-        with runner.failure_recorded(run_dir):
+        run_dir = job.make_dir(lambda: job.create_fresh_dir(config, backend=backend, world=world, label=COMMAND))
+        with job.failure_recorded(run_dir):
             result = bench_in_folder(torch, dist, config, backend=backend, device=device, run_dir=run_dir)
     return 0 if result.passed else 1
 
@@ -389,12 +389,12 @@ def run_rank(config: BenchConfig) -> int:
 def bench_in_folder(torch, dist, config: BenchConfig, *, backend: str, device, run_dir: Path) -> BenchResult:
     from profile_overlap.core import status as run_status
     from profile_overlap.core.io import write_json_atomic
-    from profile_overlap.run import harness as runner
+    from profile_overlap.run import environment
     from profile_overlap.run.pipelines import Fault
 
     world, rank = dist.get_world_size(), dist.get_rank()
     sizes = config.byte_sizes(world)
-    env = runner.environment(backend, device)
+    env = environment.environment(backend, device)
     if rank == 0:
         write_json_atomic(run_dir / CONFIG_JSON, config.to_dict())
         write_json_atomic(run_dir / ENV_JSON, env)

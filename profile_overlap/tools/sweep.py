@@ -82,18 +82,18 @@ def run_rank(sweep: SweepConfig) -> int:
 
     from profile_overlap.core import status as run_status
     from profile_overlap.core.io import write_json_atomic
-    from profile_overlap.run import harness as runner
+    from profile_overlap.run import harness, job
 
     configs = sweep.point_configs()
-    with runner.process_group(sweep.base) as (backend, device):
+    with job.process_group(sweep.base) as (backend, device):
         world = dist.get_world_size()
         for config in configs:  # every point must fit the world size before the first one runs
             try:
                 config.check_world_size(world)
             except ValueError as err:
                 raise UserError(f"sweep point {_label(config, sweep)}: {err}") from None
-        sweep_dir = runner.make_dir(lambda: runner.create_fresh_dir(sweep.base, backend=backend, world=world, label="sweep"))
-        with runner.failure_recorded(sweep_dir):
+        sweep_dir = job.make_dir(lambda: job.create_fresh_dir(sweep.base, backend=backend, world=world, label="sweep"))
+        with job.failure_recorded(sweep_dir):
             if dist.get_rank() == 0:
                 write_json_atomic(sweep_dir / CONFIG_JSON, {"base": sweep.base.to_dict(), "vary": {k: list(v) for k, v in sweep.vary}})
                 run_status.write(sweep_dir, "running")
@@ -101,9 +101,9 @@ def run_rank(sweep: SweepConfig) -> int:
             for index, config in enumerate(configs):
                 config = dataclasses.replace(config, out=str(sweep_dir))
                 name = f"{index:02d}-{_label(config, sweep)}"
-                point_dir = runner.make_dir(lambda name=name: _mkdir(sweep_dir / name))
-                with runner.failure_recorded(point_dir):
-                    runner.run_in_folder(config, backend=backend, device=device, run_dir=point_dir)
+                point_dir = job.make_dir(lambda name=name: _mkdir(sweep_dir / name))
+                with job.failure_recorded(point_dir):
+                    harness.run_in_folder(config, backend=backend, device=device, run_dir=point_dir)
                 point_dirs.append(point_dir)
             passed = True
             if dist.get_rank() == 0:

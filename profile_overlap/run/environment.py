@@ -1,0 +1,80 @@
+"""env.json: versions, hosts, ranks and devices, and the command that reruns the job."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import shlex
+import socket
+import sys
+
+import torch
+import torch.distributed as dist
+
+from profile_overlap.run.config import Config
+
+
+def _launcher() -> str:
+    """torchrun, or this package's own launcher (which also goes through torch elastic)."""
+    return "python" if os.environ.get("PROFILE_OVERLAP_SELF_LAUNCHED") else "torchrun"
+
+
+def reproduce_command(*, num_nodes: int, config: Config | None = None) -> str:
+    """The command line that reruns this job. For a run, every flag is spelled out from the
+    config (a later change of defaults cannot change the rerun) and --name is left out (that
+    folder exists); other commands repeat their own arguments."""
+    args = config_flags(config) if config else sys.argv[1:]
+    if _launcher() == "torchrun":
+        local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+        where = ["--standalone"] if num_nodes == 1 else [f"--nnodes={num_nodes}", "--rdzv-backend=c10d", "--rdzv-endpoint=<host>:<port>"]
+        return shlex.join(["torchrun", *where, f"--nproc-per-node={local}", "-m", "profile_overlap", *args])
+    nproc = ["--nproc-per-node", os.environ.get("LOCAL_WORLD_SIZE", "1")] if config else []
+    return shlex.join(["python", "-m", "profile_overlap", *args, *nproc])
+
+
+def config_flags(config: Config) -> list[str]:
+    """`run` flags that recreate this config (all of them, defaults included)."""
+    flags = ["run"]
+    for name, value in config.to_dict().items():
+        if name in ("name", "nproc_per_node") or value is None:
+            continue
+        if isinstance(value, bool):
+            flags.append(f"--{name}" if value else f"--no-{name}")
+            continue
+        flag = "--timeout" if name == "timeout_s" else "--" + name.replace("_", "-")
+        flags += [flag, str(value)]
+    return flags
+
+
+def environment(backend: str, device: torch.device, *, config: Config | None = None) -> dict:
+    world = dist.get_world_size()
+    mine = {
+        "rank": dist.get_rank(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
+        "node_rank": int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", 0))),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+    }
+    ranks: list = [None] * world
+    dist.all_gather_object(ranks, mine)
+    nccl = None
+    if backend == "nccl":
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": reproduce_command(num_nodes=len({r["node_rank"] for r in ranks}), config=config),
+        "launcher": _launcher(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "gloo": f"bundled with torch {torch.__version__}" if backend == "gloo" else None,
+        "backend": backend,
+        "device_type": device.type,
+        "world_size": world,
+        "num_nodes": len({r["node_rank"] for r in ranks}),
+        "hosts": sorted({r["host"] for r in ranks}),
+        "ranks": ranks,
+    }

@@ -1,0 +1,177 @@
+"""The job around the runs: backend and device checks, the process group (and the ordering rule that
+lets it end cleanly), fresh run folders, and failures recorded in one line."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import signal
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from profile_overlap.core import rank_output
+from profile_overlap.core import status as run_status
+from profile_overlap.core.errors import UserError
+from profile_overlap.record.metrics import ensure_writable_dir
+from profile_overlap.run.config import Config
+
+RUN_NAME = "{stamp}-{mode}-{backend}-w{world}"
+
+
+def resolve_backend(config: Config) -> str:
+    if config.backend != "auto":
+        return config.backend
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def check_devices(backend: str) -> torch.device:
+    """Fail before any collective when the backend cannot run here."""
+    if backend == "gloo":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise UserError("--backend nccl needs CUDA, and this machine has no usable GPU: use --backend gloo (CPU)")
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if local_world > torch.cuda.device_count():
+        raise UserError(
+            f"{local_world} ranks on this node but only {torch.cuda.device_count()} GPU(s): "
+            f"use --nproc-per-node {torch.cuda.device_count()} or fewer, or --backend gloo"
+        )
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def _agree_on_config(config: Config) -> None:
+    """Every rank must run the same config; compare a digest and name the differing fields."""
+    world = dist.get_world_size()
+    mine = (config.digest(), config.to_dict())
+    everyone: list = [None] * world
+    dist.all_gather_object(everyone, mine)
+    if all(digest == everyone[0][0] for digest, _ in everyone):
+        return
+    reference = everyone[0][1]
+    differing = sorted(
+        {k for _, cfg in everyone for k, v in cfg.items() if v != reference[k] and k not in ("nproc_per_node", "name", "out")}
+    )
+    detail = ", ".join(f"{k}: " + "/".join(str(cfg[k]) for _, cfg in everyone) for k in differing)
+    raise UserError(f"ranks were started with different configs ({detail}): start every node with the same flags")
+
+
+def make_dir(create) -> Path:
+    """Rank 0 creates a fresh folder with `create()` (never reusing one); every rank learns its path.
+    The job's first folder (the run, sweep or benchmark folder) receives every rank's log."""
+    box: list = [None]
+    if dist.get_rank() == 0:
+        try:
+            box[0] = str(create())
+        except UserError as err:
+            box[0] = err
+    dist.broadcast_object_list(box, src=0)
+    if isinstance(box[0], UserError):
+        raise box[0]
+    rank_output.attach(Path(box[0]), dist.get_rank())
+    return Path(box[0])
+
+
+def create_fresh_dir(config: Config, *, backend: str, world: int, label: str | None = None) -> Path:
+    out = ensure_writable_dir(Path(config.out))
+    if config.name:
+        path = out / config.name
+        try:
+            path.mkdir()
+        except FileExistsError:
+            raise UserError(f"run folder {path} already exists and is never overwritten: pick another --name") from None
+        return path
+    base = RUN_NAME.format(stamp=time.strftime("%Y%m%d-%H%M%S"), mode=label or config.mode, backend=backend, world=world)
+    for suffix in ["", *(f"-{i}" for i in range(2, 1000))]:
+        try:
+            (out / (base + suffix)).mkdir()
+            return out / (base + suffix)
+        except FileExistsError:
+            continue
+    raise UserError(f"too many runs named {base}* in {out}; give --name")
+
+
+class Terminated(Exception):
+    """SIGTERM: the launcher stops every rank when one fails, or the job was cancelled."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated("stopped by SIGTERM from the launcher (another rank failed, or the job was cancelled)")
+
+
+def _failure_reason(err: BaseException) -> str:
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted by the user (Ctrl-C)"
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    transport = "/gloo/" in text or "nccl" in text.lower() or "Timed out" in text
+    if isinstance(err, dist.DistError) or transport:
+        # gloo appends advice and an emoji after the first sentence; the first sentence is the fact.
+        text = f"a collective failed: another rank crashed, hung or timed out ({text.split('. ')[0][:300]})"
+    return f"rank {dist.get_rank() if dist.is_initialized() else '?'}: {text}"
+
+
+def init_process_group(backend: str, device: torch.device, timeout_s: float) -> None:
+    """dist.init_process_group, after the one import that must come first.
+
+    Ordering rule: `torch.distributed.nn` is imported BEFORE the process group exists. Its
+    functions take `group=group.WORLD` as a default argument, evaluated at import time. Imported
+    after init_process_group, ten of them hold the default process group for the life of the
+    interpreter, and torch.profiler imports them on its first trace (prepare_trace touches
+    torch._inductor, which pulls in torch.distributed.nn). Then destroy_process_group cannot free
+    the gloo process group: its worker threads (pt_gloo_runloop) and TCP loop outlive our code,
+    and the group is destroyed during interpreter finalization. If a worker is still releasing
+    its last work item then (the final barrier's AsyncBarrierWork, which holds an all_gather's
+    tensors), dropping a tensor's Python object needs the GIL; a finalizing interpreter answers
+    with pthread_exit, whose forced unwind through a noexcept destructor calls std::terminate:
+    "terminate called without an active exception", SIGABRT, after a run that succeeded
+    (issue 11; about 1 run in 20 to 1 in 4 depending on the machine). Imported first, the defaults
+    hold None, destroy_process_group frees the group, and its destructor joins the workers while
+    the interpreter is fully alive. tests/test_teardown.py checks that no gloo thread is left.
+    """
+    import torch.distributed.nn.functional  # noqa: F401  (see above: must precede init)
+
+    dist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=timeout_s), device_id=device if device.type == "cuda" else None)
+
+
+@contextlib.contextmanager
+def process_group(config: Config):
+    """Checks, then the process group for the whole job (one run, or every point of a sweep).
+    Yields (backend, device). On the way out, destroy_process_group frees the group and joins its
+    threads (see init_process_group for the ordering rule that makes this true)."""
+    backend = resolve_backend(config)
+    device = check_devices(backend)
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    init_process_group(backend, device, config.timeout_s)
+    try:
+        _agree_on_config(config)
+        try:
+            config.check_world_size(dist.get_world_size())
+        except ValueError as err:
+            raise UserError(str(err)) from None
+        yield backend, device
+    finally:
+        # Status is written: a SIGTERM from here on (the launcher stopping us) just ends the process.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def failure_recorded(run_dir: Path):
+    """Any fault inside marks run_dir failed or interrupted (the first rank to fail names the
+    reason) and becomes a one-line error; PROFILE_OVERLAP_DEBUG=1 keeps the traceback."""
+    try:
+        yield
+    except BaseException as err:
+        interrupted = isinstance(err, KeyboardInterrupt)
+        if interrupted:  # a second Ctrl-C (the launcher forwards one) must not cut the bookkeeping short
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        reason = _failure_reason(err)
+        run_status.write_if_running(run_dir, "interrupted" if interrupted else "failed", reason=reason)
+        if interrupted or isinstance(err, UserError) or os.environ.get("PROFILE_OVERLAP_DEBUG"):
+            raise
+        raise UserError(f"run failed, {reason}; {run_dir} is marked failed{rank_output.where_logs(run_dir)}", exit_code=1) from None
