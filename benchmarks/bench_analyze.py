@@ -38,7 +38,7 @@ seconds = time.perf_counter() - t
     "ours_1proc": """
 import sys, time
 from pathlib import Path
-from profile_overlap.analysis.core import analyze_dir
+from profile_overlap.analysis.folder import analyze_dir
 t = time.perf_counter()
 analyze_dir(Path(sys.argv[1]).parent, max_workers=1)
 seconds = time.perf_counter() - t
@@ -46,7 +46,7 @@ seconds = time.perf_counter() - t
     "ours": """
 import sys, time
 from pathlib import Path
-from profile_overlap.analysis.core import analyze_dir
+from profile_overlap.analysis.folder import analyze_dir
 t = time.perf_counter()
 analyze_dir(Path(sys.argv[1]).parent)
 seconds = time.perf_counter() - t
@@ -161,7 +161,8 @@ def main() -> int:
     kinds = ["floor", "ours_1proc", "ours"] + (["hta"] if hta_available() else [])
     with tempfile.TemporaryDirectory(prefix="bench_analyze_") as tmp:
         tmp = Path(tmp)
-        from profile_overlap.analysis.core import analyze_dir, analyze_rank
+        from profile_overlap.analysis.folder import analyze_dir
+        from profile_overlap.analysis.per_rank import analyze_rank
 
         if args.from_trace:
             files, nbytes, tiles = tile_real_trace(args.from_trace, tmp / "main", ranks=args.ranks, mb=args.mb)

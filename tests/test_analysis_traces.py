@@ -1,11 +1,16 @@
 """Real traces against reference numbers computed independently (tests/data/*/NOTICE)."""
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from profile_overlap.analysis.core import COMM_KERNEL_RE, analyze_dir, analyze_rank, collective_kind
+from profile_overlap.analysis.classify import COMM_KERNEL_RE, collective_kind
+from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.analysis.per_rank import analyze_rank
+from profile_overlap.analysis.record import to_json
+from profile_overlap.analysis.spans import MAX_SPANS_PER_STEP
 from profile_overlap.analysis.trace import load_trace
 
 DATA = Path(__file__).parent / "data"
@@ -228,3 +233,21 @@ def test_gloo_worker_recorded_under_its_old_thread_name(tmp_path):
     original, relabelled = analyze_rank([source]), analyze_rank([renamed])
     assert relabelled.comm_us == original.comm_us > 0
     assert [(c.kind, c.count) for c in relabelled.collectives] == [(c.kind, c.count) for c in original.collectives]
+
+
+def test_json_slowest_rank_is_the_analysis_decision():
+    result = analyze_dir(GLOO, max_workers=1)
+    record = to_json(result)
+    assert record["slowest_rank"] == result.slowest_rank == 1 == min(record["ranks"], key=lambda r: r["wait_us"])["rank"]
+    assert to_json(analyze_dir(NCCL_DATA.parent, max_workers=1))["slowest_rank"] is None  # one rank
+
+
+def test_timeline_coarsening_fills_the_span_budget():
+    # nccl_data has more compute kernels per step than the budget even after the 1/2000 merge:
+    # the largest gaps stay open, so each step keeps exactly MAX_SPANS_PER_STEP compute spans.
+    spans = analyze_rank([NCCL_DATA]).timeline
+    per_step = Counter((s.step, s.kind) for s in spans)
+    assert {n for (_, kind), n in per_step.items() if kind == "compute"} == {MAX_SPANS_PER_STEP}
+    for step in {s.step for s in spans}:
+        mine = sorted((s.start_us, s.end_us) for s in spans if s.step == step and s.kind == "compute")
+        assert all(a < b <= c for (a, b), (c, _) in zip(mine, mine[1:]))  # disjoint, in time order

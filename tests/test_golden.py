@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from profile_overlap.analysis import core as analysis
+from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.analysis.record import to_json
 from profile_overlap.record.folder import load_run
-from profile_overlap.record.summary import headline
 from profile_overlap.render import console
 from profile_overlap.render.markdown import render as render_md
 from profile_overlap.render.report import build
@@ -69,7 +69,7 @@ def check_text(path: Path, actual: str) -> None:
 
 @pytest.mark.parametrize("folder", TRACE_FOLDERS)
 def test_analysis_of_fixed_traces(folder):
-    record = analysis.to_json(analysis.analyze_dir(DATA / folder, max_workers=1))
+    record = to_json(analyze_dir(DATA / folder, max_workers=1))
     record["source"] = folder  # the path differs from machine to machine
     check_json(GOLDEN / "analysis" / f"{folder}.json", record)
 
@@ -80,7 +80,7 @@ def golden_run():
 
 
 def test_headline_numbers_of_a_fixed_record(golden_run):
-    check_json(GOLDEN / "run" / "expected" / "headline.json", headline(golden_run.metrics))
+    check_json(GOLDEN / "run" / "expected" / "headline.json", golden_run.metrics.summary.headline)
 
 
 def test_report_of_a_fixed_record(golden_run):

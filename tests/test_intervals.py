@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from profile_overlap.analysis import intervals as iv
+from profile_overlap.core import intervals as iv
 
 
 def u(*pairs):

@@ -42,7 +42,8 @@ def test_dead_or_hung_rank_ends_the_job_and_marks_the_run_failed(tmp_path, kind,
     run_dir = only_run_dir(tmp_path)
     status = _status(run_dir)
     assert status["state"] == "failed"
-    assert "another rank crashed, hung or timed out" in status["reason"]
+    # Whichever reaches rank 0 first: the failed collective, or the launcher's SIGTERM after rank 1 died.
+    assert "another rank crashed, hung or timed out" in status["reason"] or "another rank failed" in status["reason"], status
     assert not (run_dir / "metrics.json").exists()  # nothing claims success
     _one_line_error(proc.stderr, "is marked failed")
 

@@ -8,7 +8,8 @@ import pytest
 from matplotlib.patches import Rectangle
 
 from profile_overlap.core.errors import UserError
-from profile_overlap.record.metrics import RunMetrics, load_metrics
+from profile_overlap.record.metrics import RunMetrics
+from profile_overlap.record.summary import load_metrics
 from profile_overlap.render import timeline
 
 

@@ -7,7 +7,8 @@ Memory: a 100 MB trace decoded into Python dicts takes well over 1 GB. We stream
 file is decompressed in chunks, each chunk is cut at an event boundary and decoded with msgspec
 into typed Structs that carry only the fields the analysis reads (unknown keys are skipped
 without being built), and the events we need are appended to compact columns before the next
-chunk is read. Peak memory is then about one chunk plus the columns, not the whole file.
+chunk is read. Peak memory is then about one chunk plus the columns, not the whole file. The
+chunking is `stream`; what is decoded and kept is here.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import gzip
 import re
 import zlib
 from array import array
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 import numpy as np
 
+from profile_overlap.analysis.classify import is_collective_op
+from profile_overlap.analysis.stream import NotATrace, read_chunks, stream_events
 from profile_overlap.core.errors import UserError
 
 CHUNK_BYTES = 2 << 20
@@ -32,16 +34,11 @@ file, 2 MiB at 1.2x, with no loss of speed (decoded Structs cost several times t
 KERNEL_CATS = frozenset({"kernel", "Kernel"})
 CPU_CATS = frozenset({"cpu_op", "user_annotation", "gpu_user_annotation"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime"})
-# CPU events whose arguments (shapes, dtypes) we keep: the ones that describe a collective.
-COLLECTIVE_OP_RE = re.compile(r"^(?:nccl:|rccl:|gloo:|c10d::|record_param_comms)")
 # Kernel arguments that describe a collective (recent PyTorch adds them to NCCL kernels).
 _KERNEL_COMM_ARGS = ("collective_name", "in_nelems", "out_nelems", "group_size")
 # A rank number in a file name, e.g. rank3.*, rank-3, worker3, host_3; else any short number.
 _RANK_IN_NAME = re.compile(r"(?:rank|worker|host|node|trainer)[-_]?(\d{1,5})(?!\d)", re.IGNORECASE)
 _NUMBER_IN_NAME = re.compile(r"(?<!\d)(\d{1,5})(?!\d)")
-_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_ARRAY_END = re.compile(rb"\}\s*\]")
-_MAX_SPLIT_TRIES = 16
 
 
 # ---------------------------------------------------------------- what msgspec decodes
@@ -246,7 +243,8 @@ class _Sink:
             base = len(self.cpu.ts)
             codes = self.cpu.extend(cpu, [_CPU_CAT_CODE[e.cat] for e in cpu])
             names = list(self.cpu.names)
-            self.collective_codes.update(c for c in range(self.checked_names, len(names)) if COLLECTIVE_OP_RE.match(names[c]))
+            # CPU events whose arguments (shapes, dtypes) we keep: the ones that describe a collective.
+            self.collective_codes.update(c for c in range(self.checked_names, len(names)) if is_collective_op(names[c]))
             self.checked_names = len(names)
             wanted = self.collective_codes
             for i, code in enumerate(codes):
@@ -261,92 +259,6 @@ class _Sink:
         for e in events:
             if e.ph == "M" and e.name == "thread_name" and e.args is not None and e.args.name:
                 self.thread_names.setdefault(str(e.tid), []).append(e.args.name)
-
-
-# ---------------------------------------------------------------- streaming the file
-
-
-def _chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
-    """Decompressed content in chunks; gzip is recognised by its magic number, not the name."""
-    with open(path, "rb") as raw:
-        magic = raw.read(2)
-        raw.seek(0)
-        if magic == b"\x1f\x8b":
-            with gzip.GzipFile(fileobj=raw) as gz:
-                while chunk := gz.read(chunk_bytes):
-                    yield chunk
-        else:
-            while chunk := raw.read(chunk_bytes):
-                yield chunk
-
-
-def _decode_events(body: bytes | bytearray) -> list[_Event]:
-    return _EVENTS.decode(b"[" + body + b"]")
-
-
-def _stream(chunks: Iterator[bytes], on_events: Callable[[list[_Event]], None]) -> bytes:
-    """Feed every event of the `traceEvents` array to `on_events`, one chunk at a time. Returns
-    the rest of the document with an empty `traceEvents`, for the metadata.
-
-    A chunk is cut after the last `},` that ends an event. A `},` inside a string or a nested
-    object makes the part before it invalid JSON, so a failed decode tells us to try the one
-    before; a valid decode proves the cut is at an event boundary."""
-    head = bytearray()
-    match = None
-    for chunk in chunks:
-        start = max(0, len(head) - 32)
-        head += chunk
-        match = _EVENTS_KEY.search(head, start)
-        if match:
-            break
-    if match is None:
-        msgspec.json.decode(bytes(head))  # raises DecodeError if it is not JSON at all
-        raise _NotATrace("it is JSON but has no `traceEvents` array")
-    prefix = bytes(head[: match.start()])
-    buf = bytes(head[match.end() :])
-    del head
-    for chunk in chunks:
-        buf += chunk
-        buf = _emit_complete(buf, on_events)
-    return prefix + b'"traceEvents":[]' + _emit_last(buf, on_events)
-
-
-def _emit_complete(buf: bytes, on_events) -> bytes:
-    pos = buf.rfind(b"},")
-    for _ in range(_MAX_SPLIT_TRIES):
-        if pos == -1:
-            return buf
-        try:
-            events = _decode_events(buf[: pos + 1].lstrip(b" \t\r\n,"))
-        except msgspec.ValidationError:
-            raise
-        except msgspec.DecodeError:
-            pos = buf.rfind(b"},", 0, pos)
-            continue
-        on_events(events)
-        return buf[pos + 2 :]
-    return buf
-
-
-def _emit_last(buf: bytes, on_events) -> bytes:
-    rest = buf.lstrip(b" \t\r\n,")
-    if rest.startswith(b"]"):
-        return rest[1:]
-    ends = list(_ARRAY_END.finditer(rest))
-    for m in reversed(ends[-_MAX_SPLIT_TRIES:]):
-        try:
-            events = _decode_events(rest[: m.start() + 1])
-        except msgspec.ValidationError:
-            raise
-        except msgspec.DecodeError:
-            continue
-        on_events(events)
-        return rest[m.end() :]
-    raise msgspec.DecodeError("the `traceEvents` array is not closed: the file is cut short")
-
-
-class _NotATrace(Exception):
-    pass
 
 
 # ---------------------------------------------------------------- entry point
@@ -374,10 +286,10 @@ def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
         raise UserError(f"{path} is empty (0 bytes), probably an interrupted write; {fix}")
     sink = _Sink()
     try:
-        outer = _OUTER.decode(_stream(_chunks(path, chunk_bytes), sink.add))
+        outer = _OUTER.decode(stream_events(read_chunks(path, chunk_bytes), _EVENTS.decode, sink.add))
     except (EOFError, gzip.BadGzipFile, zlib.error) as err:
         raise UserError(f"{path} is a truncated or corrupt gzip file ({err}); re-copy it or {fix}") from None
-    except _NotATrace as err:
+    except NotATrace as err:
         raise UserError(f"{path} is not a PyTorch profiler trace: {err}; {fix}") from None
     except msgspec.ValidationError as err:
         raise UserError(f"{path} is not a PyTorch profiler trace ({err}); {fix}") from None

@@ -147,7 +147,8 @@ def render(analysis, console) -> None:
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from profile_overlap.analysis.core import analyze_dir, to_json
+    from profile_overlap.analysis.folder import analyze_dir
+    from profile_overlap.analysis.record import to_json
 
     def warn(message: str) -> None:
         print(f"warning: {message}", file=sys.stderr)

@@ -100,7 +100,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from profile_overlap.record.folder import load_run
-    from profile_overlap.record.summary import headline
     from profile_overlap.render import write
 
     if args.compare and args.run_dir:
@@ -115,7 +114,7 @@ def main(args: argparse.Namespace) -> int:
         gated = load_run(args.run_dir)
     for path in written:
         print(f"wrote {path}")
-    return gate(headline(gated.metrics), args.fail_if, run_name=gated.name)
+    return gate(gated.metrics.summary.headline, args.fail_if, run_name=gated.name)
 
 
 def gate(values: dict[str, float | None], conditions: list[Condition], *, run_name: str) -> int:

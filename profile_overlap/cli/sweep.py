@@ -6,6 +6,7 @@ import argparse
 
 from profile_overlap.cli import run as run_cli
 from profile_overlap.core.errors import UserError
+from profile_overlap.run import config as run_config
 from profile_overlap.tools.sweep import KNOBS, SweepConfig, parse_vary, run_rank
 
 
@@ -31,7 +32,7 @@ def from_args(args: argparse.Namespace) -> SweepConfig:
     if args.mode != "compare":
         raise UserError(f"a sweep always compares both modes: drop --mode {args.mode}")
     try:
-        sweep = SweepConfig(base=run_cli.from_args(args), vary=vary)
+        sweep = SweepConfig(base=run_config.from_args(args, run_config.Config), vary=vary)
         sweep.point_configs()  # a bad value (say dim=0) fails here, before any rank starts
     except ValueError as err:
         raise UserError(str(err)) from None

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, STATUS_JSON, TIMELINE_JSON
-from profile_overlap.record.metrics import RunMetrics, load_metrics
+from profile_overlap.record.metrics import RunMetrics
+from profile_overlap.record.summary import load_metrics
 
 
 @dataclass(frozen=True)

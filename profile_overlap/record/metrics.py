@@ -7,13 +7,15 @@ here is defined in the README's "Metrics" section.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+from profile_overlap.core.errors import UserError
+
+SCHEMA_VERSION = 2
+"""2: the record carries its summary (records of version 1 get it when they are read)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,65 @@ class CheckResult:
 
 
 @dataclass(frozen=True)
+class Spread:
+    """A value over ranks: its mean, least and greatest."""
+
+    mean: float
+    min: float
+    max: float
+
+
+@dataclass(frozen=True)
+class CollectiveRow:
+    """One collective kind of one mode, over ranks (definitions: "Per mode")."""
+
+    kind: str
+    size_per_call: float | None
+    calls: tuple[int, int]
+    """min and max over ranks (equal in a healthy run)."""
+    time_per_call_us: Spread
+    algbw_gbps: Spread | None
+    busbw_gbps: Spread | None
+
+
+@dataclass(frozen=True)
+class ModeSummary:
+    """One mode's derived numbers (definitions: "Per mode"). Profiled times are per profiled
+    step, mean over ranks; None without profiling. Step times stay in ModeMetrics.step_time."""
+
+    mode: str
+    num_ranks: int
+    comm_ms: float | None
+    compute_ms: float | None
+    overlap_ms: float | None
+    exposed_comm_ms: float | None
+    overlap_pct: float | None
+    collectives: tuple[CollectiveRow, ...]
+    optimizer_state_bytes: int
+    param_bytes: int
+    grad_bytes: int
+    peak_allocated_bytes: int | None
+    slowest_rank: int | None
+    """The rank the others wait for (the analysis record's slowest_rank)."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """Every number derived from the run's measurements, computed once when the record is built
+    (record/summary.py); renderers only read it."""
+
+    modes: dict[str, ModeSummary]
+    """In display order: sequential, split, then any other mode."""
+    headline_mode: str
+    """The mode whose overlap the headline reports: split, else the only mode."""
+    headline: dict[str, float | None]
+    """The numbers `report --fail-if` and `--compare` work on (definitions: "Headline names")."""
+    within_noise: bool | None
+    """Sequential and split step times within run-to-run noise (definitions: `within_noise`); None
+    unless both modes were timed."""
+
+
+@dataclass(frozen=True)
 class ModeMetrics:
     mode: str
     step_time: StepTimes
@@ -129,6 +190,8 @@ class RunMetrics:
     checks: tuple[CheckResult, ...]
     """Checks across modes (final parameters equal between sequential and split)."""
     speedup: Speedup | None
+    summary: RunSummary | None = None
+    """None only while the record is being built (record.summary.with_summary fills it)."""
 
     @property
     def passed(self) -> bool:
@@ -154,6 +217,7 @@ class RunMetrics:
             for name, m in data["modes"].items()
         }
         speedup = Speedup(**data["speedup"]) if data.get("speedup") else None
+        summary = _summary_from_json(data["summary"]) if data.get("summary") else None
         return cls(
             schema_version=data["schema_version"],
             run_dir=data["run_dir"],
@@ -162,13 +226,35 @@ class RunMetrics:
             modes=modes,
             checks=tuple(CheckResult(**c) for c in data["checks"]),
             speedup=speedup,
+            summary=summary,
         )
+
+
+def _spread_from_json(d: dict | None) -> Spread | None:
+    return Spread(**d) if d else None
+
+
+def _summary_from_json(d: dict) -> RunSummary:
+    modes = {}
+    for name, m in d["modes"].items():
+        rows = tuple(
+            CollectiveRow(
+                **{
+                    **c,
+                    "calls": tuple(c["calls"]),
+                    "time_per_call_us": Spread(**c["time_per_call_us"]),
+                    "algbw_gbps": _spread_from_json(c["algbw_gbps"]),
+                    "busbw_gbps": _spread_from_json(c["busbw_gbps"]),
+                }
+            )
+            for c in m["collectives"]
+        )
+        modes[name] = ModeSummary(**{**m, "collectives": rows})
+    return RunSummary(modes=modes, headline_mode=d["headline_mode"], headline=d["headline"], within_noise=d["within_noise"])
 
 
 def ensure_writable_dir(out: Path) -> Path:
     """Create `out` (an --out folder) if needed; a one-line error when that cannot work."""
-    from profile_overlap.core.errors import UserError
-
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -176,7 +262,3 @@ def ensure_writable_dir(out: Path) -> Path:
     if not os.access(out, os.W_OK):
         raise UserError(f"--out {out} is not writable; pick a writable folder")
     return out
-
-
-def load_metrics(path: Path) -> RunMetrics:
-    return RunMetrics.from_json(json.loads(Path(path).read_text()))

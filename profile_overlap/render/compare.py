@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 
 from profile_overlap.record.folder import Run
-from profile_overlap.record.summary import HEADLINE_NAMES, MODE_ORDER, headline, summaries, within_noise
+from profile_overlap.record.summary import HEADLINE_NAMES, MODE_ORDER, within_noise
 from profile_overlap.render.document import Code, Paragraph, Ref, Report, Section, Table, ms
 from profile_overlap.render.report import reproduce_command
 
 
 def build_compare(a: Run, b: Run) -> Report:
-    ha, hb = headline(a.metrics), headline(b.metrics)
-    sa, sb = summaries(a.metrics), summaries(b.metrics)
+    ha, hb = a.metrics.summary.headline, b.metrics.summary.headline
+    sa, sb = a.metrics.summary.modes, b.metrics.summary.modes
     rows = []
     for name in HEADLINE_NAMES:
         x, y = ha[name], hb[name]
@@ -29,7 +29,7 @@ def build_compare(a: Run, b: Run) -> Report:
     )
     spread_rows, statements = [], []
     for mode in [m for m in MODE_ORDER if m in sa and m in sb]:
-        ta, tb = sa[mode].step_time, sb[mode].step_time
+        ta, tb = a.metrics.modes[mode].step_time, b.metrics.modes[mode].step_time
         if not ta.times_ms or not tb.times_ms:
             continue
         spread_rows.append(
@@ -111,7 +111,7 @@ def build_compare(a: Run, b: Run) -> Report:
 
 
 def compare_record(a: Run, b: Run) -> dict:
-    ha, hb = headline(a.metrics), headline(b.metrics)
+    ha, hb = a.metrics.summary.headline, b.metrics.summary.headline
     return {
         "a": {"run_dir": str(a.dir), "headline": ha},
         "b": {"run_dir": str(b.dir), "headline": hb},

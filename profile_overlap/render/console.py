@@ -11,7 +11,6 @@ from rich.table import Table
 from profile_overlap.core import rank_output
 from profile_overlap.core.files import REPORT_HTML
 from profile_overlap.record.metrics import RunMetrics
-from profile_overlap.record.summary import step_overlaps, summaries
 
 
 def _fmt(value: float | None, spec: str = ".2f", unit: str = "") -> str:
@@ -34,19 +33,20 @@ SUMMARY_COLUMNS = (
 def summary_rows(metrics: RunMetrics) -> list[tuple[str, ...]]:
     """The summary table's cells, one row per mode, in SUMMARY_COLUMNS order (console, TensorBoard, reports)."""
     rows = []
-    for m in step_overlaps(metrics):
-        spread = f"{m.p10_ms:.2f}-{m.p90_ms:.2f}" if m.p10_ms is not None else "-"
+    for m in metrics.summary.modes.values():
+        st = metrics.modes[m.mode].step_time
+        spread = f"{st.p10_ms:.2f}-{st.p90_ms:.2f}" if st.p10_ms is not None else "-"
         rows.append(
             (
                 m.mode,
-                _fmt(m.median_ms),
+                _fmt(st.median_ms),
                 spread,
                 _fmt(m.comm_ms),
                 _fmt(m.compute_ms),
                 _fmt(m.overlap_ms),
                 _fmt(m.exposed_comm_ms),
                 _fmt(m.overlap_pct, ".1f"),
-                f"{m.opt_state_mb:.2f}",
+                f"{m.optimizer_state_bytes / 2**20:.2f}",
             )
         )
     return rows
@@ -81,7 +81,7 @@ def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> No
 
     busbw = [
         f"{name} " + ", ".join(f"{c.kind} {c.busbw_gbps.mean:.3g}" for c in s.collectives if c.busbw_gbps)
-        for name, s in summaries(metrics).items()
+        for name, s in metrics.summary.modes.items()
         if any(c.busbw_gbps for c in s.collectives)
     ]
     if busbw:

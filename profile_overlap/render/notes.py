@@ -8,7 +8,7 @@ A rule returns None when it has nothing to say; the order of RULES is the order 
 from __future__ import annotations
 
 from profile_overlap.record.metrics import RunMetrics
-from profile_overlap.record.summary import ModeSummary, headline_mode, slowest_rank, within_noise
+from profile_overlap.record.summary import ModeSummary
 from profile_overlap.render.document import Inline, Ref, ms, pct, times
 
 # Thresholds, with the reason each is where it is.
@@ -83,7 +83,7 @@ def gloo_reduce_scatter(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | No
 
 
 def exposed_dominates(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
-    x = s[headline_mode(m)]
+    x = s[m.summary.headline_mode]
     if x.exposed_comm_ms is None or not x.compute_ms or x.exposed_comm_ms / x.compute_ms < EXPOSED_OVER_COMPUTE:
         return None
     return (
@@ -150,7 +150,7 @@ def stragglers(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     worst = None
     for name, mode in m.modes.items():
         ranks = mode.analysis["ranks"] if mode.analysis else []
-        slow = slowest_rank(ranks)
+        slow = s[name].slowest_rank
         if slow is None:
             continue
         for r in ranks:
@@ -184,14 +184,16 @@ def stragglers(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
 
 def noisy_steps(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     noisy = [
-        x for x in s.values() if x.step_time.median_ms and (x.step_time.p90_ms - x.step_time.p10_ms) / x.step_time.median_ms > NOISY_SPREAD
+        x
+        for x in m.modes.values()
+        if x.step_time.median_ms and (x.step_time.p90_ms - x.step_time.p10_ms) / x.step_time.median_ms > NOISY_SPREAD
     ]
     if not noisy:
         return None
     x = max(noisy, key=lambda x: (x.step_time.p90_ms - x.step_time.p10_ms) / x.step_time.median_ms)
     st = x.step_time
     tail = ""
-    if m.speedup and len(s) == 2 and within_noise(s["sequential"].step_time, s["split"].step_time):
+    if m.speedup and len(s) == 2 and m.summary.within_noise:
         tail = " That is why the verdict calls the two modes equal."
     return (
         f"Step times are noisy: {x.mode}'s p10–p90 spans ",

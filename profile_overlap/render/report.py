@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 
+from profile_overlap.core.dtypes import DTYPE_BYTES
 from profile_overlap.record.folder import Run
-from profile_overlap.record.metrics import CheckResult, RunMetrics
-from profile_overlap.record.summary import ModeSummary, slowest_rank, summaries, within_noise
+from profile_overlap.record.metrics import CheckResult, ModeSummary, RunMetrics
+from profile_overlap.render import notes
 from profile_overlap.render.document import (
     Code,
-    Figure,
     Inline,
     Items,
     Paragraph,
@@ -30,19 +30,12 @@ from profile_overlap.render.document import (
     Report,
     Section,
     Table,
-    gbps,
     mib,
     ms,
     pct,
     times,
-    us,
 )
-
-# ---------------------------------------------------------------- the content tree
-
-
-# ---------------------------------------------------------------- reading a run folder
-
+from profile_overlap.render.report_tables import collectives_table, side_by_side, straggler_blocks, timeline_blocks
 
 # ---------------------------------------------------------------- per-mode numbers
 
@@ -58,8 +51,7 @@ from profile_overlap.render.document import (
 
 def build(run: Run) -> Report:
     m = run.metrics
-    s = summaries(m)
-    from profile_overlap.render import notes
+    s = m.summary.modes
 
     sections = (
         Section("verdict", "Verdict", (Paragraph(verdict(m, s), tone="verdict_failed" if run.failed else "verdict"),)),
@@ -111,7 +103,7 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
         )
     if len(s) == 1 or not m.speedup:
         ((name, one),) = list(s.items())[:1]
-        text: list = [f"{name} only: median step ", Ref(f"{ms(one.step_time.median_ms)} ms", "step_time_ms")]
+        text: list = [f"{name} only: median step ", Ref(f"{ms(m.modes[name].step_time.median_ms)} ms", "step_time_ms")]
         if one.comm_ms:
             text += [
                 ", with ",
@@ -130,7 +122,8 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
         " instead of ",
         Ref(f"{mib(seq.optimizer_state_bytes)} MiB", "optimizer_state_bytes"),
     )
-    steps = (Ref(f"{ms(split.step_time.median_ms)} ms", "step_time_ms"), " vs ", Ref(f"{ms(seq.step_time.median_ms)} ms", "step_time_ms"))
+    seq_t, split_t = m.modes["sequential"].step_time, m.modes["split"].step_time
+    steps = (Ref(f"{ms(split_t.median_ms)} ms", "step_time_ms"), " vs ", Ref(f"{ms(seq_t.median_ms)} ms", "step_time_ms"))
     hid = (
         "split hid ",
         "" if split.overlap_pct and split.overlap_pct >= 50 else "only ",
@@ -140,7 +133,7 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
         " of communication per step behind compute",
     )
     speed = m.speedup.measured
-    if within_noise(seq.step_time, split.step_time):
+    if m.summary.within_noise:
         return (
             "split and sequential took the same time, ",
             Ref("within run-to-run noise", "within_noise"),
@@ -224,7 +217,7 @@ def setup_blocks(run: Run) -> tuple:
         ("CUDA / NCCL / gloo", " / ".join(str(env.get(k) or "–") for k in ("cuda", "nccl", "gloo"))),
         ("step timing", next(iter(m.modes.values())).step_time.method),
     ]
-    itemsize = {"float32": 4, "bfloat16": 2, "float16": 2}[cfg["dtype"]]
+    itemsize = DTYPE_BYTES[cfg["dtype"]]
     params = cfg["layers"] * cfg["dim"] ** 2
     workload = (
         f"The workload: K = {cfg['layers']} layers, each a {cfg['dim']}×{cfg['dim']} {cfg['dtype']} weight, so "
@@ -315,169 +308,6 @@ def verification_blocks(m: RunMetrics) -> tuple:
         else f"{len([c for _, c in checks if not c.passed])} of {len(checks)} checks FAILED."
     )
     return (Paragraph((summary,), tone="ok" if m.passed else "failed"), table)
-
-
-def side_by_side(m: RunMetrics, s: dict[str, ModeSummary]) -> Table:
-    names = list(s)
-    kinds = sorted({c.kind for x in s.values() for c in x.collectives})
-
-    def row(label: Inline, values: list[str]) -> tuple:
-        return (label, *((v,) for v in values))
-
-    def each(fn) -> list[str]:
-        return [fn(x) for x in s.values()]
-
-    rows = [
-        row((Ref("step time median", "step_time_ms"), " (ms)"), each(lambda x: ms(x.step_time.median_ms))),
-        row((Ref("step time p10 – p90", "step_time_ms"), " (ms)"), each(lambda x: f"{ms(x.step_time.p10_ms)} – {ms(x.step_time.p90_ms)}")),
-        row((Ref("communication", "comm_ms"), " per step (ms)"), each(lambda x: ms(x.comm_ms))),
-        row((Ref("compute", "compute_ms"), " per step (ms)"), each(lambda x: ms(x.compute_ms))),
-        row((Ref("overlap", "overlap_ms"), ": comm hidden by compute (ms)"), each(lambda x: ms(x.overlap_ms))),
-        row((Ref("exposed comm", "exposed_comm_ms"), " per step (ms)"), each(lambda x: ms(x.exposed_comm_ms))),
-        row((Ref("overlap %", "mode_overlap_pct"),), each(lambda x: pct(x.overlap_pct))),
-    ]
-    for kind in kinds:
-        rows.append(
-            row(
-                (Ref("busbw", "mode_busbw_gbps"), f" {kind} (GB/s)"),
-                each(lambda x, kind=kind: next((gbps(c.busbw_gbps.mean) for c in x.collectives if c.kind == kind and c.busbw_gbps), "–")),
-            )
-        )
-    rows += [
-        row((Ref("optimizer state", "optimizer_state_bytes"), " per rank (MiB)"), each(lambda x: mib(x.optimizer_state_bytes))),
-        row((Ref("parameters", "param_bytes"), " per rank (MiB)"), each(lambda x: mib(x.param_bytes))),
-        row((Ref("gradients", "grad_bytes"), " per rank (MiB)"), each(lambda x: mib(x.grad_bytes))),
-        row(
-            (Ref("peak allocated", "peak_allocated_bytes"), " per rank (MiB)"),
-            each(lambda x: mib(x.peak_allocated_bytes) if x.peak_allocated_bytes is not None else "n/a on CPU"),
-        ),
-    ]
-    if m.speedup:
-        sp = m.speedup
-        rows += [
-            row((Ref("speedup", "speedup"), " measured (×)"), ["", times(sp.measured)]),
-            row((Ref("predicted speedup", "predicted_speedup"), ": ideal from sequential's comm + compute (×)"), ["", times(sp.predicted)]),
-        ]
-    return Table(
-        header=(("",), *((n,) for n in names)),
-        rows=tuple(rows),
-        numeric=(False, *(True for _ in names)),
-        caption=(
-            "Step times: median and p10–p90 of the timed, unprofiled steps. Comm, compute and overlap: per profiled step, mean over ranks.",
-        ),
-    )
-
-
-def timeline_blocks(run: Run) -> tuple:
-    if not run.timeline or not run.timeline.get("modes"):
-        return (Paragraph(("This run was not profiled (--no-profile), so there is no timeline.",)),)
-    return (
-        Figure(
-            (
-                "One profiled step per mode, one pair of lanes per rank: communication above, compute below; "
-                "shaded stretches are communication hidden behind compute (",
-                Ref("overlap", "overlap_us"),
-                ").",
-            ),
-        ),
-    )
-
-
-def collectives_table(s: dict[str, ModeSummary]) -> Table:
-    rows = []
-    for x in s.values():
-        for c in x.collectives:
-            lo, hi = c.calls
-            rows.append(
-                (
-                    (x.mode,),
-                    (c.kind,),
-                    (f"{c.size_per_call:,.0f}" if c.size_per_call else "–",),
-                    (str(lo) if lo == hi else f"{lo}–{hi}",),
-                    (us(c.time_per_call_us.mean),),
-                    (f"{us(c.time_per_call_us.min)} – {us(c.time_per_call_us.max)}",),
-                    (gbps(c.algbw_gbps.mean) if c.algbw_gbps else "–",),
-                    (gbps(c.busbw_gbps.mean) if c.busbw_gbps else "–",),
-                    (f"{gbps(c.busbw_gbps.min)} – {gbps(c.busbw_gbps.max)}" if c.busbw_gbps else "–",),
-                )
-            )
-    return Table(
-        header=(
-            ("mode",),
-            ("collective",),
-            (Ref("size", "size_per_call"), " (B)"),
-            (Ref("calls", "count"),),
-            (Ref("time", "time_per_call_us"), " (µs)"),
-            ("time min – max (µs)",),
-            (Ref("algbw", "algbw_gbps"), " (GB/s)"),
-            (Ref("busbw", "busbw_gbps"), " (GB/s)"),
-            ("busbw min – max",),
-        ),
-        rows=tuple(rows),
-        numeric=(False, False, True, True, True, True, True, True, True),
-        caption=(
-            "As nccl-tests prints them: one call's size, calls per rank over the profiled steps, time per call and "
-            "bandwidths as the mean over ranks, with the range across ranks.",
-        ),
-    )
-
-
-def straggler_blocks(m: RunMetrics) -> tuple:
-    hosts = {r["rank"]: r["host"] for r in m.env.get("ranks", [])}
-    blocks: list = []
-    for name, mode in m.modes.items():
-        ranks = mode.analysis["ranks"] if mode.analysis else []
-        slow = slowest_rank(ranks)
-        if slow is None:
-            blocks.append(Paragraph((f"{name}: no collective was matched on two or more ranks, so there is no wait/transfer split.",)))
-            continue
-        rows, hi = [], set()
-        for i, r in enumerate(ranks):
-            total = r["wait_us"] + r["transfer_us"]
-            share = 100 * r["wait_us"] / total if total else None
-            rows.append(
-                (
-                    (str(r["rank"]),),
-                    (hosts.get(r["rank"], "?"),),
-                    (ms(r["wait_us"] / 1e3),),
-                    (ms(r["transfer_us"] / 1e3),),
-                    (pct(share),),
-                    ("slowest: the others wait for it" if r["rank"] == slow else "",),
-                )
-            )
-            if r["rank"] == slow:
-                hi.add(i)
-        most = max(ranks, key=lambda r: r["wait_us"] or 0)
-        blocks.append(
-            Paragraph(
-                (
-                    f"{name}: the slowest rank was rank {slow} on {hosts.get(slow, '?')} (",
-                    Ref("slowest rank", "slowest_rank"),
-                    "); rank ",
-                    str(most["rank"]),
-                    " waited longest, ",
-                    Ref(f"{ms(most['wait_us'] / 1e3)} ms", "wait_us"),
-                    " over the profiled steps.",
-                )
-            )
-        )
-        blocks.append(
-            Table(
-                header=(
-                    ("rank",),
-                    ("host",),
-                    (Ref("wait", "wait_us"), " (ms)"),
-                    (Ref("transfer", "transfer_us"), " (ms)"),
-                    (Ref("wait share", "wait_share_pct"), " (%)"),
-                    ("",),
-                ),
-                rows=tuple(rows),
-                numeric=(True, False, True, True, True, False),
-                highlight=frozenset(hi),
-                caption=(f"{name}: collective time of each rank over the profiled steps, split into waiting for peers and moving data.",),
-            )
-        )
-    return tuple(blocks)
 
 
 # ---------------------------------------------------------------- the two-run comparison

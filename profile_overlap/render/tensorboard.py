@@ -27,8 +27,8 @@ from tensorboard.util import tensor_util
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, TIMELINE_JSON
-from profile_overlap.record.metrics import RunMetrics, load_metrics
-from profile_overlap.record.summary import step_overlaps
+from profile_overlap.record.metrics import RunMetrics
+from profile_overlap.record.summary import load_metrics
 from profile_overlap.render import console
 
 EVENT_SUFFIX = ".profile_overlap"
@@ -194,9 +194,9 @@ def _hparams(metrics: RunMetrics, mode: str) -> dict:
 
 
 def _headline(metrics: RunMetrics, mode: str) -> dict[str, float]:
-    row = next(s for s in step_overlaps(metrics) if s.mode == mode)
+    row = metrics.summary.modes[mode]
     out = {
-        "headline/median_step_ms": row.median_ms,
+        "headline/median_step_ms": metrics.modes[mode].step_time.median_ms,
         "headline/overlap_pct": row.overlap_pct,
         "headline/exposed_comm_ms": row.exposed_comm_ms,
         "headline/speedup": metrics.speedup.measured if metrics.speedup else None,

@@ -2,8 +2,8 @@
 
 Reads timeline.json (the spans the analysis kept for drawing) and the metrics record (the
 numbers printed beside each rank). It draws; it never recomputes a metric. The one piece of
-geometry computed here, the overlapped stretches that get shaded, is drawing, and the overlap
-numbers printed next to them come from the record.
+geometry computed here, the overlapped stretches that get shaded (with analysis.intervals), is
+drawing, and the overlap numbers printed next to them come from the record.
 
     fig = timeline.figure(load_metrics(run / METRICS_JSON), json.loads((run / TIMELINE_JSON).read_text()))
     timeline.save_png(fig, run / TIMELINE_PNG)
@@ -21,6 +21,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
+from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import replace_atomically
 from profile_overlap.record.metrics import RunMetrics
@@ -245,28 +246,8 @@ def _colour_map(panels: list[_ModeStep]) -> dict[str, str]:
     return colours
 
 
-def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
-
-
-def _intersect(xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Intersection of two merged, sorted interval lists (drawing geometry for the shading)."""
-    out, i, j = [], 0, 0
-    while i < len(xs) and j < len(ys):
-        a, b = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
-        if a < b:
-            out.append((a, b))
-        if xs[i][1] < ys[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
+def _union(spans: tuple[tuple[float, float, str, str], ...], kind: str) -> iv.Union:
+    return iv.union([a for a, _, k, _ in spans if k == kind], [b for _, b, k, _ in spans if k == kind])
 
 
 def _fmt_ms(us: float | None) -> str:
@@ -282,9 +263,8 @@ def _draw_panel(ax, panel: _ModeStep, *, colours: dict[str, str], xmax_ms: float
         step_ms = r.step_us / 1e3
         ax.add_patch(Rectangle((0, top - 0.5), step_ms, 2, facecolor=STEP_BG_COLOUR, edgecolor="none", zorder=0))
         ax.plot([step_ms, step_ms], [top - 0.5, top + 1.5], color="#555555", lw=0.8, zorder=3)
-        comm = _merge([(a, b) for a, b, kind, _ in r.spans if kind == "comm"])
-        compute = _merge([(a, b) for a, b, kind, _ in r.spans if kind == "compute"])
-        for a, b in _intersect(comm, compute):
+        shaded = iv.intersect(_union(r.spans, "comm"), _union(r.spans, "compute"))
+        for a, b in zip(shaded[0].tolist(), shaded[1].tolist()):
             ax.add_patch(Rectangle((a, top - 0.5), b - a, 2, facecolor=OVERLAP_COLOUR, alpha=0.55, edgecolor="none", zorder=1))
             # The hatch on the comm bar itself: the shading stays visible where bars cover the band.
             ax.add_patch(

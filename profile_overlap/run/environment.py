@@ -12,6 +12,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from profile_overlap.run import flags
 from profile_overlap.run.config import Config
 
 
@@ -34,17 +35,8 @@ def reproduce_command(*, num_nodes: int, config: Config | None = None) -> str:
 
 
 def config_flags(config: Config) -> list[str]:
-    """`run` flags that recreate this config (all of them, defaults included)."""
-    flags = ["run"]
-    for name, value in config.to_dict().items():
-        if name in ("name", "nproc_per_node") or value is None:
-            continue
-        if isinstance(value, bool):
-            flags.append(f"--{name}" if value else f"--no-{name}")
-            continue
-        flag = "--timeout" if name == "timeout_s" else "--" + name.replace("_", "-")
-        flags += [flag, str(value)]
-    return flags
+    """`run` flags that recreate this config (all of them, defaults included), generated from its fields."""
+    return ["run", *flags.to_argv(config, leave_out=("name", "nproc_per_node"))]
 
 
 def environment(backend: str, device: torch.device, *, config: Config | None = None) -> dict:

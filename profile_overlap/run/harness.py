@@ -15,35 +15,38 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from profile_overlap.analysis import core as analysis
+from profile_overlap.analysis.cross_rank import TraceAnalysis, combine
+from profile_overlap.analysis.per_rank import analyze_rank
+from profile_overlap.analysis.record import timeline_record, to_json
 from profile_overlap.core import rank_output
 from profile_overlap.core import status as run_status
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import CONFIG_JSON, ENV_JSON, METRICS_JSON, TIMELINE_JSON
 from profile_overlap.core.io import write_json_atomic
+from profile_overlap.record import summary
 from profile_overlap.record.metrics import (
     SCHEMA_VERSION,
     Memory,
     ModeMetrics,
     RunMetrics,
-    Speedup,
     StepTimes,
 )
-from profile_overlap.render import outputs
+from profile_overlap.render import console, outputs
 from profile_overlap.run import pipelines
-from profile_overlap.run.config import Config
+from profile_overlap.run.config import DTYPE_BYTES, Config
+from profile_overlap.run.dtypes import torch_dtype
 from profile_overlap.run.environment import environment
 from profile_overlap.run.job import create_fresh_dir, failure_recorded, make_dir, process_group
 from profile_overlap.run.profiler import profiled_steps
 from profile_overlap.run.timing import timed_steps
 from profile_overlap.run.verify import DecompositionChecker, compare_params, ranks_agree
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: torch_dtype(name) for name in DTYPE_BYTES}
 
 
 def run_mode(
     mode: str, *, config: Config, device: torch.device, run_dir: Path
-) -> tuple[ModeMetrics, analysis.TraceAnalysis | None, list[torch.Tensor]]:
+) -> tuple[ModeMetrics, TraceAnalysis | None, list[torch.Tensor]]:
     rank, world = dist.get_rank(), dist.get_world_size()
     dtype = DTYPES[config.dtype]
     state = pipelines.build_state(mode, config=config, rank=rank, world_size=world, device=device, dtype=dtype)
@@ -79,7 +82,7 @@ def run_mode(
 
 def _mode_metrics(
     mode: str, state, *, checks, times, trace, run_dir: Path, device: torch.device
-) -> tuple[ModeMetrics, analysis.TraceAnalysis | None]:
+) -> tuple[ModeMetrics, TraceAnalysis | None]:
     """Build this mode's record. Step times and memory (a few numbers per rank) go to every rank;
     the trace analyses go to rank 0 only, which alone writes and renders the record, so traffic
     grows linearly with the number of ranks. On other ranks `analysis` is None (they only use the
@@ -94,9 +97,9 @@ def _mode_metrics(
         # Each rank analyzes only its own trace; the small results travel, never the files, so this
         # scales to any number of ranks and needs no shared file system.
         analyses: list | None = [None] * world if dist.get_rank() == 0 else None
-        dist.gather_object(analysis.analyze_rank([trace]), analyses, dst=0)
+        dist.gather_object(analyze_rank([trace]), analyses, dst=0)
         if analyses is not None:
-            combined = analysis.combine(analyses, source=str(trace.parent))
+            combined = combine(analyses, source=str(trace.parent))
     # A step takes as long as its slowest rank.
     step_times = [max(r["times"][i] for r in gathered) for i in range(len(times))]
     method = "cuda_events" if device.type == "cuda" else "perf_counter+barrier"
@@ -106,23 +109,8 @@ def _mode_metrics(
         memory=tuple(r["memory"] for r in gathered),
         checks=tuple(checks),
         trace_dir=str(trace.parent.relative_to(run_dir)) if trace else None,
-        analysis=analysis.to_json(combined) if combined else None,
+        analysis=to_json(combined) if combined else None,
     ), combined
-
-
-def _speedup(modes: dict[str, ModeMetrics]) -> Speedup | None:
-    if set(modes) != {"sequential", "split"} or not all(m.step_time.times_ms for m in modes.values()):
-        return None
-    seq, split = modes["sequential"], modes["split"]
-    measured = seq.step_time.median_ms / split.step_time.median_ms
-    predicted = None
-    if seq.analysis:
-        ranks = seq.analysis["ranks"]
-        comm = sum(r["comm_us"] for r in ranks) / len(ranks)
-        compute = sum(r["compute_us"] for r in ranks) / len(ranks)
-        if max(comm, compute) > 0:
-            predicted = (comm + compute) / max(comm, compute)
-    return Speedup(measured=measured, predicted=predicted)
 
 
 def run(config: Config) -> int:
@@ -151,7 +139,7 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
         run_status.write(run_dir, "running")
 
     modes: dict[str, ModeMetrics] = {}
-    analyses: dict[str, analysis.TraceAnalysis] = {}
+    analyses: dict[str, TraceAnalysis] = {}
     final_params: dict[str, list[torch.Tensor]] = {}
     if rank == 0:
         rank_output.say(f"profile_overlap {config.mode}: {env['world_size']} ranks, {backend} ({device.type}); run folder {run_dir}")
@@ -174,14 +162,16 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
                 final_params["sequential"], final_params["split"], name="sequential == split: final parameters", dtype=DTYPES[config.dtype]
             )
         )
-    metrics = RunMetrics(
-        schema_version=SCHEMA_VERSION,
-        run_dir=str(run_dir),
-        config=config.to_dict(),
-        env=env,
-        modes=modes,
-        checks=tuple(cross),
-        speedup=_speedup(modes),
+    metrics = summary.with_summary(
+        RunMetrics(
+            schema_version=SCHEMA_VERSION,
+            run_dir=str(run_dir),
+            config=config.to_dict(),
+            env=env,
+            modes=modes,
+            checks=tuple(cross),
+            speedup=summary.speedup(modes),
+        )
     )
     if rank == 0:
         failed = [c for c in metrics.all_checks() if not c.passed]
@@ -191,10 +181,8 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
         rank_output.say("  writing metrics.json, the report and TensorBoard files")
         write_json_atomic(run_dir / METRICS_JSON, metrics.to_json())
         if any(analyses.values()):
-            write_json_atomic(run_dir / TIMELINE_JSON, analysis.timeline_record(analyses))
+            write_json_atomic(run_dir / TIMELINE_JSON, timeline_record(analyses))
         outputs.render_all(run_dir, metrics)
-        from profile_overlap.render import console
-
         console.print_run_summary(metrics)
         if not failed:
             run_status.write(run_dir, "succeeded")

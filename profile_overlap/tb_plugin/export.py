@@ -11,17 +11,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profile_overlap.analysis import core as trace_analysis
+from profile_overlap.analysis.cross_rank import TraceAnalysis
+from profile_overlap.analysis.record import timeline_record, to_json
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, TIMELINE_JSON
 from profile_overlap.core.io import write_json_atomic
 from profile_overlap.record.metrics import SCHEMA_VERSION, ModeMetrics, RunMetrics, StepTimes
+from profile_overlap.record.summary import with_summary
 
 FOREIGN_MODE = "trace"
 """The one mode of a record written for foreign traces (our runs have sequential / split)."""
 
 
-def plugin_metrics(result: trace_analysis.TraceAnalysis, *, out_dir: Path) -> RunMetrics:
+def plugin_metrics(result: TraceAnalysis, *, out_dir: Path) -> RunMetrics:
     """The metrics record of foreign traces: their analysis and nothing we cannot know."""
     mode = ModeMetrics(
         mode=FOREIGN_MODE,
@@ -29,27 +31,29 @@ def plugin_metrics(result: trace_analysis.TraceAnalysis, *, out_dir: Path) -> Ru
         memory=(),
         checks=(),
         trace_dir=result.source,
-        analysis=trace_analysis.to_json(result),
+        analysis=to_json(result),
     )
-    return RunMetrics(
-        schema_version=SCHEMA_VERSION,
-        run_dir=str(out_dir),
-        config={"source": result.source, "hta_compat": result.hta_compat},
-        env={"command": "profile_overlap analyze --tensorboard", "world_size": result.world_size},
-        modes={FOREIGN_MODE: mode},
-        checks=(),
-        speedup=None,
+    return with_summary(
+        RunMetrics(
+            schema_version=SCHEMA_VERSION,
+            run_dir=str(out_dir),
+            config={"source": result.source, "hta_compat": result.hta_compat},
+            env={"command": "profile_overlap analyze --tensorboard", "world_size": result.world_size},
+            modes={FOREIGN_MODE: mode},
+            checks=(),
+            speedup=None,
+        )
     )
 
 
-def write_plugin_data(out_dir: Path, result: trace_analysis.TraceAnalysis) -> Path:
+def write_plugin_data(out_dir: Path, result: TraceAnalysis) -> Path:
     """Write out_dir/metrics.json and out_dir/timeline.json (atomically) for the Overlap tab;
     returns out_dir. `tensorboard --logdir` any folder above out_dir then shows it."""
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out_dir / METRICS_JSON, plugin_metrics(result, out_dir=out_dir).to_json())
-        write_json_atomic(out_dir / TIMELINE_JSON, trace_analysis.timeline_record({FOREIGN_MODE: result}))
+        write_json_atomic(out_dir / TIMELINE_JSON, timeline_record({FOREIGN_MODE: result}))
     except OSError as err:
         raise UserError(
             f"cannot write the TensorBoard data to {out_dir}: {err.strerror}; pick a writable folder with --tensorboard OUT"

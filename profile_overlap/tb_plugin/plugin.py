@@ -24,12 +24,12 @@ from collections import OrderedDict
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
 import orjson
 from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from profile_overlap.analysis.spans import coarsen
 from profile_overlap.core.files import METRICS_JSON, STATUS_JSON, TIMELINE_JSON
 
 PLUGIN_NAME = "profile_overlap"
@@ -86,9 +86,9 @@ def describe_run(logdir: Path, run_dir: Path) -> dict:
 
 
 def merge_spans(spans: list[list], *, max_spans: int) -> list[list]:
-    """At most `max_spans` spans of each kind: the largest gaps between consecutive spans stay,
-    the rest close. A merged span keeps its first piece's step and its longest piece's label
-    (as the analysis does when it writes the timeline). Within the budget, `spans` is returned as is."""
+    """At most `max_spans` spans of each kind, merged as the analysis merges the timeline
+    (`spans.coarsen`: the largest gaps stay). A merged span keeps its first piece's step and its
+    longest piece's label. Within the budget, `spans` is returned as is."""
     if max(sum(s[3] == "comm" for s in spans), sum(s[3] == "compute" for s in spans)) <= max_spans:
         return spans
     out = []
@@ -97,20 +97,9 @@ def merge_spans(spans: list[list], *, max_spans: int) -> list[list]:
         if len(mine) <= max_spans:
             out.extend(mine)
             continue
-        start = np.array([s[1] for s in mine], dtype=np.float64)
-        order = np.argsort(start, kind="stable")
-        start = start[order]
-        end = np.array([s[2] for s in mine], dtype=np.float64)[order]
-        gap = start[1:] - np.maximum.accumulate(end)[:-1]
-        breaks = np.zeros(len(mine), dtype=bool)
-        breaks[1 + np.argsort(-gap, kind="stable")[: max_spans - 1]] = True
-        breaks[0] = True
-        group = np.cumsum(breaks) - 1
-        first = np.flatnonzero(breaks)
-        ends = np.maximum.reduceat(end, first)
-        longest = np.lexsort((-(end - start), group))[first]  # each group's longest piece
-        for a, b, e, best in zip(order[first].tolist(), start[first].tolist(), ends.tolist(), order[longest].tolist()):
-            out.append([mine[a][0], b, e, kind, mine[best][4]])
+        first, ends, longest = coarsen([s[1] for s in mine], [s[2] for s in mine], max_spans=max_spans)
+        for a, e, best in zip(first.tolist(), ends.tolist(), longest.tolist()):
+            out.append([mine[a][0], float(mine[a][1]), e, kind, mine[best][4]])
     out.sort(key=lambda s: s[1])
     return out
 

@@ -25,25 +25,23 @@ from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import CONFIG_JSON, METRICS_JSON, SWEEP_HTML, SWEEP_JSON, SWEEP_MD, SWEEP_PNG
 from profile_overlap.core.io import write_text_atomic
 from profile_overlap.run import config as run_config
+from profile_overlap.run import flags
 
-KNOBS = {"dim": int, "layers": int, "batch": int, "dtype": str}
-"""Config fields a sweep may vary, with their types."""
+_KINDS = {f.name: f.kind for f in flags.flags(run_config.Config)}
+KNOBS = {name: _KINDS[name] for name in ("dim", "layers", "batch", "dtype")}
+"""Config fields a sweep may vary, with their types (from their declaration in run/config.py)."""
 
 
 @dataclass(frozen=True)
-class SweepConfig:
+class SweepConfig(run_config.JobSection):
     base: run_config.Config
-    """Every point starts from this config (mode is always compare)."""
+    """Every point starts from this config (mode is always compare); its job flags are the sweep's."""
     vary: tuple[tuple[str, tuple], ...]
     """(knob, values) in the order given; the first knob is the x axis of the plots."""
 
     @property
-    def nproc_per_node(self) -> int | None:
-        return self.base.nproc_per_node
-
-    @property
-    def timeout_s(self) -> float:
-        return self.base.timeout_s
+    def job(self) -> run_config.JobConfig:
+        return self.base.job
 
     def points(self) -> list[dict]:
         names = [name for name, _ in self.vary]
@@ -135,26 +133,25 @@ def _mkdir(path: Path) -> Path:
 
 def sweep_record(sweep: SweepConfig, point_dirs: list[Path]) -> dict:
     """Each point's knobs and headline numbers, read from its metrics.json."""
-    from profile_overlap.record import summary
-    from profile_overlap.record.metrics import load_metrics
+    from profile_overlap.record.summary import load_metrics
 
     points = []
     for point, run_dir in zip(sweep.points(), point_dirs):
         metrics = load_metrics(run_dir / METRICS_JSON)
-        summaries = summary.summaries(metrics)
-        seq, split = summaries["sequential"], summaries["split"]
+        seq, split = metrics.summary.modes["sequential"], metrics.summary.modes["split"]
+        seq_t, split_t = metrics.modes["sequential"].step_time, metrics.modes["split"].step_time
         points.append(
             {
                 "name": run_dir.name,
                 "knobs": point,
                 "passed": metrics.passed,
-                "headline": summary.headline(metrics),
-                "within_noise": summary.within_noise(seq.step_time, split.step_time),
-                "sequential": {"comm_ms": seq.comm_ms, "compute_ms": seq.compute_ms, "step_ms": seq.step_time.median_ms},
+                "headline": metrics.summary.headline,
+                "within_noise": metrics.summary.within_noise,
+                "sequential": {"comm_ms": seq.comm_ms, "compute_ms": seq.compute_ms, "step_ms": seq_t.median_ms},
                 "split": {
                     "comm_ms": split.comm_ms,
                     "compute_ms": split.compute_ms,
-                    "step_ms": split.step_time.median_ms,
+                    "step_ms": split_t.median_ms,
                     "exposed_comm_ms": split.exposed_comm_ms,
                     "overlap_pct": split.overlap_pct,
                 },

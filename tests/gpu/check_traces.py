@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from profile_overlap.analysis.core import COMM_KERNEL_RE, MEMORY_KERNEL_RE, SYNC_KERNEL_RE
+from profile_overlap.analysis.classify import COMM_KERNEL_RE, MEMORY_KERNEL_RE, SYNC_KERNEL_RE
 
 
 def kernels_by_stream(path: Path) -> tuple[Counter, Counter]:

@@ -138,7 +138,7 @@ function firstStartAfter(lane, t) {
 // ------------------------------------------------------------------ one timeline panel
 
 class Timeline {
-  constructor(mode, reply, analysis) {
+  constructor(mode, reply, analysis, slowest) {
     this.mode = mode;
     this.analysis = analysis;
     this.ranks = reply.ranks.map(prepareRank);
@@ -152,7 +152,7 @@ class Timeline {
     const ranks = this.ranks.length;
     this.laneH = ranks <= 4 ? 14 : ranks <= 16 ? 7 : 3;
     this.groupH = 3 * this.laneH + (ranks <= 16 ? 6 : 2);
-    this.slowest = slowestRank(analysis);
+    this.slowest = slowest;
 
     this.canvas = el("canvas", { class: "po-canvas", "data-mode": mode });
     this.tip = el("div", { class: "po-tip" });
@@ -326,12 +326,9 @@ function escape(s) {
   return String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
 }
 
-// The rank the others wait for: the one with the least wait (as `analyze` reports it).
-function slowestRank(analysis) {
-  const ranks = (analysis?.ranks || []).filter((r) => r.wait_us != null);
-  if (analysis?.slowest_rank !== undefined) return analysis.slowest_rank;
-  if (ranks.length < 2) return null;
-  return ranks.reduce((a, b) => (b.wait_us < a.wait_us ? b : a)).rank;
+// The rank the others wait for, as the record's summary decided it (no recomputation here).
+function slowestRank(metrics, mode) {
+  return metrics.summary?.modes?.[mode]?.slowest_rank ?? null;
 }
 
 // ------------------------------------------------------------------ tables
@@ -369,8 +366,7 @@ function failures(metrics, status) {
     ...bad.map((c) => el("div", { text: `${c.name}: FAILED (${error(c)} at ${where(c)}; tolerance ${c.tolerance} relative)` })));
 }
 
-function rankTable(mode, analysis) {
-  const slow = slowestRank(analysis);
+function rankTable(mode, analysis, slow) {
   const maxComm = Math.max(...analysis.ranks.map((r) => (r.wait_us ?? 0) + (r.transfer_us ?? 0)), 1);
   const rows = analysis.ranks.map((r) => {
     const bar = el("div", { class: "po-bar", title: `wait ${exact(r.wait_us)} µs, transfer ${exact(r.transfer_us)} µs` },
@@ -451,7 +447,7 @@ async function showRun(main, run, view) {
       continue;
     }
     const reply = await getJSON(`timeline?run=${encodeURIComponent(run.run)}&mode=${encodeURIComponent(mode)}&max_spans=${maxSpans(run.world_size)}`);
-    const tl = new Timeline(mode, reply, analysis);
+    const tl = new Timeline(mode, reply, analysis, slowestRank(metrics, mode));
     timelines.push(tl);
     panels.append(tl.node);
   }
@@ -465,7 +461,7 @@ async function showRun(main, run, view) {
       el("h3", { text: "Ranks: overlap, and the wait vs transfer split (stragglers)" }),
       el("p", { class: "po-muted", text: "Each collective call is matched across ranks; transfer = the fastest rank's duration, " +
         "wait = the rest. ◆ (red row) is the rank that waits least: the others wait for it." }),
-      ...analysed.map((m) => rankTable(m, metrics.modes[m].analysis)),
+      ...analysed.map((m) => rankTable(m, metrics.modes[m].analysis, slowestRank(metrics, m))),
       el("h3", { text: "Per profiler step (each metric clipped to the ProfilerStep#N window)" }),
       ...analysed.map((m) => stepTable(m, metrics.modes[m].analysis)),
       el("h3", { text: "Per collective (totals per rank; algbw = S/t, busbw = algbw · factor(kind, n), as nccl-tests)" }),

@@ -1,0 +1,129 @@
+"""Collective calls -> per-kind stats: each call's size (nccl-tests' S), its order among the
+rank's calls (for matching across ranks), and per kind the totals with their bandwidths."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from profile_overlap.analysis.bandwidth import algbw_gbps, busbw_gbps
+from profile_overlap.analysis.trace import CollectiveArgs
+from profile_overlap.core.dtypes import ELEMENT_BYTES
+
+# Bytes per element, by the dtype names the profiler writes (`Input type`, kernel `dtype`).
+
+
+@dataclass(frozen=True)
+class CollectiveInstance:
+    """One collective call on one rank, for cross-rank matching."""
+
+    kind: str
+    pg: str
+    seq: int
+    """Order of this call among the rank's calls of the same kind in the same process group."""
+    nbytes: int | None
+    """The full array size S of nccl-tests (None when the trace does not say)."""
+    dur_us: float
+    start_us: float
+    group_size: int | None
+
+
+@dataclass(frozen=True)
+class CollectiveStats:
+    """All calls of one kind on one rank. nbytes and dur_us are totals; the bandwidths are
+    total bytes / total time (calls without a known size are left out of both)."""
+
+    kind: str
+    count: int
+    nbytes: int | None
+    dur_us: float
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    group_size: int | None
+
+
+@dataclass(frozen=True)
+class CollectiveCall:
+    """One collective call as read from one file, before numbering."""
+
+    kind: str
+    pg: str
+    nbytes: int | None
+    dur_us: float
+    start_us: float
+    launch_us: float
+    group_size: int | None
+
+
+def _numel(dims) -> int:
+    if not isinstance(dims, list) or not dims:
+        return 0
+    if all(isinstance(d, int) for d in dims):
+        return math.prod(dims)
+    return sum(_numel(d) for d in dims)  # a TensorList: [[d0, d1], [d0]]
+
+
+def _itemsize(types) -> int | None:
+    for t in types or ():
+        if isinstance(t, str) and t in ELEMENT_BYTES:
+            return ELEMENT_BYTES[t]
+    return None
+
+
+def collective_nbytes(args: CollectiveArgs | None, fallback_types=None) -> int | None:
+    """nccl-tests' S: the full array. For every collective that is the larger of its input and
+    output (all_gather: the output; reduce_scatter: the input; the rest: equal)."""
+    if args is None:
+        return None
+    if args.in_nelems is not None or args.out_nelems is not None:
+        size = ELEMENT_BYTES.get(args.dtype or "")
+        nelems = max(args.in_nelems or 0, args.out_nelems or 0)
+        return nelems * size if size and nelems else None
+    if args.input_dims:
+        size = _itemsize(args.input_type) or _itemsize(fallback_types)
+        nelems = max((_numel(d) for d in args.input_dims), default=0)
+        return nelems * size if size and nelems else None
+    return None
+
+
+def number_calls(calls: list[CollectiveCall]) -> tuple[CollectiveInstance, ...]:
+    """The calls in time order, each numbered among the calls of its kind and process group."""
+    seq: Counter = Counter()
+    out = []
+    for c in sorted(calls, key=lambda c: c.start_us):
+        key = (c.pg, c.kind)
+        out.append(
+            CollectiveInstance(
+                kind=c.kind, pg=c.pg, seq=seq[key], nbytes=c.nbytes, dur_us=c.dur_us, start_us=c.start_us, group_size=c.group_size
+            )
+        )
+        seq[key] += 1
+    return tuple(out)
+
+
+def collective_stats(instances: Sequence[CollectiveInstance], *, default_group_size: int | None = None) -> tuple[CollectiveStats, ...]:
+    """Per kind: count, total bytes and time, and the bandwidths of the total."""
+    by_kind: dict[str, list[CollectiveInstance]] = defaultdict(list)
+    for inst in instances:
+        by_kind[inst.kind].append(inst)
+    out = []
+    for kind, group in sorted(by_kind.items()):
+        sized = [i for i in group if i.nbytes is not None]
+        nbytes = sum(i.nbytes for i in sized) if sized else None
+        sized_us = sum(i.dur_us for i in sized)
+        sizes = Counter(i.group_size for i in group if i.group_size)
+        n = sizes.most_common(1)[0][0] if sizes else default_group_size
+        out.append(
+            CollectiveStats(
+                kind=kind,
+                count=len(group),
+                nbytes=nbytes,
+                dur_us=sum(i.dur_us for i in group),
+                algbw_gbps=algbw_gbps(nbytes, sized_us) if nbytes else None,
+                busbw_gbps=busbw_gbps(kind, nbytes, sized_us, n) if nbytes else None,
+                group_size=n,
+            )
+        )
+    return tuple(out)

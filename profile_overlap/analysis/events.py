@@ -1,0 +1,307 @@
+"""One trace file -> classified events (stage 1, run in worker processes by `folder.analyze_dir`).
+
+What counts (the README's "Metrics" section, also shipped as render/static/metric_defs.md): comm =
+NCCL/RCCL kernels (GPU) or `gloo:*` work on gloo's worker threads (CPU); compute = every other
+kernel except memcpy/memset/sync (GPU) or the main thread's operators outside `c10d::*` (CPU).
+The names behind these rules are in `classify`. `extract` turns a Trace into FileEvents: comm and
+compute intervals with labels, the ProfilerStep windows, and one CollectiveCall per collective.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from profile_overlap.analysis.classify import (
+    C10D_PREFIX,
+    COMM_KERNEL_RE,
+    GLOO_EVENT_PREFIX,
+    LIBRARY_OP_PREFIXES,
+    MEMORY_KERNEL_RE,
+    PROFILER_STEP_RE,
+    SYNC_KERNEL_RE,
+    collective_kind,
+)
+from profile_overlap.analysis.collectives import CollectiveCall, collective_nbytes
+from profile_overlap.analysis.trace import CPU_OP, USER_ANNOTATION, Trace
+from profile_overlap.core import intervals as iv
+from profile_overlap.core.errors import UserError
+
+
+@dataclass(frozen=True)
+class EventIntervals:
+    """Classified events of one class (comm or compute) as columns."""
+
+    start: np.ndarray
+    end: np.ndarray
+    launch: np.ndarray
+    """When the CPU launched it (GPU kernels, NaN if unknown) or its own start (CPU events)."""
+    label: np.ndarray  # int32 codes into FileEvents.labels
+
+    def take(self, mask: np.ndarray) -> EventIntervals:
+        return EventIntervals(self.start[mask], self.end[mask], self.launch[mask], self.label[mask])
+
+
+@dataclass(frozen=True)
+class FileEvents:
+    """One trace file, classified: what `finish_rank` needs and nothing more."""
+
+    path: str
+    rank: int | None
+    rank_source: str
+    device: str
+    backend: str | None
+    world_size: int | None
+    comm: EventIntervals
+    compute: EventIntervals
+    labels: tuple[str, ...]
+    step_num: np.ndarray
+    step_start: np.ndarray
+    step_end: np.ndarray
+    calls: tuple[CollectiveCall, ...]
+    exclude: iv.Union
+    """Time that never counts as compute (CPU: the c10d ops, with everything inside them)."""
+    t_min: float
+    t_max: float
+
+
+def _short_name(name: str) -> str:
+    name = name.removeprefix("void ")
+    for stop in ("(", "<"):
+        name = name.split(stop, 1)[0]
+    return name[:80]
+
+
+def _main_tid(trace: Trace) -> int | None:
+    """The thread holding the ProfilerStep annotations; else the one whose tid is the pid."""
+    cpu = trace.cpu
+    step_codes = [i for i, n in enumerate(cpu.names) if PROFILER_STEP_RE.match(n)]
+    if step_codes:
+        tids = cpu.tid[np.isin(cpu.name, step_codes)]
+        return int(np.bincount(tids).argmax())
+    return cpu.tids.index(trace.pid) if trace.pid in cpu.tids else None
+
+
+class _Labeller:
+    """Label events with the innermost record_function annotation (not ProfilerStep) open on
+    their thread when they started (or were launched); else with their own name."""
+
+    def __init__(self, trace: Trace) -> None:
+        cpu = trace.cpu
+        self.labels: dict[str, int] = {}
+        self.by_tid: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        if not len(cpu):
+            return
+        is_step = np.array([bool(PROFILER_STEP_RE.match(n)) for n in cpu.names])
+        sel = (cpu.cat == USER_ANNOTATION) & ~is_step[cpu.name]
+        for tid in np.unique(cpu.tid[sel]):
+            rows = np.flatnonzero(sel & (cpu.tid == tid))
+            rows = rows[np.argsort(cpu.ts[rows], kind="stable")]
+            codes = np.array([self.code(cpu.names[cpu.name[r]]) for r in rows], dtype=np.int32)
+            self.by_tid[int(tid)] = (cpu.ts[rows], cpu.ts[rows] + cpu.dur[rows], codes)
+
+    def code(self, label: str) -> int:
+        code = self.labels.get(label)
+        if code is None:
+            code = self.labels[label] = len(self.labels)
+        return code
+
+    def label(self, t: np.ndarray, tid: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+        """t: event times; tid: thread codes (-1: none); fallback: label codes to use otherwise."""
+        out = fallback.astype(np.int32, copy=True)
+        for code, (starts, ends, labels) in self.by_tid.items():
+            rows = np.flatnonzero(tid == code)
+            if rows.size == 0:
+                continue
+            j = np.searchsorted(starts, t[rows], side="right") - 1
+            hit = (j >= 0) & (ends[np.maximum(j, 0)] > t[rows])
+            out[rows[hit]] = labels[j[hit]]
+        return out
+
+
+def extract(trace: Trace) -> FileEvents:
+    """Classify one trace's events into comm and compute intervals, steps and collective calls."""
+    cpu, kernels = trace.cpu, trace.kernels
+    main = _main_tid(trace)
+    labeller = _Labeller(trace)
+
+    steps = (
+        [
+            (int(m.group(1)), cpu.ts[r], cpu.ts[r] + cpu.dur[r])
+            for r in range(len(cpu))
+            if cpu.tid[r] == main and cpu.cat[r] == USER_ANNOTATION and (m := PROFILER_STEP_RE.match(cpu.name_of(r)))
+        ]
+        if main is not None and len(cpu)
+        else []
+    )
+    steps.sort()
+
+    if len(kernels):
+        device = "cuda"
+        comm, compute, calls = _gpu_events(trace, labeller)
+        exclude = iv.EMPTY
+    else:
+        device = "cpu"
+        comm, compute, calls, exclude = _cpu_events(trace, labeller, main)
+        if comm.start.size == 0:
+            raise UserError(
+                f"{trace.path} has no GPU kernels and no gloo communication events, so there is no "
+                "overlap to measure; profile with ProfilerActivity.CUDA on GPU runs, or use the gloo "
+                "backend on CPU"
+            )
+    every = np.concatenate([comm.start, comm.end, compute.start, compute.end, [s for _, s, _ in steps], [e for _, _, e in steps]])
+    return FileEvents(
+        path=str(trace.path),
+        rank=trace.rank,
+        rank_source=trace.rank_source,
+        device=device,
+        backend=trace.backend,
+        world_size=trace.world_size,
+        comm=comm,
+        compute=compute,
+        labels=tuple(labeller.labels),
+        step_num=np.array([n for n, _, _ in steps], dtype=np.int64),
+        step_start=np.array([s for _, s, _ in steps], dtype=np.float64),
+        step_end=np.array([e for _, _, e in steps], dtype=np.float64),
+        calls=tuple(calls),
+        exclude=exclude,
+        t_min=float(every.min()) if every.size else 0.0,
+        t_max=float(every.max()) if every.size else 0.0,
+    )
+
+
+def _gpu_events(trace: Trace, labeller: _Labeller):
+    k = trace.kernels
+    is_comm_name = np.array([bool(COMM_KERNEL_RE.search(n)) for n in k.names])
+    is_other_name = np.array([bool(MEMORY_KERNEL_RE.search(n) or SYNC_KERNEL_RE.search(n)) for n in k.names])
+    comm_mask = is_comm_name[k.name]
+    compute_mask = ~comm_mask & ~is_other_name[k.name]
+
+    # The CPU call that launched each kernel, through `correlation` (runtime event -> kernel).
+    # Used for HTA's step assignment, for labels and, for collectives, to find the op's sizes.
+    launch = np.full(len(k), np.nan)
+    launch_tid = np.full(len(k), -1, dtype=np.int64)
+    rt_order = np.argsort(trace.runtime_correlation, kind="stable")
+    rt_corr = trace.runtime_correlation[rt_order]
+    if rt_corr.size:
+        j = np.clip(np.searchsorted(rt_corr, k.correlation), 0, rt_corr.size - 1)
+        found = (rt_corr[j] == k.correlation) & (k.correlation >= 0)
+        launch[found] = trace.runtime_ts[rt_order[j[found]]]
+        launch_tid[found] = trace.runtime_tid[rt_order[j[found]]]
+
+    fallback = np.array([labeller.code(_short_name(n)) for n in k.names], dtype=np.int32)[k.name] if len(k) else np.zeros(0, np.int32)
+    labels = labeller.label(launch, launch_tid, fallback)
+    end = k.ts + k.dur
+    every = EventIntervals(k.ts, end, launch, labels)
+    calls = _gpu_calls(trace, np.flatnonzero(comm_mask), launch, launch_tid)
+    return every.take(comm_mask), every.take(compute_mask), calls
+
+
+def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: np.ndarray) -> list[CollectiveCall]:
+    """One call per NCCL kernel. Kind and size from the kernel's own args (recent PyTorch), else
+    from the CPU collective op it belongs to, linked through `External id` or, failing that,
+    the collective op open on the launching thread at launch time. Links are used for sizes
+    and kinds only, never to decide what is communication."""
+    k, cpu = trace.kernels, trace.cpu
+    by_ext = {int(cpu.external_id[r]): r for r in cpu.args if cpu.external_id[r] >= 0}
+    ops_by_tid: dict[int, list[int]] = defaultdict(list)
+    for r in sorted(cpu.args, key=lambda r: cpu.ts[r]):
+        if cpu.name_of(r).startswith((*LIBRARY_OP_PREFIXES, C10D_PREFIX)) and cpu.args[r].input_dims:
+            ops_by_tid[int(cpu.tid[r])].append(r)
+    op_starts = {tid: np.array([cpu.ts[r] for r in rs]) for tid, rs in ops_by_tid.items()}
+
+    def enclosing_op(row: int) -> int | None:
+        tid = int(launch_tid[row])
+        if tid not in op_starts or np.isnan(launch[row]):
+            return None
+        j = int(np.searchsorted(op_starts[tid], launch[row], side="right")) - 1
+        if j < 0:
+            return None
+        r = ops_by_tid[tid][j]
+        return r if cpu.ts[r] + cpu.dur[r] >= launch[row] else None
+
+    calls = []
+    for row in rows:
+        args = k.args.get(int(row))
+        op = by_ext.get(int(k.external_id[row]))
+        if op is None or not cpu.args[op].input_dims:
+            op = enclosing_op(int(row)) if op is None or args is None else op
+        op_args = cpu.args.get(op) if op is not None else None
+        name = k.name_of(row)
+        kind = (
+            (collective_kind(args.collective_name) if args and args.collective_name else None)
+            or (collective_kind(cpu.name_of(op)) if op is not None else None)
+            or collective_kind(name)
+            or _short_name(name)
+        )
+        nbytes = collective_nbytes(args) if args else None
+        if nbytes is None:
+            nbytes = collective_nbytes(op_args)
+        pg = (args.pg_name if args else None) or (op_args.pg_name if op_args else None) or "default"
+        group = (args.group_size if args else None) or trace.pg_sizes.get(pg) or trace.world_size
+        calls.append(_call(kind, pg, nbytes, group, start=k.ts[row], dur=k.dur[row], launch=launch[row]))
+    return calls
+
+
+def _cpu_events(trace: Trace, labeller: _Labeller, main: int | None):
+    cpu = trace.cpu
+    # gloo:* annotations off the main thread are communication. Not by thread name alone: Kineto
+    # can record a gloo worker under its pre-rename name ("python"), seen on torch 2.13, and a
+    # name-based filter then silently drops that worker's collectives.
+    is_gloo = np.array([n.startswith(GLOO_EVENT_PREFIX) for n in cpu.names] or [False])[cpu.name] & (cpu.cat == USER_ANNOTATION)
+    if main is not None:
+        is_gloo &= cpu.tid != main
+    is_c10d = np.array([n.startswith(C10D_PREFIX) for n in cpu.names] or [False])[cpu.name]
+    on_main = (cpu.tid == main) & (cpu.cat == CPU_OP)
+    compute_mask = on_main & ~is_c10d
+    c10d_rows = np.flatnonzero(on_main & is_c10d)
+    c10d_rows = c10d_rows[np.argsort(cpu.ts[c10d_rows], kind="stable")]
+    gloo_rows = np.flatnonzero(is_gloo)
+    gloo_rows = gloo_rows[np.argsort(cpu.ts[gloo_rows], kind="stable")]
+
+    end = cpu.ts + cpu.dur
+    own_names = np.array([labeller.code(n) for n in cpu.names], dtype=np.int32)[cpu.name] if len(cpu) else np.zeros(0, np.int32)
+    tids = cpu.tid.astype(np.int64)
+    # Gloo runs each work item in submission order, so the k-th gloo event is the k-th c10d op
+    # (a reduce_scatter shows up as `gloo:all_reduce`); label it like the op.
+    ops = [r for r in c10d_rows if collective_kind(cpu.name_of(r))]
+    matched = len(ops) == gloo_rows.size
+    comm_t = cpu.ts[gloo_rows].copy()
+    comm_tid = tids[gloo_rows].copy()
+    if matched and ops:
+        comm_t = cpu.ts[ops]
+        comm_tid = tids[ops]
+    comm = EventIntervals(cpu.ts[gloo_rows], end[gloo_rows], cpu.ts[gloo_rows], labeller.label(comm_t, comm_tid, own_names[gloo_rows]))
+    compute_rows = np.flatnonzero(compute_mask)
+    compute = EventIntervals(
+        cpu.ts[compute_rows],
+        end[compute_rows],
+        cpu.ts[compute_rows],
+        labeller.label(cpu.ts[compute_rows], tids[compute_rows], own_names[compute_rows]),
+    )
+    # Operators inside a c10d op are not compute. Drop them per event (for the timeline); the
+    # measured union subtracts the c10d union exactly (`finish_rank`).
+    exclude = iv.union(cpu.ts[c10d_rows], end[c10d_rows])
+    compute = compute.take(~iv.covers(exclude, compute.start))
+
+    calls = []
+    for i, row in enumerate(gloo_rows):
+        gloo_args = cpu.args.get(int(row))
+        op = ops[i] if matched else None
+        op_args = cpu.args.get(int(op)) if op is not None else None
+        kind = (collective_kind(cpu.name_of(op)) if op is not None else None) or collective_kind(cpu.name_of(row)) or cpu.name_of(row)
+        nbytes = collective_nbytes(op_args, gloo_args.input_type if gloo_args else None) if op_args else None
+        if nbytes is None:
+            nbytes = collective_nbytes(gloo_args)
+        pg = next(iter(trace.pg_sizes), "default") if len(trace.pg_sizes) == 1 else "default"
+        group = trace.pg_sizes.get(pg) or trace.world_size
+        calls.append(_call(kind, pg, nbytes, group, start=cpu.ts[row], dur=cpu.dur[row], launch=cpu.ts[row]))
+    return comm, compute, calls, exclude
+
+
+def _call(kind: str, pg: str, nbytes: int | None, group: int | None, *, start, dur, launch) -> CollectiveCall:
+    return CollectiveCall(
+        kind=kind, pg=pg, nbytes=nbytes, dur_us=float(dur), start_us=float(start), launch_us=float(launch), group_size=group
+    )

@@ -1,0 +1,212 @@
+"""One rank's classified events -> its metrics (stage 2: `finish_rank`, or `analyze_rank` from files).
+
+overlap_us = |∪comm ∩ ∪compute| and overlap_pct = 100 · overlap_us / comm_us, over the whole
+trace and per ProfilerStep window (the README's "Metrics" section). The result, RankAnalysis, is
+small and picklable so a run can gather it across ranks (`cross_rank.combine`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from profile_overlap.analysis.collectives import CollectiveInstance, CollectiveStats, collective_stats, number_calls
+from profile_overlap.analysis.events import EventIntervals, FileEvents, extract
+from profile_overlap.analysis.spans import TimelineSpan, timeline_spans
+from profile_overlap.analysis.trace import load_trace
+from profile_overlap.core import intervals as iv
+from profile_overlap.core.errors import UserError
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """One `ProfilerStep#N` window: the rank metrics clipped to it."""
+
+    step: int
+    start_us: float
+    step_us: float
+    comm_us: float
+    compute_us: float
+    overlap_us: float
+    exposed_comm_us: float
+    overlap_pct: float | None
+
+
+@dataclass(frozen=True)
+class RankAnalysis:
+    """One rank's metrics; small enough to gather across ranks."""
+
+    rank: int
+    device: str  # "cuda" or "cpu"
+    backend: str | None
+    files: tuple[str, ...]
+    notes: tuple[str, ...]
+    """Things the user should know, e.g. that the rank came from the file name."""
+    world_size: int | None
+    comm_us: float
+    compute_us: float
+    overlap_us: float
+    exposed_comm_us: float
+    overlap_pct: float | None
+    steps: tuple[StepMetrics, ...]
+    collectives: tuple[CollectiveStats, ...]
+    instances: tuple[CollectiveInstance, ...]
+    timeline: tuple[TimelineSpan, ...]
+
+
+def _measure(comm: iv.Union, compute: iv.Union) -> dict[str, float | None]:
+    """The overlap metrics of a comm and a compute union, by their field names in StepMetrics and RankAnalysis."""
+    comm_us = iv.length(comm)
+    compute_us = iv.length(compute)
+    overlap_us = iv.intersection_length(comm, compute)
+    pct = 100 * overlap_us / comm_us if comm_us > 0 else None
+    return {
+        "comm_us": comm_us,
+        "compute_us": compute_us,
+        "overlap_us": overlap_us,
+        "exposed_comm_us": comm_us - overlap_us,
+        "overlap_pct": pct,
+    }
+
+
+def _hta_round(x: EventIntervals) -> EventIntervals:
+    # HTA's parser stores times as whole microseconds: start rounded up, end rounded down.
+    start = np.ceil(x.start)
+    end = np.maximum(np.floor(x.end), start)
+    return EventIntervals(start, end, np.ceil(x.launch), x.label)
+
+
+def finish_rank(
+    files: Sequence[FileEvents], *, hta_compat: bool = False, steps: tuple[int | None, int | None] | None = None
+) -> RankAnalysis:
+    """Measure one rank from its file(s). Several files of one rank must be successive profiler
+    spans of the same worker (disjoint in time); their events are pooled."""
+    assert files
+    files = sorted(files, key=lambda f: f.t_min)
+    rank = files[0].rank
+    assert all(f.rank == rank for f in files)
+    for a, b in zip(files, files[1:]):
+        if b.t_min < a.t_max:
+            raise UserError(
+                f"{a.path} and {b.path} both claim rank {rank} and cover the same time, so they are not "
+                "successive profiler spans of one worker; remove the duplicate or analyze each run's folder separately"
+            )
+    notes = []
+    if rank is None:
+        assert len(files) == 1
+        rank = 0
+        notes.append(f"{files[0].path}: no distributedInfo.rank and no number in the file name; taken as rank 0")
+    elif files[0].rank_source == "file name":
+        notes.append(f"rank {rank} taken from the file name {Path(files[0].path).name} (the trace has no distributedInfo.rank)")
+    device = files[0].device
+    labels, remap = _pool_labels(files)
+    comm = _cat([f.comm for f in files], remap)
+    compute = _cat([f.compute for f in files], remap)
+    step_num = np.concatenate([f.step_num for f in files])
+    step_start = np.concatenate([f.step_start for f in files])
+    step_end = np.concatenate([f.step_end for f in files])
+    calls = [c for f in files for c in f.calls]
+
+    if hta_compat:
+        comm, compute, calls, step_num, step_start, step_end, note = _hta_filter(comm, compute, calls, step_num, step_start, step_end)
+        if note:
+            notes.append(note)
+
+    if steps is not None:
+        lo, hi = steps
+        sel = np.ones(step_num.size, bool)
+        if lo is not None:
+            sel &= step_num >= lo
+        if hi is not None:
+            sel &= step_num < hi
+        if not sel.any():
+            have = ", ".join(str(n) for n in step_num) or "none"
+            raise UserError(
+                f"rank {rank} has no ProfilerStep in --steps {lo if lo is not None else ''}:{hi if hi is not None else ''} "
+                f"(its steps: {have}); pick steps the traces contain"
+            )
+        step_num, step_start, step_end = step_num[sel], step_start[sel], step_end[sel]
+        windows = iv.union(step_start, step_end)
+        in_window = iv.covers(windows, np.array([c.start_us for c in calls]))
+        calls = [c for c, ok in zip(calls, in_window) if ok]
+    else:
+        windows = None
+
+    comm_u = iv.union(comm.start, comm.end)
+    # No c10d time counts as compute, even of an operator that only partly overlaps a c10d op.
+    exclude = iv.union(np.concatenate([f.exclude[0] for f in files]), np.concatenate([f.exclude[1] for f in files]))
+    compute_u = iv.difference(iv.union(compute.start, compute.end), exclude)
+    if windows is not None:
+        comm_u, compute_u = iv.intersect(comm_u, windows), iv.intersect(compute_u, windows)
+    step_metrics = [
+        StepMetrics(step=int(n), start_us=float(s), step_us=float(e - s), **_measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e)))
+        for n, s, e in zip(step_num, step_start, step_end)
+    ]
+
+    instances = number_calls(calls)
+    world = max((f.world_size for f in files if f.world_size), default=None)
+    return RankAnalysis(
+        rank=rank,
+        device=device,
+        backend=files[0].backend,
+        files=tuple(f.path for f in files),
+        notes=tuple(notes),
+        world_size=world,
+        **_measure(comm_u, compute_u),
+        steps=tuple(step_metrics),
+        collectives=collective_stats(instances),
+        instances=instances,
+        timeline=timeline_spans(
+            {kind: (x.start, x.end, x.label) for kind, x in (("comm", comm), ("compute", compute))}, labels, step_num, step_start, step_end
+        ),
+    )
+
+
+def _pool_labels(files: Sequence[FileEvents]) -> tuple[tuple[str, ...], list[np.ndarray]]:
+    labels: dict[str, int] = {}
+    remap = []
+    for f in files:
+        remap.append(np.array([labels.setdefault(lab, len(labels)) for lab in f.labels] or [0], dtype=np.int32))
+    return tuple(labels), remap
+
+
+def _cat(parts: list[EventIntervals], remap: list[np.ndarray]) -> EventIntervals:
+    return EventIntervals(
+        np.concatenate([p.start for p in parts]),
+        np.concatenate([p.end for p in parts]),
+        np.concatenate([p.launch for p in parts]),
+        np.concatenate([m[p.label] if p.label.size else p.label for p, m in zip(parts, remap)]),
+    )
+
+
+def _hta_filter(comm, compute, calls, step_num, step_start, step_end):
+    """Holistic Trace Analysis's default (`include_last_profiler_step=False`), reproduced:
+    HTA's `Trace._filter_irrelevant_gpu_kernels` keeps the CPU events that start before the
+    *start* of the last ProfilerStep, then keeps only the GPU kernels whose `correlation`
+    matches one of them. So a kernel belongs to the step of the runtime call that launched it,
+    not to the step its own timestamp falls in, and a kernel with no launch event in the trace
+    is dropped too. HTA's parser also rounds times to whole microseconds (start up, end
+    down). With these two rules we reproduce HTA's 11.81 / 20.05 (trace_filter) and 14.31
+    (nccl_data); by kernel timestamps alone nccl_data gives 14.76. HTA does nothing when a rank
+    has fewer than two steps. On CPU traces (which HTA does not analyse) the same cut applies to
+    the events' own start times."""
+    comm, compute = _hta_round(comm), _hta_round(compute)
+    if step_num.size < 2:
+        return comm, compute, calls, step_num, step_start, step_end, None
+    last = int(np.argmax(step_start))
+    cut = math.ceil(step_start[last])
+    comm = comm.take(comm.launch < cut)  # NaN (no launch event) compares False: dropped, as in HTA
+    compute = compute.take(compute.launch < cut)
+    calls = [c for c in calls if math.ceil(c.launch_us) < cut]
+    keep = np.arange(step_num.size) != last
+    note = f"--hta-compat: dropped the last profiler step (ProfilerStep#{int(step_num[last])}) as HTA does"
+    return comm, compute, calls, step_num[keep], step_start[keep], step_end[keep], note
+
+
+def analyze_rank(paths: Sequence[Path], *, hta_compat: bool = False, steps: tuple[int | None, int | None] | None = None) -> RankAnalysis:
+    """One rank's trace file(s) -> its metrics."""
+    return finish_rank([extract(load_trace(Path(p))) for p in paths], hta_compat=hta_compat, steps=steps)

@@ -1,0 +1,88 @@
+"""Timeline spans: one rank's comm and compute pieces -> the few labelled spans the figures draw.
+
+`coarsen` is the one way spans get merged to a budget, here when the analysis writes
+timeline.json and in the TensorBoard plugin when a view asks for fewer spans: the largest gaps
+between consecutive spans stay open, the rest close, and a merged span keeps the label of its
+longest piece.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from profile_overlap.core import intervals as iv
+
+MAX_TIMELINE_STEPS = 16
+MAX_SPANS_PER_STEP = 256
+"""Per step and class (comm / compute): the timeline is merged coarser until it fits."""
+TIMELINE_GAP_FRACTION = 1 / 2000
+"""Timeline spans closer than this fraction of the step merge."""
+
+
+@dataclass(frozen=True)
+class TimelineSpan:
+    """A merged stretch of comm or compute for the timeline figure, labelled with the
+    record_function annotation around it (or the kernel / operator name)."""
+
+    step: int | None
+    start_us: float
+    end_us: float
+    kind: str  # "comm" or "compute"
+    label: str
+
+
+def coarsen(start, end, *, max_spans: int, gap: float = -math.inf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merge spans into at most `max_spans`. Spans whose distance is <= `gap` always merge (by
+    default none do); when more than `max_spans` remain, only the `max_spans - 1` largest gaps
+    between consecutive spans (in start order) stay open. Returns, per merged span in time order,
+    (first, end, longest): the input index of its first piece (its start is that piece's), its
+    end, and the input index of its longest piece (for its label)."""
+    start = np.asarray(start, dtype=np.float64)
+    end = np.asarray(end, dtype=np.float64)
+    if start.size == 0:
+        none = np.empty(0, dtype=np.int64)
+        return none, np.empty(0), none
+    order, group = iv.group_ids(start, end, gap=gap)
+    s, e = start[order], end[order]
+    if group[-1] + 1 > max_spans:
+        room = s[1:] - np.maximum.accumulate(e)[:-1]
+        open_gaps = np.flatnonzero(group[1:] != group[:-1])
+        keep = open_gaps[np.argsort(-room[open_gaps], kind="stable")[: max_spans - 1]]
+        breaks = np.zeros(s.size, dtype=bool)
+        breaks[0] = True
+        breaks[1 + keep] = True
+        group = np.cumsum(breaks) - 1
+    first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    ends = np.maximum.reduceat(e, first)
+    # The longest piece of each group: sort by (group, -duration), take each group's first.
+    longest = np.lexsort((-(e - s), group))[first]
+    return order[first], ends, order[longest]
+
+
+def timeline_spans(
+    pieces: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], labels: tuple[str, ...], step_num, step_start, step_end
+) -> tuple[TimelineSpan, ...]:
+    """pieces: kind ("comm", "compute") -> (start, end, label code) of its events. Per step (at
+    most MAX_TIMELINE_STEPS), each kind merged into at most MAX_SPANS_PER_STEP spans: spans
+    closer than step_us · TIMELINE_GAP_FRACTION merge, then `coarsen` keeps the largest gaps
+    until it fits. Without steps, one window from the first piece to the last."""
+    if step_num.size:
+        windows = list(zip(step_num.tolist(), step_start.tolist(), step_end.tolist()))[:MAX_TIMELINE_STEPS]
+    else:
+        every = np.concatenate([a for start, end, _ in pieces.values() for a in (start, end)])
+        windows = [(None, float(every.min()), float(every.max()))] if every.size else []
+    spans = []
+    for step, lo, hi in windows:
+        for kind, (start, end, label) in pieces.items():
+            s, e = np.clip(start, lo, hi), np.clip(end, lo, hi)
+            keep = e > s
+            if not keep.any():
+                continue
+            s, e, lab = s[keep], e[keep], label[keep]
+            first, ends, longest = coarsen(s, e, max_spans=MAX_SPANS_PER_STEP, gap=(hi - lo) * TIMELINE_GAP_FRACTION)
+            for a, b, code in zip(s[first].tolist(), ends.tolist(), lab[longest].tolist()):
+                spans.append(TimelineSpan(step=step, start_us=a, end_us=b, kind=kind, label=labels[code]))
+    return tuple(spans)
