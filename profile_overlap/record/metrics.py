@@ -141,6 +141,8 @@ class ModeSummary:
     peak_allocated_bytes: int | None
     slowest_rank: int | None
     """The rank the others wait for (the analysis record's slowest_rank)."""
+    wait_share_pct: tuple[tuple[int, float | None], ...] = ()
+    """(rank, 100 * wait_us / (wait_us + transfer_us)) per rank, in rank order; None without collective time."""
 
 
 @dataclass(frozen=True)
@@ -249,7 +251,8 @@ def _summary_from_json(d: dict) -> RunSummary:
             )
             for c in m["collectives"]
         )
-        modes[name] = ModeSummary(**{**m, "collectives": rows})
+        shares = tuple((rank, share) for rank, share in m.get("wait_share_pct", ()))
+        modes[name] = ModeSummary(**{**m, "collectives": rows, "wait_share_pct": shares})
     return RunSummary(modes=modes, headline_mode=d["headline_mode"], headline=d["headline"], within_noise=d["within_noise"])
 
 

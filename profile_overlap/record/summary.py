@@ -88,8 +88,17 @@ def _collectives(ranks: list[dict]) -> tuple[CollectiveRow, ...]:
     return tuple(rows)
 
 
+def _wait_share_pct(rank: dict) -> float | None:
+    """definitions: `wait_share_pct`."""
+    if rank.get("wait_us") is None:
+        return None
+    total = rank["wait_us"] + rank["transfer_us"]
+    return 100 * rank["wait_us"] / total if total else None
+
+
 def summarize_mode(mode: ModeMetrics) -> ModeSummary:
     comm = compute = overlap = exposed = pct = slowest = None
+    shares: tuple = ()
     ranks = mode.analysis["ranks"] if mode.analysis else []
     if ranks:
         # Per profiled step, averaged over ranks: the analysis record's per-rank totals cover all profiled steps.
@@ -99,6 +108,7 @@ def summarize_mode(mode: ModeMetrics) -> ModeSummary:
         )
         pct = 100 * overlap / comm if comm else None
         slowest = mode.analysis.get("slowest_rank")  # decided by the analysis (absent from records before schema 2)
+        shares = tuple((r["rank"], _wait_share_pct(r)) for r in ranks)
     peaks = [m.peak_allocated_bytes for m in mode.memory if m.peak_allocated_bytes is not None]
     return ModeSummary(
         mode=mode.mode,
@@ -114,6 +124,7 @@ def summarize_mode(mode: ModeMetrics) -> ModeSummary:
         grad_bytes=max((m.grad_bytes for m in mode.memory), default=0),
         peak_allocated_bytes=max(peaks) if peaks else None,
         slowest_rank=slowest,
+        wait_share_pct=shares,
     )
 
 

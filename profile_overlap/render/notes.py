@@ -149,15 +149,14 @@ def short_of_ideal(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
 def stragglers(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     worst = None
     for name, mode in m.modes.items():
-        ranks = mode.analysis["ranks"] if mode.analysis else []
+        ranks = {r["rank"]: r for r in mode.analysis["ranks"]} if mode.analysis else {}
         slow = s[name].slowest_rank
         if slow is None:
             continue
-        for r in ranks:
-            total = r["wait_us"] + r["transfer_us"]
-            share = r["wait_us"] / total if total else 0.0
+        for rank, share_pct in s[name].wait_share_pct:
+            share = (share_pct or 0.0) / 100
             if share >= STRAGGLER_WAIT_SHARE and (worst is None or share > worst[0]):
-                worst = (share, name, r, slow)
+                worst = (share, name, ranks[rank], slow)
     if worst is None:
         return None
     share, name, r, slow = worst

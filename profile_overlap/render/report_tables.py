@@ -138,9 +138,9 @@ def straggler_blocks(m: RunMetrics) -> tuple:
             blocks.append(Paragraph((f"{name}: no collective was matched on two or more ranks, so there is no wait/transfer split.",)))
             continue
         rows, hi = [], set()
+        shares = dict(m.summary.modes[name].wait_share_pct)
         for i, r in enumerate(ranks):
-            total = r["wait_us"] + r["transfer_us"]
-            share = 100 * r["wait_us"] / total if total else None
+            share = shares.get(r["rank"])
             rows.append(
                 (
                     (str(r["rank"]),),
