@@ -28,6 +28,9 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal
 
+PROPER_NAMES = frozenset({"Adam", "Kineto", "TensorBoard"})
+"""Words that start a help text and keep their capital."""
+
 
 def flag(
     default: Any = None, *, option: str | None = None, metavar: str | None = None, group: str | None = None, local: bool = False, **kwargs
@@ -63,7 +66,9 @@ class Flag:
     @property
     def help(self) -> str:
         text = self.doc.rstrip(".").replace("%", "%%")
-        if text[:1].isupper() and text[1:2].islower():  # a sentence; argparse's help reads lower case
+        first = text.split(" ", 1)[0].rstrip(":,;.")
+        # A sentence: argparse's help reads lower case; names (Adam, AllReduce, K:) keep their case.
+        if text[:1].isupper() and text[1:2].islower() and first not in PROPER_NAMES:
             text = text[0].lower() + text[1:]
         if isinstance(self.default, bool):
             return f"{text} (default: {'on' if self.default else 'off'})"
