@@ -84,6 +84,7 @@ def _compare_run(tmp_path_factory, nproc: int) -> Path:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = only_run_dir(out)
     (run_dir / "_stdout.txt").write_text(proc.stdout)
+    (run_dir / "_stderr.txt").write_text(proc.stderr)
     return run_dir
 
 
