@@ -64,9 +64,9 @@ def _rank_entry(entry: Callable[[Any], int], config: Any, command: str) -> int:
 
 
 def run_rank(config: Config) -> int:
-    from profile_overlap.run import harness as runner
+    from profile_overlap.run import harness
 
-    code = runner.run(config)
+    code = harness.run(config)
     if code:
         sys.exit(code)
     return code
