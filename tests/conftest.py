@@ -54,6 +54,20 @@ def torchrun(
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env or clean_env(), cwd=cwd or REPO)
 
 
+def torchrun_nodes(args_per_node: list[list[str]], *, nproc: int, timeout: float = 240) -> list[subprocess.CompletedProcess]:
+    """One torchrun agent per node on this machine, meeting through c10d rendezvous on a free
+    loopback port, each running `-m profile_overlap` with its own ARGS; waits for all of them."""
+    port = free_port()
+    agents = []
+    for args in args_per_node:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(args_per_node)), "--nproc-per-node", str(nproc),
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"job{port}",
+               "-m", "profile_overlap", *args]  # fmt: skip
+        agents.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=REPO))
+    outputs = [a.communicate(timeout=timeout) for a in agents]  # first: returncode is set once an agent is waited for
+    return [subprocess.CompletedProcess(a.args, a.returncode, out, err) for a, (out, err) in zip(agents, outputs)]
+
+
 def cli(args: list[str], *, env: dict | None = None, timeout: float = 240, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`python -m profile_overlap ARGS` in a real subprocess."""
     return subprocess.run(

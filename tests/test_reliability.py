@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SMALL, clean_env, free_port, only_run_dir, torchrun
+from conftest import REPO, SMALL, clean_env, only_run_dir, torchrun, torchrun_nodes
 
 
 def _status(run_dir: Path) -> dict:
@@ -49,39 +49,11 @@ def test_dead_or_hung_rank_ends_the_job_and_marks_the_run_failed(tmp_path, kind,
 
 
 def test_configs_that_differ_across_nodes_are_named(tmp_path):
-    port = free_port()
-    agents = []
-    for dim in ("64", "128"):
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            "2",
-            "--nproc-per-node",
-            "1",
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            f"127.0.0.1:{port}",
-            "--rdzv-id",
-            f"cfg{port}",
-            "-m",
-            "profile_overlap",
-            "--mode",
-            "split",
-            "--no-profile",
-            "--out",
-            str(tmp_path),
-            *SMALL,
-            "--dim",
-            dim,
-        ]
-        agents.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=REPO))
-    outputs = [a.communicate(timeout=120) for a in agents]
-    assert all(a.returncode != 0 for a in agents)
-    for _, stderr in outputs:
-        _one_line_error(stderr, "ranks were started with different configs (dim: 64/128)")
+    nodes = [["--mode", "split", "--no-profile", "--out", str(tmp_path), *SMALL, "--dim", dim] for dim in ("64", "128")]
+    procs = torchrun_nodes(nodes, nproc=1, timeout=120)
+    assert all(p.returncode != 0 for p in procs)
+    for p in procs:
+        _one_line_error(p.stderr, "ranks were started with different configs (dim: 64/128)")
     assert not any(tmp_path.iterdir())  # detected before any run folder is made
 
 

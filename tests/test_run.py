@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SMALL, clean_env, free_port, load_trace, only_run_dir, torchrun
+from conftest import REPO, SMALL, clean_env, load_trace, only_run_dir, torchrun, torchrun_nodes
 
 PHASES = {
     "sequential": {"sequential/all_reduce", "sequential/update", "backward/gradients", "forward/layer0", "forward/layer3"},
@@ -161,37 +161,9 @@ def test_self_launch_without_torchrun(tmp_path):
 
 def test_two_nodes_through_c10d_rendezvous(tmp_path):
     """Two torchrun agents on this machine form one 4-rank job (2 ranks each)."""
-    port = free_port()
-    agents = []
-    for _ in range(2):
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            "2",
-            "--nproc-per-node",
-            "2",
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            f"127.0.0.1:{port}",
-            "--rdzv-id",
-            f"test{port}",
-            "-m",
-            "profile_overlap",
-            "--mode",
-            "split",
-            "--no-profile",
-            "--out",
-            str(tmp_path),
-            "--name",
-            "twonodes",
-            *SMALL,
-        ]
-        agents.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=REPO))
-    outputs = [a.communicate(timeout=240) for a in agents]
-    assert [a.returncode for a in agents] == [0, 0], [o[1][-2000:] for o in outputs]
+    args = ["--mode", "split", "--no-profile", "--out", str(tmp_path), "--name", "twonodes", *SMALL]
+    procs = torchrun_nodes([args, args], nproc=2)
+    assert [p.returncode for p in procs] == [0, 0], [p.stderr[-2000:] for p in procs]
     env = json.loads((tmp_path / "twonodes" / "env.json").read_text())
     assert env["world_size"] == 4 and env["num_nodes"] == 2
     assert sorted(r["node_rank"] for r in env["ranks"]) == [0, 0, 1, 1]
