@@ -49,8 +49,16 @@ def test_tables_and_json_schema(tmp_path):
         "overlap_pct",
         "steps",
         "collectives",
-    } == {"wait_us", "transfer_us"}
-    assert set(rank["steps"][0]) == {"step", "step_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap_pct"}
+    } == {"wait_us", "transfer_us", "phases", "phase_collectives"}
+    # HTA's test trace, a real training job, labels its phases `## forward ##`, `## backward ##`
+    # and `## optimizer ##` (on the device timeline, where its kernels run).
+    assert [p["phase"] for p in rank["phases"]] == ["forward", "backward", "optimizer"]
+    assert all(p["window_us"] > 0 and 0 <= p["overlap_us"] <= p["comm_us"] for p in rank["phases"])
+    # Collectives go to the phase that issued them: the gradient all_reduces in backward, the
+    # embedding all_to_alls (under `DistributedDataParallel.forward`) in forward.
+    calls = {(c["phase"], c["kind"]) for c in rank["phase_collectives"]}
+    assert {("forward", "all_to_all"), ("backward", "all_reduce"), ("optimizer", "all_gather")} <= calls
+    assert set(rank["steps"][0]) == {"step", "step_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap_pct", "phases"}
     assert set(rank["collectives"][0]) == {"kind", "count", "nbytes", "dur_us", "algbw_gbps", "busbw_gbps"}
     assert rank["overlap_pct"] == pytest.approx(59216 * 100 / 396199, abs=0.05)
     assert not list(out.parent.glob(".*.tmp"))  # the temporary file was renamed away

@@ -30,6 +30,54 @@ COMM_KERNEL_RE = re.compile(rf"^(?:{_LIB})|(?:{_LIB})(?:Dev)?Kernel")
 MEMORY_KERNEL_RE = re.compile(r"Memcpy|Memset")
 SYNC_KERNEL_RE = re.compile(r"^(?:Event|Stream|Context|Device) Sync")
 PROFILER_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+PHASES = ("forward", "backward", "optimizer")
+"""A training step's phases, in order."""
+_PHASE_RE = re.compile(r"^(?:(?:##\s*)?(forward|backward|optimizer)(?:\s*##)?|(Optimizer\.step#.*))$", re.IGNORECASE)
+
+
+def phase_of(name: str) -> str | None:
+    """The phase a record_function label opens: `forward`, `backward` or `optimizer` (any case;
+    our pipelines label their steps so), the same inside `## ... ##` (`## forward ##`, as
+    torchrec's training pipelines and HTA's test traces write them), or torch.optim's
+    `Optimizer.step#<Class>.step`; else None."""
+    m = _PHASE_RE.match(name)
+    if m is None:
+        return None
+    return m.group(1).lower() if m.group(1) else "optimizer"
+
+
+ENGINE_PHASE_PREFIXES = (
+    ("FSDP::root_pre_forward", "forward"),
+    ("FSDP::pre_forward", "forward"),
+    ("FSDP::post_forward", "forward"),
+    ("FSDP::pre_backward", "backward"),
+    ("FSDP::backward_prefetch", "backward"),
+    ("FSDP::post_backward", "backward"),
+    ("FSDP::root_post_backward", "backward"),
+    ("DistributedDataParallel.forward", "forward"),
+    ("Optimizer.step#", "optimizer"),
+)
+"""record_function labels of torch's engines, by prefix (FSDP2's carry a module suffix, e.g.
+`FSDP::pre_forward (blocks.0)`), and the phase a collective issued inside them belongs to.
+FSDP::all_gather itself says nothing: it runs in forward and in the backward prefetch, so the
+label around it decides."""
+
+
+def phase_hint(enclosing: list[str], *, in_autograd: bool) -> str | None:
+    """The phase of a collective issued inside these labels (innermost first) when no phase
+    window covers it: the first engine label that names one; else backward when autograd's
+    engine issued it (DDP's gradient hooks); else None."""
+    for name in enclosing:
+        for prefix, phase in ENGINE_PHASE_PREFIXES:
+            if name.startswith(prefix):
+                return phase
+    return "backward" if in_autograd else None
+
+
+AUTOGRAD_FRAME_RE = re.compile(r"^autograd::engine::evaluate_function: |^torch::autograd::|Backward\d*$")
+"""The autograd engine's frames around a backward node (CPU ops). Gradient hooks run inside them
+(ours, DDP's, FSDP's), and a hook that waits for a collective blocks the thread there, so on CPU
+these frames count as compute only through the operators they run."""
 
 # Collective kinds in PyTorch's terms, from any spelling (`allreduce`, `nccl:_all_gather_base`,
 # `c10d::_reduce_scatter_base_`, kernel `ncclDevKernel_ReduceScatter_...`): key is the name with

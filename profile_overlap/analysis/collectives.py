@@ -55,6 +55,11 @@ class CollectiveCall:
     start_us: float
     launch_us: float
     group_size: int | None
+    issued_us: float | None = None
+    """When the program issued it (CPU: its c10d op on the calling thread); None: at start_us."""
+    phase_hint: str | None = None
+    """The phase its enclosing engine labels name (classify.phase_hint), for traces whose phase
+    windows do not cover it."""
 
 
 def _numel(dims) -> int:

@@ -9,23 +9,28 @@ compute intervals with labels, the ProfilerStep windows, and one CollectiveCall 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 
 from profile_overlap.analysis.classify import (
+    AUTOGRAD_FRAME_RE,
     C10D_PREFIX,
     COMM_KERNEL_RE,
     GLOO_EVENT_PREFIX,
     LIBRARY_OP_PREFIXES,
     MEMORY_KERNEL_RE,
+    PHASES,
     PROFILER_STEP_RE,
     SYNC_KERNEL_RE,
     collective_kind,
+    phase_of,
 )
 from profile_overlap.analysis.collectives import CollectiveCall, collective_nbytes
-from profile_overlap.analysis.trace import CPU_OP, USER_ANNOTATION, Trace
+from profile_overlap.analysis.labels import Labeller
+from profile_overlap.analysis.trace import CPU_OP, GPU_USER_ANNOTATION, USER_ANNOTATION, Trace
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
 
@@ -63,6 +68,11 @@ class FileEvents:
     calls: tuple[CollectiveCall, ...]
     exclude: iv.Union
     """Time that never counts as compute (CPU: the c10d ops, with everything inside them)."""
+    phase: np.ndarray
+    """Phase windows: index into classify.PHASES of each labelled range on the main thread..."""
+    phase_start: np.ndarray
+    phase_end: np.ndarray
+    """...and its start and end."""
     t_min: float
     t_max: float
 
@@ -84,48 +94,11 @@ def _main_tid(trace: Trace) -> int | None:
     return cpu.tids.index(trace.pid) if trace.pid in cpu.tids else None
 
 
-class _Labeller:
-    """Label events with the innermost record_function annotation (not ProfilerStep) open on
-    their thread when they started (or were launched); else with their own name."""
-
-    def __init__(self, trace: Trace) -> None:
-        cpu = trace.cpu
-        self.labels: dict[str, int] = {}
-        self.by_tid: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        if not len(cpu):
-            return
-        is_step = np.array([bool(PROFILER_STEP_RE.match(n)) for n in cpu.names])
-        sel = (cpu.cat == USER_ANNOTATION) & ~is_step[cpu.name]
-        for tid in np.unique(cpu.tid[sel]):
-            rows = np.flatnonzero(sel & (cpu.tid == tid))
-            rows = rows[np.argsort(cpu.ts[rows], kind="stable")]
-            codes = np.array([self.code(cpu.names[cpu.name[r]]) for r in rows], dtype=np.int32)
-            self.by_tid[int(tid)] = (cpu.ts[rows], cpu.ts[rows] + cpu.dur[rows], codes)
-
-    def code(self, label: str) -> int:
-        code = self.labels.get(label)
-        if code is None:
-            code = self.labels[label] = len(self.labels)
-        return code
-
-    def label(self, t: np.ndarray, tid: np.ndarray, fallback: np.ndarray) -> np.ndarray:
-        """t: event times; tid: thread codes (-1: none); fallback: label codes to use otherwise."""
-        out = fallback.astype(np.int32, copy=True)
-        for code, (starts, ends, labels) in self.by_tid.items():
-            rows = np.flatnonzero(tid == code)
-            if rows.size == 0:
-                continue
-            j = np.searchsorted(starts, t[rows], side="right") - 1
-            hit = (j >= 0) & (ends[np.maximum(j, 0)] > t[rows])
-            out[rows[hit]] = labels[j[hit]]
-        return out
-
-
 def extract(trace: Trace) -> FileEvents:
     """Classify one trace's events into comm and compute intervals, steps and collective calls."""
     cpu, kernels = trace.cpu, trace.kernels
     main = _main_tid(trace)
-    labeller = _Labeller(trace)
+    labeller = Labeller(trace)
 
     steps = (
         [
@@ -137,6 +110,7 @@ def extract(trace: Trace) -> FileEvents:
         else []
     )
     steps.sort()
+    phases = _phase_windows(trace, main)
 
     if len(kernels):
         device = "cuda"
@@ -167,12 +141,36 @@ def extract(trace: Trace) -> FileEvents:
         step_end=np.array([e for _, _, e in steps], dtype=np.float64),
         calls=tuple(calls),
         exclude=exclude,
+        phase=np.array([p for p, _, _ in phases], dtype=np.int64),
+        phase_start=np.array([s for _, s, _ in phases], dtype=np.float64),
+        phase_end=np.array([e for _, _, e in phases], dtype=np.float64),
         t_min=float(every.min()) if every.size else 0.0,
         t_max=float(every.max()) if every.size else 0.0,
     )
 
 
-def _gpu_events(trace: Trace, labeller: _Labeller):
+def _phase_windows(trace: Trace, main: int | None) -> list[tuple[int, float, float]]:
+    """(phase index, start, end) of every phase label (classify.phase_of): on GPU traces its
+    ranges on the device timeline (Kineto's gpu_user_annotation), where the kernels run; on CPU
+    traces its ranges on the main thread."""
+    cpu = trace.cpu
+    if not len(cpu):
+        return []
+    code_phase = {i: PHASES.index(p) for i, n in enumerate(cpu.names) if (p := phase_of(n))}
+    if not code_phase:
+        return []
+    named = np.isin(cpu.name, list(code_phase))
+    on_gpu = named & (cpu.cat == GPU_USER_ANNOTATION)
+    if len(trace.kernels) and on_gpu.any():
+        rows = np.flatnonzero(on_gpu)
+    elif main is not None:
+        rows = np.flatnonzero(named & (cpu.tid == main) & (cpu.cat == USER_ANNOTATION))
+    else:
+        return []
+    return sorted((code_phase[int(cpu.name[r])], float(cpu.ts[r]), float(cpu.ts[r] + cpu.dur[r])) for r in rows)
+
+
+def _gpu_events(trace: Trace, labeller: Labeller):
     k = trace.kernels
     is_comm_name = np.array([bool(COMM_KERNEL_RE.search(n)) for n in k.names])
     is_other_name = np.array([bool(MEMORY_KERNEL_RE.search(n) or SYNC_KERNEL_RE.search(n)) for n in k.names])
@@ -195,11 +193,11 @@ def _gpu_events(trace: Trace, labeller: _Labeller):
     labels = labeller.label(launch, launch_tid, fallback)
     end = k.ts + k.dur
     every = EventIntervals(k.ts, end, launch, labels)
-    calls = _gpu_calls(trace, np.flatnonzero(comm_mask), launch, launch_tid)
+    calls = _gpu_calls(trace, np.flatnonzero(comm_mask), launch, launch_tid, labeller)
     return every.take(comm_mask), every.take(compute_mask), calls
 
 
-def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: np.ndarray) -> list[CollectiveCall]:
+def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: np.ndarray, labeller: Labeller) -> list[CollectiveCall]:
     """One call per NCCL kernel. Kind and size from the kernel's own args (recent PyTorch), else
     from the CPU collective op it belongs to, linked through `External id` or, failing that,
     the collective op open on the launching thread at launch time. Links are used for sizes
@@ -241,11 +239,12 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
             nbytes = collective_nbytes(op_args)
         pg = (args.pg_name if args else None) or (op_args.pg_name if op_args else None) or "default"
         group = (args.group_size if args else None) or trace.pg_sizes.get(pg) or trace.world_size
-        calls.append(_call(kind, pg, nbytes, group, start=k.ts[row], dur=k.dur[row], launch=launch[row]))
+        call = _call(kind, pg, nbytes, group, start=k.ts[row], dur=k.dur[row], launch=launch[row])
+        calls.append(dataclasses.replace(call, phase_hint=labeller.hint(launch[row], launch_tid[row])))
     return calls
 
 
-def _cpu_events(trace: Trace, labeller: _Labeller, main: int | None):
+def _cpu_events(trace: Trace, labeller: Labeller, main: int | None):
     cpu = trace.cpu
     # gloo:* annotations off the main thread are communication. Not by thread name alone: Kineto
     # can record a gloo worker under its pre-rename name ("python"), seen on torch 2.13, and a
@@ -254,8 +253,9 @@ def _cpu_events(trace: Trace, labeller: _Labeller, main: int | None):
     if main is not None:
         is_gloo &= cpu.tid != main
     is_c10d = np.array([n.startswith(C10D_PREFIX) for n in cpu.names] or [False])[cpu.name]
+    is_frame = np.array([bool(AUTOGRAD_FRAME_RE.search(n)) for n in cpu.names] or [False])[cpu.name]
     on_main = (cpu.tid == main) & (cpu.cat == CPU_OP)
-    compute_mask = on_main & ~is_c10d
+    compute_mask = on_main & ~is_c10d & ~is_frame
     c10d_rows = np.flatnonzero(on_main & is_c10d)
     c10d_rows = c10d_rows[np.argsort(cpu.ts[c10d_rows], kind="stable")]
     gloo_rows = np.flatnonzero(is_gloo)
@@ -266,13 +266,12 @@ def _cpu_events(trace: Trace, labeller: _Labeller, main: int | None):
     tids = cpu.tid.astype(np.int64)
     # Gloo runs each work item in submission order, so the k-th gloo event is the k-th c10d op
     # (a reduce_scatter shows up as `gloo:all_reduce`); label it like the op.
-    ops = [r for r in c10d_rows if collective_kind(cpu.name_of(r))]
-    matched = len(ops) == gloo_rows.size
+    op_of = _match_gloo_work(cpu, [r for r in c10d_rows if collective_kind(cpu.name_of(r))], gloo_rows)
     comm_t = cpu.ts[gloo_rows].copy()
     comm_tid = tids[gloo_rows].copy()
-    if matched and ops:
-        comm_t = cpu.ts[ops]
-        comm_tid = tids[ops]
+    for i, op in enumerate(op_of):
+        if op is not None:
+            comm_t[i], comm_tid[i] = cpu.ts[op], tids[op]
     comm = EventIntervals(cpu.ts[gloo_rows], end[gloo_rows], cpu.ts[gloo_rows], labeller.label(comm_t, comm_tid, own_names[gloo_rows]))
     compute_rows = np.flatnonzero(compute_mask)
     compute = EventIntervals(
@@ -289,7 +288,7 @@ def _cpu_events(trace: Trace, labeller: _Labeller, main: int | None):
     calls = []
     for i, row in enumerate(gloo_rows):
         gloo_args = cpu.args.get(int(row))
-        op = ops[i] if matched else None
+        op = op_of[i]
         op_args = cpu.args.get(int(op)) if op is not None else None
         kind = (collective_kind(cpu.name_of(op)) if op is not None else None) or collective_kind(cpu.name_of(row)) or cpu.name_of(row)
         nbytes = collective_nbytes(op_args, gloo_args.input_type if gloo_args else None) if op_args else None
@@ -297,8 +296,27 @@ def _cpu_events(trace: Trace, labeller: _Labeller, main: int | None):
             nbytes = collective_nbytes(gloo_args)
         pg = next(iter(trace.pg_sizes), "default") if len(trace.pg_sizes) == 1 else "default"
         group = trace.pg_sizes.get(pg) or trace.world_size
-        calls.append(_call(kind, pg, nbytes, group, start=cpu.ts[row], dur=cpu.dur[row], launch=cpu.ts[row]))
+        call = _call(kind, pg, nbytes, group, start=cpu.ts[row], dur=cpu.dur[row], launch=cpu.ts[row])
+        if op is not None:
+            call = dataclasses.replace(call, issued_us=float(cpu.ts[op]), phase_hint=labeller.hint(float(cpu.ts[op]), int(tids[op])))
+        calls.append(call)
     return comm, compute, calls, exclude
+
+
+def _match_gloo_work(cpu, ops: list[int], gloo_rows: np.ndarray) -> list[int | None]:
+    """The c10d op of each gloo work event, or None. Gloo starts work items in submission order,
+    so the k-th event is the k-th op, once events of ops submitted before the trace began (async
+    ones still running, e.g. the previous step's all_gathers) are skipped; ops whose work had not
+    started when the trace ended have no event. If an event would start before its op, the
+    order is not what we assume, and nothing is matched."""
+    if not ops or not gloo_rows.size:
+        return [None] * gloo_rows.size
+    lead = int(np.searchsorted(cpu.ts[gloo_rows], cpu.ts[ops[0]], side="left"))
+    n = min(len(ops), gloo_rows.size - lead)
+    pairs = list(zip(gloo_rows[lead : lead + n], ops[:n]))
+    if any(cpu.ts[g] < cpu.ts[op] for g, op in pairs):
+        return [None] * gloo_rows.size
+    return [None] * lead + [op for _, op in pairs] + [None] * (gloo_rows.size - lead - n)
 
 
 def _call(kind: str, pg: str, nbytes: int | None, group: int | None, *, start, dur, launch) -> CollectiveCall:

@@ -14,12 +14,44 @@ from pathlib import Path
 
 import numpy as np
 
+from profile_overlap.analysis.classify import PHASES
 from profile_overlap.analysis.collectives import CollectiveInstance, CollectiveStats, collective_stats, number_calls
 from profile_overlap.analysis.events import EventIntervals, FileEvents, extract
-from profile_overlap.analysis.spans import TimelineSpan, timeline_spans
+from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TimelineSpan, timeline_spans
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
+
+
+@dataclass(frozen=True)
+class PhaseMetrics:
+    """One phase (forward, backward, optimizer) of one step, or summed over a rank's steps: the
+    communication hidden behind the phase's compute and the communication exposed in its window."""
+
+    phase: str
+    window_us: float
+    """Length of the union of the phase's labelled ranges (clipped to the step)."""
+    comm_us: float
+    """|∪comm ∩ window|."""
+    compute_us: float
+    """|∪compute ∩ window|."""
+    overlap_us: float
+    """|∪comm ∩ ∪compute ∩ window|: communication hidden behind this phase's compute."""
+    exposed_comm_us: float
+    """comm_us − overlap_us: communication exposed inside this phase's window."""
+
+
+@dataclass(frozen=True)
+class PhaseCollectives:
+    """The collectives of one kind issued in one phase, over a rank's steps ("other": outside
+    every phase window)."""
+
+    phase: str
+    kind: str
+    count: int
+    nbytes: int | None
+    """Sum of the calls' sizes; None when some call's size is unknown."""
+    dur_us: float
 
 
 @dataclass(frozen=True)
@@ -34,6 +66,8 @@ class StepMetrics:
     overlap_us: float
     exposed_comm_us: float
     overlap_pct: float | None
+    phases: tuple[PhaseMetrics, ...] = ()
+    """Per phase present in the step, in PHASES order; empty without phase labels."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +90,13 @@ class RankAnalysis:
     collectives: tuple[CollectiveStats, ...]
     instances: tuple[CollectiveInstance, ...]
     timeline: tuple[TimelineSpan, ...]
+    phases: tuple[PhaseMetrics, ...] = ()
+    """Per phase, summed over the steps (empty without phase labels or steps)."""
+    phase_collectives: tuple[PhaseCollectives, ...] = ()
+    """Per (phase, kind): the collectives issued in that phase (CPU: by their c10d op's start on
+    the calling thread; GPU: by their kernel's start, in the labels' device-side ranges)."""
+    phase_windows: tuple[tuple[int, str, float, float], ...] = ()
+    """(step, phase, start_us, end_us) of each phase range, clipped to the timeline's steps (for the figures)."""
 
 
 def _measure(comm: iv.Union, compute: iv.Union) -> dict[str, float | None]:
@@ -142,8 +183,15 @@ def finish_rank(
     compute_u = iv.difference(iv.union(compute.start, compute.end), exclude)
     if windows is not None:
         comm_u, compute_u = iv.intersect(comm_u, windows), iv.intersect(compute_u, windows)
+    phase, phase_start, phase_end = (np.concatenate([getattr(f, k) for f in files]) for k in ("phase", "phase_start", "phase_end"))
     step_metrics = [
-        StepMetrics(step=int(n), start_us=float(s), step_us=float(e - s), **_measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e)))
+        StepMetrics(
+            step=int(n),
+            start_us=float(s),
+            step_us=float(e - s),
+            **_measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e)),
+            phases=_phases(comm_u, compute_u, phase, phase_start, phase_end, s, e),
+        )
         for n, s, e in zip(step_num, step_start, step_end)
     ]
 
@@ -163,7 +211,85 @@ def finish_rank(
         timeline=timeline_spans(
             {kind: (x.start, x.end, x.label) for kind, x in (("comm", comm), ("compute", compute))}, labels, step_num, step_start, step_end
         ),
+        phases=_sum_phases(step_metrics),
+        phase_collectives=_phase_collectives(calls, phase, phase_start, phase_end),
+        phase_windows=_phase_spans(phase, phase_start, phase_end, step_num, step_start, step_end),
     )
+
+
+def _phases(comm_u: iv.Union, compute_u: iv.Union, phase, phase_start, phase_end, lo: float, hi: float) -> tuple[PhaseMetrics, ...]:
+    """Each phase's window in the step [lo, hi) and the comm and compute inside it."""
+    out = []
+    for index, name in enumerate(PHASES):
+        sel = phase == index
+        if not sel.any():
+            continue
+        window = iv.clip(iv.union(phase_start[sel], phase_end[sel]), lo, hi)
+        if window[0].size == 0:
+            continue
+        m = _measure(iv.intersect(comm_u, window), iv.intersect(compute_u, window))
+        out.append(
+            PhaseMetrics(
+                phase=name,
+                window_us=iv.length(window),
+                comm_us=m["comm_us"],
+                compute_us=m["compute_us"],
+                overlap_us=m["overlap_us"],
+                exposed_comm_us=m["exposed_comm_us"],
+            )
+        )
+    return tuple(out)
+
+
+def _phase_collectives(calls, phase, phase_start, phase_end) -> tuple[PhaseCollectives, ...]:
+    """Per (phase, kind): the calls issued inside the phase's windows; a call outside every window
+    goes by the engine labels around it (CollectiveCall.phase_hint), else to "other". Empty when the
+    trace has neither phase labels nor engine labels."""
+    if not calls or (not phase.size and not any(c.phase_hint for c in calls)):
+        return ()
+    t = np.array([c.issued_us if c.issued_us is not None else c.start_us for c in calls])
+    where = np.array([PHASES.index(c.phase_hint) if c.phase_hint else len(PHASES) for c in calls])
+    covered = np.zeros(t.size, dtype=bool)
+    for index in range(len(PHASES)):
+        sel = phase == index
+        if sel.any():
+            inside = iv.covers(iv.union(phase_start[sel], phase_end[sel]), t) & ~covered
+            where[inside] = index
+            covered |= inside
+    names = (*PHASES, "other")
+    groups: dict[tuple[int, str], list] = {}
+    for call, p in zip(calls, where.tolist()):
+        groups.setdefault((p, call.kind), []).append(call)
+    return tuple(
+        PhaseCollectives(
+            phase=names[p],
+            kind=kind,
+            count=len(group),
+            nbytes=None if any(c.nbytes is None for c in group) else sum(c.nbytes for c in group),
+            dur_us=sum(c.dur_us for c in group),
+        )
+        for (p, kind), group in sorted(groups.items())
+    )
+
+
+def _sum_phases(steps: list[StepMetrics]) -> tuple[PhaseMetrics, ...]:
+    totals: dict[str, list[float]] = {}
+    for step in steps:
+        for p in step.phases:
+            acc = totals.setdefault(p.phase, [0.0] * 5)
+            for i, value in enumerate((p.window_us, p.comm_us, p.compute_us, p.overlap_us, p.exposed_comm_us)):
+                acc[i] += value
+    return tuple(PhaseMetrics(name, *totals[name]) for name in PHASES if name in totals)
+
+
+def _phase_spans(phase, phase_start, phase_end, step_num, step_start, step_end) -> tuple[tuple[int, str, float, float], ...]:
+    spans = []
+    for n, lo, hi in list(zip(step_num.tolist(), step_start.tolist(), step_end.tolist()))[:MAX_TIMELINE_STEPS]:
+        for p, a, b in zip(phase.tolist(), phase_start.tolist(), phase_end.tolist()):
+            a, b = max(a, lo), min(b, hi)
+            if b > a:
+                spans.append((n, PHASES[p], a, b))
+    return tuple(sorted(spans, key=lambda x: x[2]))
 
 
 def _pool_labels(files: Sequence[FileEvents]) -> tuple[tuple[str, ...], list[np.ndarray]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from profile_overlap.analysis.cross_rank import TraceAnalysis
 
-TIMELINE_SCHEMA = "spans are [step, start_us, end_us, kind (comm|compute), label]"
+TIMELINE_SCHEMA = "spans are [step, start_us, end_us, kind (comm|compute), label]; phases are [step, phase, start_us, end_us]"
 
 
 def timeline_record(analyses: dict[str, TraceAnalysis | None]) -> dict:
@@ -21,6 +21,7 @@ def timeline_record(analyses: dict[str, TraceAnalysis | None]) -> dict:
                     "rank": r.rank,
                     "steps": [{"step": s.step, "start_us": s.start_us, "step_us": s.step_us} for s in r.steps],
                     "spans": [[sp.step, round(sp.start_us, 3), round(sp.end_us, 3), sp.kind, sp.label] for sp in r.timeline],
+                    "phases": [[step, phase, round(a, 3), round(b, 3)] for step, phase, a, b in r.phase_windows],
                 }
                 for r in result.ranks
             ],
@@ -30,6 +31,20 @@ def timeline_record(analyses: dict[str, TraceAnalysis | None]) -> dict:
 
 def _num(x: float | None, digits: int = 3) -> float | None:
     return None if x is None else round(float(x), digits)
+
+
+def _phases_json(phases) -> list[dict]:
+    return [
+        {
+            "phase": p.phase,
+            "window_us": _num(p.window_us),
+            "comm_us": _num(p.comm_us),
+            "compute_us": _num(p.compute_us),
+            "overlap_us": _num(p.overlap_us),
+            "exposed_comm_us": _num(p.exposed_comm_us),
+        }
+        for p in phases
+    ]
 
 
 def to_json(analysis: TraceAnalysis) -> dict:
@@ -56,8 +71,14 @@ def to_json(analysis: TraceAnalysis) -> dict:
                         "overlap_us": _num(s.overlap_us),
                         "exposed_comm_us": _num(s.exposed_comm_us),
                         "overlap_pct": _num(s.overlap_pct),
+                        "phases": _phases_json(s.phases),
                     }
                     for s in r.steps
+                ],
+                "phases": _phases_json(r.phases),
+                "phase_collectives": [
+                    {"phase": c.phase, "kind": c.kind, "count": c.count, "nbytes": c.nbytes, "dur_us": _num(c.dur_us)}
+                    for c in r.phase_collectives
                 ],
                 "collectives": [
                     {
