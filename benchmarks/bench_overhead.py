@@ -89,6 +89,7 @@ def run_job(args: argparse.Namespace) -> None:
                             step_fn, state, first_step=step, num_steps=args.steps, device=device, after_step=prof.step
                         )
                         step += args.steps
+                        state.finish()  # no collective may outlive the profiler session (run/profiler.py)
                         t0 = time.perf_counter()
                     prof.export_chrome_trace(str(trace_dir / f"rank{rank}.json"))
                     result["export_ms"] = max(_slowest(dist, [(time.perf_counter() - t0) * 1e3]))

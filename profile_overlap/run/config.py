@@ -20,14 +20,26 @@ from profile_overlap.run import flags
 from profile_overlap.run.flags import flag
 
 Dtype = Literal[tuple(DTYPE_BYTES)]  # the names, written once: the table's keys
-PipelineMode = Literal["sequential", "split"]
+PipelineMode = Literal["sequential", "split", "split-blocking", "ddp", "fsdp2"]
+Model = Literal["mlp", "transformer"]
 Mode = Literal[PipelineMode, "compare"]
 Backend = Literal["auto", "nccl", "gloo"]
 MODES: tuple[str, ...] = get_args(PipelineMode)
+COMPARE_MODES = ("sequential", "split", "split-blocking")
+"""What --mode compare runs without --modes: the schedules whose differences are only the
+collectives and whether they overlap. The engines (ddp, fsdp2) are opt-in: each adds a full run."""
+ENGINES = ("ddp", "fsdp2")
 
 # --help groups
-WORKLOAD = "pipeline and workload (K layers of d x d weights, an Adam step, a forward pass)"
+WORKLOAD = "pipeline and workload (a model trained with forward, autograd backward and Adam)"
+
+MODEL_DEFAULTS = {
+    "mlp": {"layers": 8, "dim": 512, "batch": 64},
+    "transformer": {"layers": 4, "dim": 256, "batch": 8},
+}
+"""--layers, --dim and --batch when not given, per --model (a transformer step costs far more per row)."""
 STEPS = "steps and profiling"
+ENGINE = "torch's engines (--mode ddp, fsdp2)"
 DISTRIBUTED = "distributed"
 OUTPUT = "output"
 
@@ -107,13 +119,24 @@ class Config(JobSection):
     """The `run` command's flags."""
 
     mode: Mode = flag("compare", group=WORKLOAD)
-    """sequential: all_reduce then compute; split: reduce_scatter, shard update, async all_gather under the forward; compare: both."""
-    layers: int = flag(8, metavar="K", group=WORKLOAD)
-    """K: layers of d x d weights, P = K * d^2 parameters; each layer's gradient is one communication bucket."""
-    dim: int = flag(512, metavar="d", group=WORKLOAD)
-    """d: layer width; must divide by the world size."""
-    batch: int = flag(64, metavar="B", group=WORKLOAD)
-    """B: forward-pass rows (B x d @ d x d per layer)."""
+    """sequential: backward, blocking all_reduce, Adam; split: reduce_scatter in backward, Adam on the shard,
+    async all_gather under the next forward; split-blocking: split with every collective waited for at once;
+    ddp, fsdp2: torch's DistributedDataParallel and fully_shard; compare: several (see --modes)."""
+    compare_modes: str | None = flag(None, option="--modes", metavar="M1,M2,...", group=WORKLOAD)
+    """With --mode compare: the modes to run, in this order, comma-separated; speedups are relative to the
+    first (default: sequential,split,split-blocking)."""
+    model: Model = flag("mlp", group=WORKLOAD)
+    """mlp: K tanh layers of d x d and an MSE loss; transformer: K pre-norm decoder blocks, an embedding and an LM head."""
+    layers: int | None = flag(None, metavar="K", group=WORKLOAD)
+    """K: layers (mlp) or decoder blocks (transformer); each is one communication bucket (default: 8 for mlp, 4 for transformer)."""
+    dim: int | None = flag(None, metavar="d", group=WORKLOAD)
+    """d: model width; must divide by --heads (default: 512 for mlp, 256 for transformer)."""
+    batch: int | None = flag(None, metavar="B", group=WORKLOAD)
+    """B: rows (mlp) or sequences (transformer) per rank and step (default: 64 for mlp, 8 for transformer)."""
+    heads: int = flag(4, group=WORKLOAD)
+    """Attention heads (transformer)."""
+    seq_len: int = flag(64, metavar="T", group=WORKLOAD)
+    """T: tokens per sequence (transformer)."""
     dtype: Dtype = flag("float32", group=WORKLOAD)
     """Parameter and gradient dtype (Adam's moments are float32 whatever it is)."""
     steps: int = flag(10, group=STEPS)
@@ -123,37 +146,83 @@ class Config(JobSection):
     profile_steps: int = flag(2, group=STEPS)
     """Profiled steps per mode (after one profiler warmup step)."""
     seed: int = flag(0, group=WORKLOAD)
-    """Seeds the initial weights, the batch and every gradient (per rank, step and layer)."""
+    """Seeds the initial weights and every batch (per rank and step)."""
     profile: bool = flag(True, group=STEPS)
     """Record torch.profiler traces; --no-profile times steps only."""
     gzip: bool = flag(True, group=STEPS)
     """Write the traces gzipped (.pt.trace.json.gz)."""
     lr: float = flag(1e-3, group=WORKLOAD)
     """Adam learning rate."""
+    bucket_cap_mb: float = flag(25.0, metavar="MiB", group=ENGINE)
+    """ddp: DistributedDataParallel's gradient bucket size."""
+    reshard_after_forward: Literal["true", "false"] = flag("true", group=ENGINE)
+    """fsdp2: free each block's gathered parameters after forward and gather them again in backward."""
     job: JobConfig = field(default_factory=JobConfig)
     """The job flags (distributed and output)."""
 
     def __post_init__(self) -> None:
         flags.check_choices(self)
-        for option, value in (("--layers", self.layers), ("--dim", self.dim), ("--batch", self.batch), ("--steps", self.steps)):
+        for name, value in MODEL_DEFAULTS[self.model].items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+        for option, value in (
+            ("--layers", self.layers),
+            ("--dim", self.dim),
+            ("--batch", self.batch),
+            ("--steps", self.steps),
+            ("--heads", self.heads),
+            ("--seq-len", self.seq_len),
+        ):
             if value <= 0:
                 raise ValueError(f"{option} must be a positive integer, got {value}")
         for option, value in (("--warmup-steps", self.warmup_steps), ("--profile-steps", self.profile_steps)):
             if value < 0:
                 raise ValueError(f"{option} must be 0 or more, got {value}")
+        if self.model == "transformer" and self.dim % self.heads:
+            raise ValueError(f"--dim {self.dim} is not divisible by --heads {self.heads}: each head gets dim/heads channels")
+        if self.compare_modes is not None:
+            if self.mode != "compare":
+                raise ValueError(f"--modes goes with --mode compare, not --mode {self.mode}: drop --modes or use --mode compare")
+            names = [m.strip() for m in self.compare_modes.split(",")]
+            unknown = [m for m in names if m not in MODES]
+            if unknown:
+                raise ValueError(f"--modes: unknown mode {unknown[0]!r}; choose from {', '.join(MODES)}")
+            if len(set(names)) != len(names) or len(names) < 2:
+                raise ValueError(f"--modes {self.compare_modes!r}: give two or more different modes, comma-separated")
+        if self.bucket_cap_mb <= 0:
+            raise ValueError(f"--bucket-cap-mb must be positive, got {self.bucket_cap_mb:g}")
+        if self.dtype == "float16" and set(self.modes) & set(ENGINES):
+            raise ValueError(
+                "--dtype float16 with ddp or fsdp2: torch.optim.Adam keeps its moments in float16, where they flush to zero; "
+                "use float32 or bfloat16"
+            )
         if self.profile and self.profile_steps == 0:
             raise ValueError("--profile-steps 0 records nothing: give 1 or more, or pass --no-profile")
 
     @property
     def modes(self) -> tuple[str, ...]:
-        return MODES if self.mode == "compare" else (self.mode,)
+        """The modes this run trains, in order (the first is the reference of speedups and checks)."""
+        if self.mode != "compare":
+            return (self.mode,)
+        if self.compare_modes is None:
+            return COMPARE_MODES
+        return tuple(m.strip() for m in self.compare_modes.split(","))
+
+    @property
+    def reshard(self) -> bool:
+        return self.reshard_after_forward == "true"
 
     def check_world_size(self, world_size: int) -> None:
         """Checks that need the world size, made on every rank before any collective."""
         if self.dim % world_size:
             raise ValueError(
                 f"--dim {self.dim} is not divisible by the world size {world_size}: "
-                f"each rank owns dim/{world_size} rows of every layer; use a multiple of {world_size}"
+                f"each rank owns dim/{world_size} rows of every weight, as FSDP shards them; use a multiple of {world_size}"
+            )
+        if "fsdp2" in self.modes and self.model == "transformer" and self.seq_len % world_size:
+            raise ValueError(
+                f"--seq-len {self.seq_len} is not divisible by the world size {world_size}: fsdp2 shards the position "
+                f"embedding's {self.seq_len} rows over the ranks; use a multiple of {world_size}"
             )
 
 

@@ -32,8 +32,8 @@ from profile_overlap.record.metrics import (
     StepTimes,
 )
 from profile_overlap.render import console, outputs
-from profile_overlap.run import pipelines
-from profile_overlap.run.config import DTYPE_BYTES, Config
+from profile_overlap.run import engines, pipelines
+from profile_overlap.run.config import DTYPE_BYTES, ENGINES, Config
 from profile_overlap.run.dtypes import torch_dtype
 from profile_overlap.run.environment import environment
 from profile_overlap.run.job import create_fresh_dir, failure_recorded, make_dir, process_group
@@ -49,20 +49,22 @@ def run_mode(
 ) -> tuple[ModeMetrics, TraceAnalysis | None, list[torch.Tensor]]:
     rank, world = dist.get_rank(), dist.get_world_size()
     dtype = DTYPES[config.dtype]
-    state = pipelines.build_state(mode, config=config, rank=rank, world_size=world, device=device, dtype=dtype)
-    step_fn = pipelines.PIPELINES[mode]
+    build = engines.build_state if mode in ENGINES else pipelines.build_state
+    state = build(mode, config=config, rank=rank, world_size=world, device=device, dtype=dtype)
+    step_fn = engines.engine_step if mode in ENGINES else pipelines.PIPELINES[mode]
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
     checker = DecompositionChecker(state)
     step = 0
+    state.check = checker.check_bucket
     for _ in range(config.warmup_steps):
-        pipelines.fill_gradients(state, step)
-        checker.check_step(step)
         step_fn(state, step)
         step += 1
-    checks = [checker.result()] if config.warmup_steps else []
+    state.check = None
+    checks = [checker.result()] if checker.steps else []
     if checks and not checks[0].passed:
+        state.finish()
         return *_mode_metrics(mode, state, checks=checks, times=[], trace=None, run_dir=run_dir, device=device), state.params
 
     times = timed_steps(step_fn, state, first_step=step, num_steps=config.steps, device=device)
@@ -76,6 +78,7 @@ def run_mode(
         trace = profiled_steps(step_fn, state, first_step=step, config=config, trace_dir=trace_dir, worker=worker, device=device)
         step += config.profile_steps + 1
 
+    state.finish()
     checks.append(ranks_agree(state.params, name=f"{mode}: parameters equal on every rank", dtype=dtype))
     return *_mode_metrics(mode, state, checks=checks, times=times, trace=trace, run_dir=run_dir, device=device), state.params
 
@@ -97,7 +100,9 @@ def _mode_metrics(
         # Each rank analyzes only its own trace; the small results travel, never the files, so this
         # scales to any number of ranks and needs no shared file system.
         analyses: list | None = [None] * world if dist.get_rank() == 0 else None
-        dist.gather_object(analyze_rank([trace]), analyses, dst=0)
+        # Measured inside the ProfilerStep ranges only (steps=(None, None)): not the wait for the
+        # last step's collectives after its range closes (run/profiler.py).
+        dist.gather_object(analyze_rank([trace], steps=(None, None)), analyses, dst=0)
         if analyses is not None:
             combined = combine(analyses, source=str(trace.parent))
     # A step takes as long as its slowest rank.
@@ -110,6 +115,7 @@ def _mode_metrics(
         checks=tuple(checks),
         trace_dir=str(trace.parent.relative_to(run_dir)) if trace else None,
         analysis=to_json(combined) if combined else None,
+        model_param_bytes=sum(p.numel() * p.element_size() for p in state.model.parameters()),
     ), combined
 
 
@@ -147,7 +153,8 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
         started = time.perf_counter()
         modes[mode], analyses[mode], final_params[mode] = run_mode(mode, config=config, device=device, run_dir=run_dir)
         if rank == 0:
-            done = [f"{config.warmup_steps} warmup step{'s' if config.warmup_steps != 1 else ''} verified"]
+            warmup = f"{config.warmup_steps} warmup step{'s' if config.warmup_steps != 1 else ''}"
+            done = [warmup if mode in ENGINES else f"{warmup} verified"]
             if modes[mode].checks and not modes[mode].checks[0].passed:
                 done = ["verification FAILED on the warmup steps, so nothing was timed"]
             else:
@@ -156,12 +163,11 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
                 done.append(f"{config.profile_steps} profiled and analysed")
             rank_output.say(f"  [{index}/{len(config.modes)}] {mode}: {', '.join(done)} ({time.perf_counter() - started:.1f} s)")
     cross = []
-    if len(final_params) == 2 and all(m.step_time.times_ms and m.checks[0].passed for m in modes.values()):
-        cross.append(
-            compare_params(
-                final_params["sequential"], final_params["split"], name="sequential == split: final parameters", dtype=DTYPES[config.dtype]
-            )
-        )
+    trained = [m for m in config.modes if modes[m].step_time.times_ms]  # the same on every rank
+    for other in trained[1:]:
+        # Every mode against the first: the same steps on the same data end with equal parameters.
+        name = f"{trained[0]} == {other}: final parameters"
+        cross.append(compare_params(final_params[trained[0]], final_params[other], name=name, dtype=DTYPES[config.dtype]))
     metrics = summary.with_summary(
         RunMetrics(
             schema_version=SCHEMA_VERSION,

@@ -108,7 +108,8 @@ def _failure_reason(err: BaseException) -> str:
     if isinstance(err, KeyboardInterrupt):
         return "interrupted by the user (Ctrl-C)"
     text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    transport = "/gloo/" in text or "nccl" in text.lower() or "Timed out" in text
+    # An async collective's wait() raises gloo's own words, without its source path.
+    transport = any(word in text for word in ("/gloo/", "Timed out", "Application timeout", "pair closure")) or "nccl" in text.lower()
     if isinstance(err, dist.DistError) or transport:
         # gloo appends advice and an emoji after the first sentence; the first sentence is the fact.
         text = f"a collective failed: another rank crashed, hung or timed out ({text.split('. ')[0][:300]})"

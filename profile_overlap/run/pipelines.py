@@ -1,18 +1,24 @@
-"""The two pipelines, one function each, with one signature: `step(state, step_index)`.
+"""The three schedules, one function each, with one signature: `step(state, step_index)`.
 
-Workload (shared/DESIGN.md): K layers of d x d weights, P = K*d^2 parameters, a batch of B rows.
-Each step makes deterministic gradients (the "backward"), reduces them, runs Adam, then a forward
-pass through all K layers.
+A step is a real training step of the model (run/models.py): forward, loss, autograd backward,
+Adam. Each communication unit (an mlp layer; the transformer's embedding, each block, its head)
+keeps its parameters as views into one flat buffer, padded to a multiple of the world size, and
+its gradients are reduced as one flat bucket. Every step is labelled with its phases, as
+record_function ranges named `forward`, `backward` and `optimizer`.
 
-- sequential (DDP-like): blocking all_reduce of every bucket, Adam on all P parameters with full
-  optimizer state on every rank, then the forward pass.
-- split (ZeRO-2 / FSDP-like): per bucket, reduce_scatter, Adam on this rank's 1/N shard (state
-  for the shard only), then an async all_gather of the updated shard. The forward pass waits for
-  layer k's gather just before layer k, so later gathers overlap earlier layers' compute (FSDP's
-  forward prefetch).
+- sequential (the seed's all_reduce, then compute): forward; backward, then a blocking all_reduce
+  of every bucket; Adam on all parameters, with full optimizer state on every rank.
+- split (ZeRO-2 / FSDP): in backward, a post-accumulate-grad hook reduce-scatters each unit's
+  bucket asynchronously as soon as autograd has produced all its gradients, so it overlaps the
+  backward of the earlier units. In the optimizer phase, unit by unit in forward order, wait for
+  its reduce_scatter, run Adam on this rank's 1/N shard (state for the shard only) and start an
+  async all_gather of the updated shard, in place. The next forward pass waits for unit k's
+  all_gather just before unit k runs (prefetch), so later gathers hide behind earlier units.
+- split-blocking: the same collectives and compute as split, but every collective is waited for
+  at once, so nothing overlaps. Against split it measures what overlapping wins.
 
-Both modes apply the same elementwise arithmetic to the same reduced gradient, so they end with
-equal parameters; `verify.py` checks it.
+All three apply the same elementwise Adam to the same reduced gradients, so they end with equal
+parameters; `verify.py` checks it.
 """
 
 from __future__ import annotations
@@ -23,7 +29,10 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.profiler import record_function
+
+from profile_overlap.run import models
 
 # torch 2.13 renamed all_gather_into_tensor / reduce_scatter_tensor to *_single (same semantics);
 # older releases only have the old names.
@@ -32,7 +41,8 @@ reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.red
 
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
-
+PHASES = ("forward", "backward", "optimizer")
+"""The record_function labels of a step's phases, in order."""
 
 FAULT_KINDS = ("corrupt", "nan", "kill", "hang")
 
@@ -41,7 +51,7 @@ FAULT_KINDS = ("corrupt", "nan", "kill", "hang")
 class Fault:
     """Test-only fault injection, from PROFILE_OVERLAP_FAULT=<kind>:rank=R:step=S[:layer=L].
 
-    kind: corrupt (add 1 to the reduce_scatter result), nan (write a NaN into it), kill (the
+    kind: corrupt (add 1 to unit L's reduce_scatter result), nan (write a NaN into it), kill (the
     process exits), hang (sleeps).
     """
 
@@ -65,92 +75,126 @@ class Fault:
         return self.rank == rank and self.step == step and (layer is None or self.layer == layer)
 
 
+class FlatUnit:
+    """One communication unit: its parameters become views into one flat buffer of `padded`
+    elements (a multiple of the world size), so a collective moves the unit in one call."""
+
+    def __init__(self, index: int, module: nn.Module, *, world_size: int, rank: int) -> None:
+        self.index = index
+        self.module = module
+        self.params = list(module.parameters())
+        self.numel = sum(p.numel() for p in self.params)
+        self.padded = -(-self.numel // world_size) * world_size
+        self.shard_numel = self.padded // world_size
+        first = self.params[0]
+        self.flat = torch.zeros(self.padded, dtype=first.dtype, device=first.device)
+        offset = 0
+        for p in self.params:
+            view = self.flat[offset : offset + p.numel()]
+            view.copy_(p.detach().reshape(-1))
+            p.data = view.view_as(p)
+            offset += p.numel()
+        self.shard = self.flat[rank * self.shard_numel : (rank + 1) * self.shard_numel]
+        """This rank's 1/N of the unit (a view: the all_gather runs in place)."""
+
+    def flatten_grads(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The unit's gradients as one padded flat bucket; the parameters' own .grad are freed."""
+        if out is None:
+            out = self.flat.new_zeros(self.padded)
+        torch.cat([p.grad.reshape(-1) for p in self.params], out=out[: self.numel])
+        for p in self.params:
+            p.grad = None
+        return out
+
+
 @dataclass
 class State:
-    """One rank's model, optimizer state and buffers for one mode."""
+    """One rank's model, flat units, optimizer state and collective handles for one mode."""
 
     mode: str
     rank: int
     world_size: int
+    config: object
     device: torch.device
     dtype: torch.dtype
-    seed: int
     lr: float
-    params: list[torch.Tensor]
-    """K full d x d weights (every rank needs them all for the forward pass)."""
-    grads: list[torch.Tensor]
-    """K full d x d gradient buckets, refilled every step."""
-    batch: torch.Tensor
+    model: nn.Module
+    units: list[FlatUnit]
     exp_avg: list[torch.Tensor]
-    """Adam first moment, float32: full d x d (sequential) or this rank's d/N x d shard (split)."""
+    """Adam first moment, float32: the whole unit (sequential) or this rank's shard (split modes)."""
     exp_avg_sq: list[torch.Tensor]
-    shards: list[torch.Tensor] = field(default_factory=list)
-    """split only: this rank's master copy of its d/N x d rows of each layer."""
+    grads: list[torch.Tensor] = field(default_factory=list)
+    """sequential: one full flat gradient bucket per unit, refilled every step."""
     shard_grads: list[torch.Tensor] = field(default_factory=list)
-    """split only: reduce_scatter output, d/N x d per layer."""
+    """split modes: the reduce_scatter output per unit, this rank's 1/N."""
     fault: Fault | None = None
     adam_step: int = 0
+    step: int = 0
+    check: Callable[[int, int, torch.Tensor], None] | None = None
+    """Called with (step, unit, flat gradient bucket) before the bucket is reduced (the warmup checks)."""
+    pending_rs: dict[int, tuple[object, torch.Tensor]] = field(default_factory=dict)
+    """unit -> (reduce_scatter handle, its input bucket), started in backward, consumed by the optimizer."""
+    pending_ag: dict[int, object] = field(default_factory=dict)
+    ready: list[int] = field(default_factory=list)
+    """Units whose reduce_scatter was started this step, in that order."""
 
-    def bytes_of(self, tensors: list[torch.Tensor]) -> int:
-        return sum(t.numel() * t.element_size() for t in tensors)
+    @property
+    def params(self) -> list[torch.Tensor]:
+        """The flat parameters, one per unit (what the verification compares)."""
+        return [u.flat for u in self.units]
 
     def memory_bytes(self) -> dict[str, int]:
         """Bytes of the persistent tensors this rank holds, by role."""
+        size = lambda ts: sum(t.numel() * t.element_size() for t in ts)  # noqa: E731
         return {
-            "param_bytes": self.bytes_of(self.params) + self.bytes_of(self.shards),
-            "grad_bytes": self.bytes_of(self.grads) + self.bytes_of(self.shard_grads),
-            "optimizer_state_bytes": self.bytes_of(self.exp_avg) + self.bytes_of(self.exp_avg_sq),
+            "param_bytes": size(self.params),
+            "grad_bytes": size(self.grads) + size(self.shard_grads),
+            "optimizer_state_bytes": size(self.exp_avg) + size(self.exp_avg_sq),
         }
 
-
-def initial_params(*, layers: int, dim: int, seed: int, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
-    """The same initial weights on every rank and in every mode (seeded on the CPU)."""
-    gen = torch.Generator().manual_seed(seed)
-    return [(torch.randn(dim, dim, generator=gen) / dim**0.5).to(device=device, dtype=dtype) for _ in range(layers)]
+    def finish(self) -> None:
+        """Wait for every collective still in flight (the last step's all_gathers)."""
+        for handle in self.pending_ag.values():
+            handle.wait()
+        self.pending_ag.clear()
 
 
 def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.device, dtype: torch.dtype) -> State:
-    params = initial_params(layers=config.layers, dim=config.dim, seed=config.seed, dtype=dtype, device=device)
-    gen = torch.Generator().manual_seed(config.seed + 1)
-    batch = torch.randn(config.batch, config.dim, generator=gen).to(device=device, dtype=dtype)
-    rows = config.dim // world_size
-    if mode == "split":
-        shards = [p[rank * rows : (rank + 1) * rows].clone() for p in params]
-        state_like = shards
-    else:
-        shards = []
-        state_like = params
-    return State(
+    model = models.build_model(config, dtype=dtype, device=device)
+    units = [FlatUnit(i, m, world_size=world_size, rank=rank) for i, m in enumerate(model.units())]
+    split = mode != "sequential"
+    like = [u.shard if split else u.flat for u in units]
+    state = State(
         mode=mode,
         rank=rank,
         world_size=world_size,
+        config=config,
         device=device,
         dtype=dtype,
-        seed=config.seed,
         lr=config.lr,
-        params=params,
-        grads=[torch.empty_like(p) for p in params],
-        batch=batch,
-        exp_avg=[torch.zeros_like(t, dtype=torch.float32) for t in state_like],
-        exp_avg_sq=[torch.zeros_like(t, dtype=torch.float32) for t in state_like],
-        shards=shards,
-        shard_grads=[torch.empty_like(s) for s in shards],
+        model=model,
+        units=units,
+        exp_avg=[torch.zeros_like(t, dtype=torch.float32) for t in like],
+        exp_avg_sq=[torch.zeros_like(t, dtype=torch.float32) for t in like],
+        grads=[] if split else [torch.zeros_like(u.flat) for u in units],
+        shard_grads=[torch.empty_like(u.shard) for u in units] if split else [],
         fault=Fault.from_env(),
     )
+    if split:
+        _install_split_hooks(state, blocking=mode == "split-blocking")
+    return state
 
 
-def fill_gradients(state: State, step: int) -> None:
-    """Deterministic gradients per (seed, rank, step, layer): both modes see the same data."""
-    with record_function("backward/gradients"):
-        for layer, grad in enumerate(state.grads):
-            seed = hash((state.seed, state.rank, step, layer)) & 0x7FFF_FFFF_FFFF
-            gen = torch.Generator(device=state.device).manual_seed(seed)
-            torch.randn(grad.shape, generator=gen, device=state.device, dtype=grad.dtype, out=grad)
+def reduce_scatter(state: State, out: torch.Tensor, bucket: torch.Tensor, *, step: int, layer: int, async_op: bool = False):
+    """Sum-reduce `bucket` across ranks and keep this rank's shard in `out`; returns the handle
+    when async. Faults are injected into the result by `_apply_fault` once it is complete."""
+    handle = reduce_scatter_single(out, bucket, op=dist.ReduceOp.SUM, async_op=async_op)
+    if not async_op:
+        _apply_fault(state, out, step=step, layer=layer)
+    return handle
 
 
-def reduce_scatter(state: State, out: torch.Tensor, grad: torch.Tensor, *, step: int, layer: int) -> None:
-    """Sum-reduce `grad` across ranks and keep this rank's rows in `out`. Faults are injected here."""
-    reduce_scatter_single(out, grad, op=dist.ReduceOp.SUM)
+def _apply_fault(state: State, out: torch.Tensor, *, step: int, layer: int) -> None:
     fault = state.fault
     if fault and fault.hits(rank=state.rank, step=step, layer=layer):
         if fault.kind == "corrupt":
@@ -160,33 +204,27 @@ def reduce_scatter(state: State, out: torch.Tensor, grad: torch.Tensor, *, step:
 
 
 def adam_(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *, step: int, lr: float) -> None:
-    """One elementwise Adam update, so updating a shard equals updating those rows of the full tensor.
+    """One elementwise Adam update, so updating a shard equals updating those elements of the whole.
 
-    The moments are float32 whatever the parameter dtype, as in mixed-precision training: in
-    float16, eps=1e-8 and 0.001*g^2 flush to zero and the update divides by zero.
+    The arithmetic is torch.optim.Adam's own (its single-tensor path: lerp, then sqrt divided by
+    the root of the bias correction), so in float32 our schedules and torch's engines (ddp, fsdp2)
+    make bit-identical updates from equal gradients. The moments are float32 whatever the
+    parameter dtype, as in mixed-precision training: in float16, eps=1e-8 and 0.001*g^2 flush to
+    zero and the update divides by zero.
     """
     beta1, beta2 = ADAM_BETAS
     grad32 = grad.float()
-    exp_avg.mul_(beta1).add_(grad32, alpha=1 - beta1)
+    exp_avg.lerp_(grad32, 1 - beta1)
     exp_avg_sq.mul_(beta2).addcmul_(grad32, grad32, value=1 - beta2)
-    denom = (exp_avg_sq / (1 - beta2**step)).sqrt_().add_(ADAM_EPS)
+    step_size = lr / (1 - beta1 ** float(step))
+    denom = (exp_avg_sq.sqrt() / (1 - beta2 ** float(step)) ** 0.5).add_(ADAM_EPS)
     if param.dtype == torch.float32:
-        param.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1**step))
+        param.addcdiv_(exp_avg, denom, value=-step_size)
     else:
-        param.copy_(param.float().addcdiv_(exp_avg, denom, value=-lr / (1 - beta1**step)))
+        param.copy_(param.float().addcdiv_(exp_avg, denom, value=-step_size))
 
 
-def forward(state: State, wait: Callable[[int], None] | None = None) -> torch.Tensor:
-    x = state.batch
-    for layer, weight in enumerate(state.params):
-        if wait is not None:
-            wait(layer)
-        with record_function(f"forward/layer{layer}"):
-            x = torch.tanh(x @ weight)
-    return x
-
-
-def _maybe_fail(state: State, step: int) -> None:
+def maybe_fail(state: State, step: int) -> None:
     fault = state.fault
     if fault is None or not fault.hits(rank=state.rank, step=step):
         return
@@ -198,45 +236,103 @@ def _maybe_fail(state: State, step: int) -> None:
         time.sleep(10**6)
 
 
+def _forward_backward(state: State, step: int, *, after_backward: Callable[[], None] | None = None) -> None:
+    state.step = step
+    data = models.batch(state.config, rank=state.rank, step=step, dtype=state.dtype, device=state.device)
+    with record_function("forward"):
+        loss = state.model.loss(data)
+    with record_function("backward"):
+        loss.backward()
+        if after_backward:
+            after_backward()
+
+
 def sequential_step(state: State, step: int) -> None:
-    _maybe_fail(state, step)
-    fill_gradients(state, step)
-    scale = 1.0 / state.world_size
-    for grad in state.grads:
-        with record_function("sequential/all_reduce"):
-            dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+    maybe_fail(state, step)
+
+    def all_reduce_buckets() -> None:
+        for unit, grad in reversed(list(zip(state.units, state.grads))):
+            unit.flatten_grads(grad)
+            if state.check:
+                state.check(step, unit.index, grad)
+            with record_function("sequential/all_reduce"):
+                dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+
+    _forward_backward(state, step, after_backward=all_reduce_buckets)
     state.adam_step += 1
-    with record_function("sequential/update"):
-        for param, grad, m, v in zip(state.params, state.grads, state.exp_avg, state.exp_avg_sq):
-            grad.mul_(scale)
-            adam_(param, grad, m, v, step=state.adam_step, lr=state.lr)
-    forward(state)
+    with record_function("optimizer"):
+        for unit, grad, m, v in zip(state.units, state.grads, state.exp_avg, state.exp_avg_sq):
+            grad.mul_(1.0 / state.world_size)
+            adam_(unit.flat, grad, m, v, step=state.adam_step, lr=state.lr)
+
+
+def _install_split_hooks(state: State, *, blocking: bool) -> None:
+    """Backward: reduce-scatter a unit as soon as autograd has accumulated all its gradients.
+    Forward: wait for a unit's all_gather just before it runs."""
+
+    def unit_ready(unit: FlatUnit) -> None:
+        bucket = unit.flatten_grads()
+        if state.check:
+            state.check(state.step, unit.index, bucket)
+        with record_function("split/reduce_scatter"):
+            handle = reduce_scatter(state, state.shard_grads[unit.index], bucket, step=state.step, layer=unit.index, async_op=True)
+        state.ready.append(unit.index)
+        if blocking:
+            with record_function("split/wait_reduce_scatter"):
+                handle.wait()
+        state.pending_rs[unit.index] = (handle, bucket)  # the bucket must outlive the collective
+
+    for unit in state.units:
+        remaining = [len(unit.params)]
+
+        def on_grad(_param, unit=unit, remaining=remaining) -> None:
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                remaining[0] = len(unit.params)
+                unit_ready(unit)
+
+        for p in unit.params:
+            p.register_post_accumulate_grad_hook(on_grad)
+
+        def before_forward(_module, _args, unit=unit) -> None:
+            handle = state.pending_ag.pop(unit.index, None)
+            if handle is not None:
+                with record_function("split/wait_all_gather"):
+                    handle.wait()
+
+        unit.module.register_forward_pre_hook(before_forward)
 
 
 def split_step(state: State, step: int) -> None:
-    _maybe_fail(state, step)
-    fill_gradients(state, step)
-    scale = 1.0 / state.world_size
+    """split and split-blocking (the hooks installed by build_state decide which)."""
+    maybe_fail(state, step)
+    state.ready.clear()
+    _forward_backward(state, step)
+    blocking = state.mode == "split-blocking"
     state.adam_step += 1
-    handles = []
-    for layer, (grad, shard_grad) in enumerate(zip(state.grads, state.shard_grads)):
-        with record_function("split/reduce_scatter"):
-            reduce_scatter(state, shard_grad, grad, step=step, layer=layer)
-        with record_function("split/shard_update"):
-            shard_grad.mul_(scale)
-            adam_(state.shards[layer], shard_grad, state.exp_avg[layer], state.exp_avg_sq[layer], step=state.adam_step, lr=state.lr)
-        with record_function("split/all_gather"):
-            handles.append(all_gather_single(state.params[layer], state.shards[layer], async_op=True))
-
-    def wait(layer: int) -> None:
-        # On GPU this makes the compute stream wait for the NCCL stream; no host sync.
-        with record_function("split/wait_all_gather"):
-            handles[layer].wait()
-
-    forward(state, wait)
+    scale = 1.0 / state.world_size
+    with record_function("optimizer"):
+        for unit in state.units:  # forward order: the next forward pass needs unit 0 first
+            handle, _bucket = state.pending_rs.pop(unit.index)
+            if not blocking:
+                with record_function("split/wait_reduce_scatter"):
+                    handle.wait()
+            shard_grad = state.shard_grads[unit.index]
+            _apply_fault(state, shard_grad, step=step, layer=unit.index)
+            with record_function("split/shard_update"):
+                shard_grad.mul_(scale)
+                adam_(unit.shard, shard_grad, state.exp_avg[unit.index], state.exp_avg_sq[unit.index], step=state.adam_step, lr=state.lr)
+            with record_function("split/all_gather"):
+                handle = all_gather_single(unit.flat, unit.shard, async_op=True)
+            if blocking:
+                with record_function("split/wait_all_gather"):
+                    handle.wait()
+            else:
+                state.pending_ag[unit.index] = handle
 
 
 PIPELINES: dict[str, Callable[[State, int], None]] = {
     "sequential": sequential_step,
     "split": split_step,
+    "split-blocking": split_step,
 }

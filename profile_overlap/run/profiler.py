@@ -59,7 +59,23 @@ def _trace_writer(trace_dir: Path, worker: str, *, use_gzip: bool, written: list
     return handler
 
 
+def _end_step_window(prof) -> None:
+    """Close the open ProfilerStep range now, as prof.step() would (it skips a closed one)."""
+    rec = getattr(prof, "step_rec_fn", None)
+    if rec is not None:
+        rec.__exit__(None, None, None)
+        prof.step_rec_fn = None
+
+
 def profiled_steps(step_fn, state, *, first_step: int, config: Config, trace_dir: Path, worker: str, device: torch.device) -> Path:
+    """One profiler warmup step, then `config.profile_steps` recorded steps, traced to trace_dir.
+
+    Collectives still in flight after the last recorded step (the split's all_gathers, meant for
+    the next forward pass) are waited for after its ProfilerStep range closes and before the
+    profiler stops: a c10d Work created while profiling holds the profiler's thread-local state,
+    and if it outlives the session its destructor frees that state late and segfaults (torch
+    2.13, gloo). The analysis measures inside ProfilerStep ranges, so this wait is not counted.
+    """
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     written: list[Path] = []
     with profile(
@@ -70,6 +86,9 @@ def profiled_steps(step_fn, state, *, first_step: int, config: Config, trace_dir
     ) as prof:
         for i in range(config.profile_steps + 1):
             step_fn(state, first_step + i)
+            if i == config.profile_steps:
+                _end_step_window(prof)
+                state.finish()
             prof.step()
     sync(device)
     assert len(written) == 1, f"expected one trace for {worker}, got {written}"

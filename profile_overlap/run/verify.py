@@ -71,23 +71,23 @@ class DecompositionChecker:
         self.steps: list[int | None] = []
         self.layers: list[int | None] = []
 
-    def check_step(self, step: int) -> None:
-        """Compare both reductions of this step's gradients (call after fill_gradients)."""
+    def check_bucket(self, step: int, unit: int, bucket: torch.Tensor) -> None:
+        """Compare both reductions of one unit's flat gradient bucket (the pipelines call this
+        before they reduce it, on the warmup steps)."""
         state = self.state
-        rows = state.grads[0].shape[0] // state.world_size
-        for layer, grad in enumerate(state.grads):
-            reduced = grad.clone()
-            dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
-            shard = torch.empty(rows, *grad.shape[1:], dtype=grad.dtype, device=grad.device)
-            reduce_scatter(state, shard, grad, step=step, layer=layer)
-            gathered = torch.empty_like(grad)
-            all_gather_single(gathered, shard)
-            mine = reduced[state.rank * rows : (state.rank + 1) * rows]
-            self.shard_errors.append((mine.float() - shard.float()).abs().max())
-            self.gathered_errors.append((reduced.float() - gathered.float()).abs().max())
-            self.bounds.append(self.tolerance * reduced.float().abs().max().clamp(min=1.0))
-            self.steps.append(step)
-            self.layers.append(layer)
+        rows = bucket.shape[0] // state.world_size
+        reduced = bucket.clone()
+        dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
+        shard = torch.empty(rows, dtype=bucket.dtype, device=bucket.device)
+        reduce_scatter(state, shard, bucket, step=step, layer=unit)
+        gathered = torch.empty_like(bucket)
+        all_gather_single(gathered, shard)
+        mine = reduced[state.rank * rows : (state.rank + 1) * rows]
+        self.shard_errors.append((mine.float() - shard.float()).abs().max())
+        self.gathered_errors.append((reduced.float() - gathered.float()).abs().max())
+        self.bounds.append(self.tolerance * reduced.float().abs().max().clamp(min=1.0))
+        self.steps.append(step)
+        self.layers.append(unit)
 
     def result(self) -> CheckResult:
         bounds = torch.stack(self.bounds)

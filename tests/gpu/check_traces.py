@@ -67,6 +67,12 @@ def main(run_dir: Path, num_gpus: int) -> int:
             problems.append(f"{mode}: no compute kernels in the traces (CUDA activity missing)")
         if any(r["device"] != "cuda" for r in ranks):
             problems.append(f"{mode}: analysis did not see a GPU trace")
+        # The phase labels' device-side ranges (gpu_user_annotation) carry the kernels.
+        for r in ranks:
+            phases = {p["phase"]: p for p in r.get("phases", [])}
+            missing = [p for p in ("forward", "backward", "optimizer") if phases.get(p, {}).get("compute_us", 0) <= 0]
+            if missing:
+                problems.append(f"{mode}: rank {r['rank']} has no compute in phase(s) {', '.join(missing)}")
         if num_gpus > 1:
             if not comm:
                 problems.append(f"{mode}: no NCCL kernels with {num_gpus} ranks")
@@ -75,7 +81,9 @@ def main(run_dir: Path, num_gpus: int) -> int:
     if num_gpus == 1:
         print(
             "world size 1: NCCL's one-rank path launches no NCCL kernel, so the NCCL-stream and overlap columns "
-            "are empty by design; multi-rank NCCL traces are checked in CI from tests/data."
+            "are empty by design. This covers CUDA, streams, CUDA events, the profiler's CUDA activity, the phase "
+            "labels' device-side ranges and the DDP/FSDP2 wiring, not NCCL kernels; multi-rank NCCL traces are "
+            "checked in CI from tests/data."
         )
     checks = [c for m in metrics["modes"].values() for c in m["checks"]] + metrics["checks"]
     for c in checks:
