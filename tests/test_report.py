@@ -17,7 +17,20 @@ from profile_overlap.render import document, write
 
 from conftest import cli
 
-SECTIONS = ("verdict", "setup", "verification", "comparison", "timeline", "collectives", "stragglers", "notes", "definitions")
+SECTIONS = (
+    "verdict",
+    "setup",
+    "verification",
+    "comparison",
+    "timeline",
+    "phases",
+    "attribution",
+    "yield",
+    "collectives",
+    "stragglers",
+    "notes",
+    "definitions",
+)
 EVIL = "<script>alert(1)</script>"
 
 
@@ -44,8 +57,11 @@ def test_a_run_writes_its_report_with_every_section(compare_run_2):
         "## Verdict",
         "## Setup",
         "## Verification",
-        "## Sequential vs split",
+        "## Sequential vs split vs split-blocking",
         "## Overlap timeline",
+        "## Phases: where communication hides",
+        "## Communication by phase",
+        "## What overlapping won: overlap yield and interference",
         "## Collectives",
         "## Stragglers: wait vs transfer",
         "## Notes",
@@ -62,7 +78,7 @@ def test_a_run_writes_its_report_with_every_section(compare_run_2):
     for check in metrics.all_checks():
         assert check.name in html
     # Stragglers: each rank, and one named slowest.
-    assert html.count("slowest: the others wait for it") == 2  # one per mode
+    assert html.count("slowest: the others wait for it") == 3  # one per mode
 
 
 def test_html_is_self_contained(compare_run_2):

@@ -103,7 +103,7 @@ def test_plugins_listing_shows_the_overlap_tab(tensorboard):
 def test_runs_lists_our_run_and_the_foreign_one(tensorboard):
     runs = {r["run"]: r for r in get_json(tensorboard + f"{ROUTES}/runs")["runs"]}
     assert set(runs) == {"compare", "foreign/overlap"}
-    assert runs["compare"]["modes"] == ["sequential", "split"]
+    assert runs["compare"]["modes"] == ["sequential", "split", "split-blocking"]
     assert runs["compare"]["world_size"] == 2
     assert runs["compare"]["status"] == "succeeded"
     assert runs["compare"]["has_timeline"] is True
@@ -124,7 +124,7 @@ def test_metrics_route_is_metrics_json_byte_for_byte(tensorboard, tb_logdir):
 
 def test_timeline_route_serves_each_mode_of_timeline_json(tensorboard, tb_logdir):
     record = json.loads((tb_logdir / "compare" / "timeline.json").read_text())
-    for mode in ("sequential", "split"):
+    for mode in ("sequential", "split", "split-blocking"):
         reply = get_json(tensorboard + f"{ROUTES}/timeline?run=compare&mode={mode}")
         assert reply["ranks"] == record["modes"][mode]["ranks"]
         num = sum(len(r["spans"]) for r in record["modes"][mode]["ranks"])
@@ -162,9 +162,16 @@ def test_frontend_is_served_and_requests_nothing_outside(tensorboard):
     status, content_type, js = get(tensorboard + f"{ROUTES}/index.js")
     assert status == 200 and content_type.startswith("text/javascript")
     assert b"export async function render" in js
+    # The modules index.js imports, by paths relative to itself (the plugin's routes).
+    modules = []
+    for name in ("timeline.js", "common.js"):
+        assert f'from "./{name}"'.encode() in js
+        status, content_type, body = get(tensorboard + f"{ROUTES}/{name}")
+        assert status == 200 and content_type.startswith("text/javascript")
+        modules.append(body)
     status, content_type, css = get(tensorboard + f"{ROUTES}/style.css")
     assert status == 200 and content_type.startswith("text/css")
-    for text in (js, css):
+    for text in (js, *modules, css):
         assert b"http://" not in text and b"https://" not in text and b"//cdn" not in text and b"@import" not in text
     status, _, entry = get(tensorboard + f"/data/plugin_entry.html?name={PLUGIN_NAME}")
     assert status == 200 and b"index.js" in entry

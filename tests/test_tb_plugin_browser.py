@@ -21,8 +21,10 @@ from test_tb_plugin import tb_logdir, tensorboard  # noqa: F401  (shared session
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason=f"{CHROMIUM} not found: apt-get install -y chromium")
+MODES = ["sequential", "split", "split-blocking"]
+"""The modes of the shared compare run, in the tab's order."""
 COLORS = {"compute": (0x4E, 0x79, 0xA7), "comm": (0xF2, 0x8E, 0x2B), "overlap": (0x59, 0xA1, 0x4F)}
-"""The lane colours of static/index.js."""
+"""The lane colours of static/timeline.js."""
 
 
 class Browser:
@@ -164,11 +166,11 @@ def test_overlap_tab_renders_offline_with_the_records_numbers(browser, tensorboa
     browser.page("Page.navigate", url=f"{tensorboard}/#{'profile_overlap'}")
     frame = plugin_frame(browser)
     assert frame.js("document.getElementById('po-run').selectedOptions[0].text").startswith("compare")
-    assert frame.js("document.getElementById('po-view').value") == "both"
+    assert frame.js("document.getElementById('po-view').value") == "all"
 
-    # Both modes' timelines, side by side, drawn with compute and comm; split also overlaps.
-    assert frame.js("[...document.querySelectorAll('canvas')].map(c => c.dataset.mode)") == ["sequential", "split"]
-    for mode in ("sequential", "split"):
+    # Every mode's timeline, stacked, drawn with compute and comm; split also overlaps.
+    assert frame.js("[...document.querySelectorAll('canvas')].map(c => c.dataset.mode)") == MODES
+    for mode in MODES:
         pixels = lane_pixels(frame, mode)
         assert pixels["compute"] > 100 and pixels["comm"] > 100, (mode, pixels)
     assert lane_pixels(frame, "split")["overlap"] > 20
@@ -177,21 +179,19 @@ def test_overlap_tab_renders_offline_with_the_records_numbers(browser, tensorboa
     # The rank table shows the record's numbers (formatted with thousands separators only).
     rows = frame.js("""[...document.querySelectorAll('table')].filter(t => t.tHead.innerText.includes('wait_us'))
         .flatMap(t => [...t.tBodies[0].rows].map(r => [...r.cells].map(c => c.innerText)))""")
-    for mode in ("sequential", "split"):
+    for mode in MODES:
         for rec in metrics["modes"][mode]["analysis"]["ranks"]:
             row = next(r for r in rows if r[0] == mode and r[1].split()[0] == str(rec["rank"]))
             shown = [float(x.replace(",", "")) for x in row[2:9]]
             assert shown == [
                 rec[k] for k in ("comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap_pct", "wait_us", "transfer_us")
             ]
-    slowest = min(metrics["modes"]["split"]["analysis"]["ranks"], key=lambda r: r["wait_us"])["rank"]
     assert frame.js("[...document.querySelectorAll('tr.po-slow')].map(r => r.cells[0].innerText + ' ' + r.cells[1].innerText)") == [
-        f"sequential {min(metrics['modes']['sequential']['analysis']['ranks'], key=lambda r: r['wait_us'])['rank']} ◆",
-        f"split {slowest} ◆",
+        f"{mode} {min(metrics['modes'][mode]['analysis']['ranks'], key=lambda r: r['wait_us'])['rank']} ◆" for mode in MODES
     ]
     # Per-step and per-collective tables, and the explain panel for 2 ranks.
     text = frame.js("document.body.innerText")
-    num_steps = sum(len(r["steps"]) for m in ("sequential", "split") for r in metrics["modes"][m]["analysis"]["ranks"])
+    num_steps = sum(len(r["steps"]) for m in MODES for r in metrics["modes"][m]["analysis"]["ranks"])
     assert (
         frame.js(
             "[...document.querySelectorAll('table')].filter(t => t.tHead.innerText.includes('step_us'))"
@@ -208,7 +208,7 @@ def test_overlap_tab_renders_offline_with_the_records_numbers(browser, tensorboa
     ix, iy = browser.page("DOM.getBoxModel", backendNodeId=owner)["model"]["content"][:2]
     cx, cy, cw = frame.js("""(() => { const r = document.querySelector('canvas[data-mode="split"]').getBoundingClientRect();
         return [r.x, r.y, r.width]; })()""")
-    y = iy + cy + 22 + 14 * 1.5  # axis, then rank 0's compute lane (14 px), then its comm lane
+    y = iy + cy + 22 + 12 + 2 + 14 * 1.5  # axis, rank 0's phase band (12 px) and gap, its compute lane (14 px), its comm lane
     tips = []
     for i in range(80):
         x = ix + cx + 70 + i * (cw - 80) / 80

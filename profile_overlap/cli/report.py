@@ -70,8 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  python -m profile_overlap report runs/<run>\n"
         "  python -m profile_overlap report --compare runs/<before> runs/<after>\n"
         '  python -m profile_overlap report runs/<run> --fail-if "overlap_pct<60" --fail-if "speedup<1.1"\n\n'
-        "--fail-if names: speedup, predicted_speedup, sequential_step_ms, split_step_ms, overlap_pct,\n"
-        "exposed_comm_ms, comm_ms, compute_ms, optimizer_state_mib, max_error, failed_checks\n"
+        "--fail-if names: speedup, predicted_speedup, sequential_step_ms, split_step_ms, split_blocking_step_ms,\n"
+        "ddp_step_ms, fsdp2_step_ms, overlap_yield_ms, overlap_yield_pct, overlap_pct, exposed_comm_ms, comm_ms,\n"
+        "compute_ms, optimizer_state_mib, max_error, failed_checks\n"
         '(defined in the README\'s Metrics section, "Headline names").'
     )
     parser.add_argument("run_dir", type=Path, nargs="?", metavar="RUN_DIR", help="a run folder (runs/<run>)")
@@ -127,7 +128,8 @@ def gate(values: dict[str, float | None], conditions: list[Condition], *, run_na
             actual = math.inf  # a check compared values that are not finite: larger than any bound
         if actual is None:
             raise UserError(
-                f"--fail-if {cond.text!r}: run {run_name} has no {cond.name} (speedup and predicted_speedup need a --mode compare run)"
+                f"--fail-if {cond.text!r}: run {run_name} has no {cond.name} (speedup, predicted_speedup and the overlap_yield "
+                "names need a --mode compare run)"
             )
         if cond.holds(actual):
             print(f"profile_overlap report: FAIL: {cond.text} holds for {run_name} ({cond.name} = {actual:.4g})", file=sys.stderr)

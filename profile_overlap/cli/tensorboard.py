@@ -23,7 +23,8 @@ Where to look:
   Images          the overlap timeline of each mode, side by side on one time axis (tick "Show actual image size")
   Text            the summary table, the verification result and the configuration (under the run's first mode)
   HParams         one row per mode and run, sortable by median step ms, overlap %, exposed comm ms, speedup
-  Overlap         profile_overlap's own tab
+  Overlap         profile_overlap's own tab: every mode's timeline (zoom, pan, hover) with the step's phases
+                  (forward, backward, optimizer) as a band above each rank, and hidden vs exposed comm per phase
 Not offline: the PyTorch Profiler tab (torch-tb-profiler) lists each mode's rank traces, but its
 charts load Google Charts and a web-components polyfill from the internet, so without internet they
 stay blank; its Distributed view also misreads _all_gather_base / _reduce_scatter_base. The numbers

@@ -14,8 +14,15 @@ from pathlib import Path
 
 from profile_overlap.core.errors import UserError
 
-SCHEMA_VERSION = 2
-"""2: the record carries its summary (records of version 1 get it when they are read)."""
+SCHEMA_VERSION = 3
+"""2: the record carries its summary (records of version 1 get it when they are read).
+3: three modes (sequential, split, split-blocking); the summary adds per-phase numbers to each mode
+(ModeSummary.phases), the overlap yield and the interference per phase; the headline adds
+split_blocking_step_ms, overlap_yield_ms and overlap_yield_pct. Any set of modes in the run's order
+(torch's ddp and fsdp2 too): each mode's collectives per phase (ModeSummary.phase_collectives), their
+bytes against the model's parameter bytes (ModeSummary.bytes_checks) and every mode's speedup over the
+first (RunSummary.speedup_vs_first). Records of versions 1 and 2 get their summary recomputed when
+they are read (record.summary.load_metrics)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,90 @@ class CollectiveRow:
 
 
 @dataclass(frozen=True)
+class PhaseSummary:
+    """One phase (forward, backward, optimizer) of one mode: per profiled step, mean over ranks
+    (definitions: "Phases")."""
+
+    phase: str
+    window_ms: float
+    comm_ms: float
+    compute_ms: float
+    hidden_ms: float
+    """Communication hidden behind this phase's compute (the analysis record's overlap_us)."""
+    exposed_comm_ms: float
+    """Communication exposed inside this phase's window: comm_ms - hidden_ms."""
+
+
+@dataclass(frozen=True)
+class OverlapYield:
+    """The step time won by overlapping (definitions: `overlap_yield_ms`, `overlap_yield_pct`)."""
+
+    ms: float
+    """median step time of `baseline` - median step time of `mode`."""
+    pct_of_comm: float | None
+    """100 * ms / comm_ms of `baseline`; None when the baseline has no profiled communication."""
+    mode: str = "split"
+    baseline: str = "split-blocking"
+    within_noise: bool | None = None
+    """The two modes' step times within run-to-run noise (definitions: `within_noise`)."""
+
+
+@dataclass(frozen=True)
+class PhaseInterference:
+    """How much slower a phase's compute ran beside communication (definitions: `interference_pct`)."""
+
+    phase: str
+    compute_ms: float | None
+    """The phase's compute_ms in the overlapped mode (split); None when it lacks the phase."""
+    baseline_compute_ms: float | None
+    """The phase's compute_ms in the baseline (split-blocking); None when it lacks the phase."""
+    pct: float | None
+    """100 * (compute_ms / baseline_compute_ms - 1); None when either is missing or zero."""
+
+
+@dataclass(frozen=True)
+class PhaseCollective:
+    """One collective kind issued in one phase of one mode: per profiled step, mean over ranks
+    (definitions: "Communication by phase")."""
+
+    phase: str
+    """forward, backward, optimizer, or other (issued outside every phase)."""
+    kind: str
+    calls_per_step: float
+    bytes_per_step: float | None
+    """S (the nccl-tests size) summed over the calls; None when some call's size is unknown."""
+    ms_per_step: float
+
+
+@dataclass(frozen=True)
+class BytesCheck:
+    """A mode's collective bytes per step of one kind and phase against the model's parameter bytes
+    (definitions: `bytes_ratio`)."""
+
+    phase: str
+    kind: str
+    ratio: float | None
+    """bytes per step / the model's parameter bytes; None when a size is unknown."""
+    expected: float
+    """1.0: every parameter byte once per step; 0.0: none (fsdp2's backward all_gather without resharding)."""
+    matches: bool | None
+    """expected <= ratio <= expected + the padding allowance (record.summary.BYTES_PADDING); None when unknown."""
+
+
+@dataclass(frozen=True)
+class RelativeSpeedup:
+    """One mode against the run's first mode (definitions: `speedup_vs_first`)."""
+
+    mode: str
+    baseline: str
+    """The run's first mode."""
+    speedup: float | None
+    """baseline's median step time / this mode's (1.0 for the first mode); None unless both were timed."""
+    within_noise: bool | None
+    """The two step times within run-to-run noise; None for the first mode itself or untimed modes."""
+
+
+@dataclass(frozen=True)
 class ModeSummary:
     """One mode's derived numbers (definitions: "Per mode"). Profiled times are per profiled
     step, mean over ranks; None without profiling. Step times stay in ModeMetrics.step_time."""
@@ -143,6 +234,12 @@ class ModeSummary:
     """The rank the others wait for (the analysis record's slowest_rank)."""
     wait_share_pct: tuple[tuple[int, float | None], ...] = ()
     """(rank, 100 * wait_us / (wait_us + transfer_us)) per rank, in rank order; None without collective time."""
+    phases: tuple[PhaseSummary, ...] = ()
+    """Per phase, in forward, backward, optimizer order; empty when the traces carry no phase labels."""
+    phase_collectives: tuple[PhaseCollective, ...] = ()
+    """Per phase (forward, backward, optimizer, other) and kind; empty without phase attribution."""
+    bytes_checks: tuple[BytesCheck, ...] = ()
+    """The (phase, kind) rows whose bytes this mode should move per step; empty when it cannot be checked."""
 
 
 @dataclass(frozen=True)
@@ -151,14 +248,20 @@ class RunSummary:
     (record/summary.py); renderers only read it."""
 
     modes: dict[str, ModeSummary]
-    """In display order: sequential, split, then any other mode."""
+    """In the run's order (the first mode is the reference of speedup_vs_first)."""
     headline_mode: str
-    """The mode whose overlap the headline reports: split, else the only mode."""
+    """The mode whose overlap the headline reports: split, else the first mode."""
     headline: dict[str, float | None]
     """The numbers `report --fail-if` and `--compare` work on (definitions: "Headline names")."""
     within_noise: bool | None
     """Sequential and split step times within run-to-run noise (definitions: `within_noise`); None
     unless both modes were timed."""
+    overlap_yield: OverlapYield | None = None
+    """split against split-blocking; None unless both were timed."""
+    interference: tuple[PhaseInterference, ...] = ()
+    """Per phase of split or split-blocking, in phase order; empty unless both were profiled with phase labels."""
+    speedup_vs_first: tuple[RelativeSpeedup, ...] = ()
+    """Every mode against the first, in the run's order (the first included)."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +274,8 @@ class ModeMetrics:
     """Folder of this mode's traces, relative to the run folder."""
     analysis: dict | None
     """The `analyze --json` record of this mode's traces (schema in the README); None without profiling."""
+    model_param_bytes: int | None = None
+    """Bytes of the model's parameters (all of them, unsharded and unpadded); None in records before schema 3."""
 
 
 @dataclass(frozen=True)
@@ -190,7 +295,7 @@ class RunMetrics:
     env: dict
     modes: dict[str, ModeMetrics]
     checks: tuple[CheckResult, ...]
-    """Checks across modes (final parameters equal between sequential and split)."""
+    """Checks across modes (final parameters of every mode equal to the first mode's)."""
     speedup: Speedup | None
     summary: RunSummary | None = None
     """None only while the record is being built (record.summary.with_summary fills it)."""
@@ -215,6 +320,7 @@ class RunMetrics:
                 checks=tuple(CheckResult(**c) for c in m["checks"]),
                 trace_dir=m["trace_dir"],
                 analysis=m["analysis"],
+                model_param_bytes=m.get("model_param_bytes"),
             )
             for name, m in data["modes"].items()
         }
@@ -252,8 +358,22 @@ def _summary_from_json(d: dict) -> RunSummary:
             for c in m["collectives"]
         )
         shares = tuple((rank, share) for rank, share in m.get("wait_share_pct", ()))
-        modes[name] = ModeSummary(**{**m, "collectives": rows, "wait_share_pct": shares})
-    return RunSummary(modes=modes, headline_mode=d["headline_mode"], headline=d["headline"], within_noise=d["within_noise"])
+        extra = {
+            "phases": tuple(PhaseSummary(**p) for p in m.get("phases", ())),
+            "phase_collectives": tuple(PhaseCollective(**p) for p in m.get("phase_collectives", ())),
+            "bytes_checks": tuple(BytesCheck(**c) for c in m.get("bytes_checks", ())),
+        }
+        modes[name] = ModeSummary(**{**m, "collectives": rows, "wait_share_pct": shares, **extra})
+    gain = d.get("overlap_yield")
+    return RunSummary(
+        modes=modes,
+        headline_mode=d["headline_mode"],
+        headline=d["headline"],
+        within_noise=d["within_noise"],
+        overlap_yield=OverlapYield(**gain) if gain else None,
+        interference=tuple(PhaseInterference(**x) for x in d.get("interference", ())),
+        speedup_vs_first=tuple(RelativeSpeedup(**x) for x in d.get("speedup_vs_first", ())),
+    )
 
 
 def ensure_writable_dir(out: Path) -> Path:

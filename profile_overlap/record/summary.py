@@ -1,10 +1,12 @@
 """The numbers derived from a run's measurements, computed once, when the record is built.
 
-`with_summary(metrics)` fills `RunMetrics.summary` (per-mode overlap per profiled step,
-collectives over ranks, memory, the slowest rank; the headline numbers; whether sequential and
-split are within run-to-run noise) and `speedup` computes `RunMetrics.speedup`. The harness calls
-both before writing metrics.json; `load_metrics` completes a record written before summaries
-existed. Renderers (console, reports, TensorBoard, the Overlap tab, sweeps) only read the result.
+`with_summary(metrics)` fills `RunMetrics.summary` (per-mode overlap per profiled step, per phase,
+collectives over ranks and per phase, their bytes against the model's parameter bytes, memory, the
+slowest rank; every mode's speedup over the first; the headline numbers; whether sequential and
+split are within run-to-run noise; the overlap yield and the interference per phase of split
+against split-blocking) and `speedup` computes `RunMetrics.speedup`. The harness calls both before
+writing metrics.json; `load_metrics` recomputes the summary of a record of an older schema.
+Renderers (console, reports, TensorBoard, the Overlap tab, sweeps) only read the result.
 """
 
 from __future__ import annotations
@@ -15,9 +17,16 @@ import statistics
 from pathlib import Path
 
 from profile_overlap.record.metrics import (
+    SCHEMA_VERSION,
+    BytesCheck,
     CollectiveRow,
     ModeMetrics,
     ModeSummary,
+    OverlapYield,
+    PhaseCollective,
+    PhaseInterference,
+    PhaseSummary,
+    RelativeSpeedup,
     RunMetrics,
     RunSummary,
     Speedup,
@@ -26,12 +35,38 @@ from profile_overlap.record.metrics import (
 )
 
 MIB = 2**20
-MODE_ORDER = ("sequential", "split")
+PHASE_ORDER = ("forward", "backward", "optimizer")
+"""The analysis record's phases, in step order (definitions: "Phases")."""
+OTHER_PHASE = "other"
+"""phase_collectives' phase for a collective issued outside every phase."""
+EXPECTED_BYTES = {
+    "sequential": (("backward", "all_reduce"),),
+    "split": (("backward", "reduce_scatter"),),
+    "split-blocking": (("backward", "reduce_scatter"), ("optimizer", "all_gather")),
+    "ddp": (("backward", "all_reduce"),),
+    "fsdp2": (("forward", "all_gather"), ("backward", "all_gather"), ("backward", "reduce_scatter")),
+}
+"""Per mode, the (phase, kind) rows that move every parameter byte once per step (definitions:
+`bytes_ratio`). fsdp2's backward all_gather only when it reshards after forward (else none). Not the
+split's all_gathers: those of the last profiled step run after its ProfilerStep window (split-blocking
+waits for each at once, inside the window)."""
+BYTES_PADDING = 0.02
+"""How far above the expected ratio a row may be: each unit (ours) or parameter (fsdp2) is padded to a
+multiple of the world size, a few elements per unit; 0 with this package's models at world sizes that
+divide their sizes."""
+YIELD_MODE, YIELD_BASELINE = "split", "split-blocking"
+"""The overlap yield and the interference compare split against split-blocking: the same collectives
+and compute, overlapped and not."""
 HEADLINE_NAMES = (
     "speedup",
     "predicted_speedup",
     "sequential_step_ms",
     "split_step_ms",
+    "split_blocking_step_ms",
+    "ddp_step_ms",
+    "fsdp2_step_ms",
+    "overlap_yield_ms",
+    "overlap_yield_pct",
     "overlap_pct",
     "exposed_comm_ms",
     "comm_ms",
@@ -50,7 +85,7 @@ def within_noise(a: StepTimes, b: StepTimes) -> bool:
 def speedup(modes: dict[str, ModeMetrics]) -> Speedup | None:
     """sequential / split median step time, and the ideal from the sequential mode's comm and
     compute (definitions: `speedup`, `predicted_speedup`). None unless both modes were timed."""
-    if set(modes) != {"sequential", "split"} or not all(m.step_time.times_ms for m in modes.values()):
+    if not all(name in modes and modes[name].step_time.times_ms for name in ("sequential", "split")):
         return None
     seq, split = modes["sequential"], modes["split"]
     measured = seq.step_time.median_ms / split.step_time.median_ms
@@ -96,13 +131,72 @@ def _wait_share_pct(rank: dict) -> float | None:
     return 100 * rank["wait_us"] / total if total else None
 
 
-def summarize_mode(mode: ModeMetrics) -> ModeSummary:
+def _phases(ranks: list[dict], steps: int) -> tuple[PhaseSummary, ...]:
+    """Each phase's numbers per profiled step, mean over ranks (a rank without the phase counts 0).
+    Empty when no rank's trace has phase labels (records before schema 3, others' traces)."""
+    keys = ("window_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us")
+    totals: dict[str, list[float]] = {}
+    for r in ranks:
+        for p in r.get("phases", ()):
+            acc = totals.setdefault(p["phase"], [0.0] * len(keys))
+            for i, key in enumerate(keys):
+                acc[i] += p[key] or 0.0
+    names = [p for p in PHASE_ORDER if p in totals] + sorted(p for p in totals if p not in PHASE_ORDER)
+    return tuple(PhaseSummary(name, *(x / len(ranks) / steps / 1e3 for x in totals[name])) for name in names)
+
+
+def _phase_collectives(ranks: list[dict], steps: int) -> tuple[PhaseCollective, ...]:
+    """Each (phase, kind) of the ranks' phase_collectives per profiled step, mean over ranks (a rank
+    without the row counts 0); bytes None when some rank's size is unknown. In phase order, then kind."""
+    totals: dict[tuple[str, str], list] = {}
+    for r in ranks:
+        for c in r.get("phase_collectives") or ():
+            acc = totals.setdefault((c["phase"], c["kind"]), [0, 0, 0.0])
+            acc[0] += c["count"]
+            acc[1] = None if acc[1] is None or c["nbytes"] is None else acc[1] + c["nbytes"]
+            acc[2] += c["dur_us"]
+    order = {p: i for i, p in enumerate((*PHASE_ORDER, OTHER_PHASE))}
+    n = len(ranks) * steps
+    return tuple(
+        PhaseCollective(
+            phase=phase,
+            kind=kind,
+            calls_per_step=count / n,
+            bytes_per_step=None if nbytes is None else nbytes / n,
+            ms_per_step=dur_us / n / 1e3,
+        )
+        for (phase, kind), (count, nbytes, dur_us) in sorted(totals.items(), key=lambda x: (order.get(x[0][0], len(order)), x[0]))
+    )
+
+
+def bytes_checks(mode: str, rows: tuple[PhaseCollective, ...], param_bytes: int | None, *, reshard: bool) -> tuple[BytesCheck, ...]:
+    """The mode's EXPECTED_BYTES rows: bytes per step / the model's parameter bytes, against 1 (0 for
+    fsdp2's backward all_gather without resharding). Empty without attribution or parameter bytes."""
+    if not rows or not param_bytes or mode not in EXPECTED_BYTES:
+        return ()
+    found = {(r.phase, r.kind): r for r in rows}
+    checks = []
+    for phase, kind in EXPECTED_BYTES[mode]:
+        expected = 0.0 if (mode, phase, kind) == ("fsdp2", "backward", "all_gather") and not reshard else 1.0
+        row = found.get((phase, kind))
+        ratio = 0.0 if row is None else None if row.bytes_per_step is None else row.bytes_per_step / param_bytes
+        matches = None if ratio is None else expected <= ratio <= expected + BYTES_PADDING
+        checks.append(BytesCheck(phase=phase, kind=kind, ratio=ratio, expected=expected, matches=matches))
+    return tuple(checks)
+
+
+def summarize_mode(mode: ModeMetrics, *, reshard: bool = True) -> ModeSummary:
+    """`reshard`: the run's fsdp2 gathers parameters again in backward (config reshard_after_forward)."""
     comm = compute = overlap = exposed = pct = slowest = None
     shares: tuple = ()
+    phases: tuple = ()
+    attributed: tuple = ()
     ranks = mode.analysis["ranks"] if mode.analysis else []
     if ranks:
         # Per profiled step, averaged over ranks: the analysis record's per-rank totals cover all profiled steps.
         steps = max(len(r["steps"]) for r in ranks) or 1
+        phases = _phases(ranks, steps)
+        attributed = _phase_collectives(ranks, steps)
         comm, compute, overlap, exposed = (
             sum(r[k] for r in ranks) / len(ranks) / steps / 1e3 for k in ("comm_us", "compute_us", "overlap_us", "exposed_comm_us")
         )
@@ -125,10 +219,67 @@ def summarize_mode(mode: ModeMetrics) -> ModeSummary:
         peak_allocated_bytes=max(peaks) if peaks else None,
         slowest_rank=slowest,
         wait_share_pct=shares,
+        phases=phases,
+        phase_collectives=attributed,
+        bytes_checks=bytes_checks(mode.mode, attributed, mode.model_param_bytes, reshard=reshard),
     )
 
 
-def _headline(metrics: RunMetrics, modes: dict[str, ModeSummary], main: str) -> dict[str, float | None]:
+def overlap_yield(metrics: RunMetrics, modes: dict[str, ModeSummary]) -> OverlapYield | None:
+    """split-blocking's median step time minus split's, also as a share of split-blocking's
+    communication per step (definitions: `overlap_yield_ms`, `overlap_yield_pct`). None unless both
+    modes were timed."""
+    timed = [metrics.modes[n].step_time for n in (YIELD_MODE, YIELD_BASELINE) if n in metrics.modes]
+    if len(timed) < 2 or not all(t.times_ms for t in timed):
+        return None
+    gain_ms = timed[1].median_ms - timed[0].median_ms
+    comm = modes[YIELD_BASELINE].comm_ms
+    return OverlapYield(
+        ms=gain_ms,
+        pct_of_comm=100 * gain_ms / comm if comm else None,
+        mode=YIELD_MODE,
+        baseline=YIELD_BASELINE,
+        within_noise=within_noise(*timed),
+    )
+
+
+def interference(modes: dict[str, ModeSummary]) -> tuple[PhaseInterference, ...]:
+    """Per phase: how much slower split's compute ran than split-blocking's, the same ops without
+    communication beside them (definitions: `interference_pct`). Empty unless both modes have phases."""
+    if YIELD_MODE not in modes or YIELD_BASELINE not in modes:
+        return ()
+    ours = {p.phase: p.compute_ms for p in modes[YIELD_MODE].phases}
+    base = {p.phase: p.compute_ms for p in modes[YIELD_BASELINE].phases}
+    if not ours or not base:
+        return ()
+    rows = []
+    for name in [p for p in PHASE_ORDER if p in ours or p in base] + sorted((set(ours) | set(base)) - set(PHASE_ORDER)):
+        x, b = ours.get(name), base.get(name)
+        pct = 100 * (x / b - 1) if x and b else None
+        rows.append(PhaseInterference(phase=name, compute_ms=x, baseline_compute_ms=b, pct=pct))
+    return tuple(rows)
+
+
+def speedup_vs_first(metrics: RunMetrics) -> tuple[RelativeSpeedup, ...]:
+    """Every mode against the run's first: first median step time / this mode's (definitions: `speedup_vs_first`)."""
+    names = list(metrics.modes)
+    first = metrics.modes[names[0]].step_time
+    rows = []
+    for name in names:
+        this = metrics.modes[name].step_time
+        timed = bool(first.times_ms and this.times_ms)
+        rows.append(
+            RelativeSpeedup(
+                mode=name,
+                baseline=names[0],
+                speedup=first.median_ms / this.median_ms if timed else None,
+                within_noise=within_noise(first, this) if timed and name != names[0] else None,
+            )
+        )
+    return tuple(rows)
+
+
+def _headline(metrics: RunMetrics, modes: dict[str, ModeSummary], main: str, gain: OverlapYield | None) -> dict[str, float | None]:
     """None where the run does not have the number (e.g. speedup in a one-mode run)."""
     checks = metrics.all_checks()
     step = {name: m.step_time.median_ms for name, m in metrics.modes.items()}
@@ -138,6 +289,11 @@ def _headline(metrics: RunMetrics, modes: dict[str, ModeSummary], main: str) -> 
         "predicted_speedup": metrics.speedup.predicted if metrics.speedup else None,
         "sequential_step_ms": step.get("sequential"),
         "split_step_ms": step.get("split"),
+        "split_blocking_step_ms": step.get("split-blocking"),
+        "ddp_step_ms": step.get("ddp"),
+        "fsdp2_step_ms": step.get("fsdp2"),
+        "overlap_yield_ms": gain.ms if gain else None,
+        "overlap_yield_pct": gain.pct_of_comm if gain else None,
         "overlap_pct": x.overlap_pct,
         "exposed_comm_ms": x.exposed_comm_ms,
         "comm_ms": x.comm_ms,
@@ -150,12 +306,22 @@ def _headline(metrics: RunMetrics, modes: dict[str, ModeSummary], main: str) -> 
 
 
 def summarize(metrics: RunMetrics) -> RunSummary:
-    names = [m for m in MODE_ORDER if m in metrics.modes] + sorted(m for m in metrics.modes if m not in MODE_ORDER)
-    modes = {name: summarize_mode(metrics.modes[name]) for name in names}
+    names = list(metrics.modes)  # the run's order: the first mode is the reference
+    reshard = metrics.config.get("reshard_after_forward", "true") != "false"
+    modes = {name: summarize_mode(metrics.modes[name], reshard=reshard) for name in names}
     main = "split" if "split" in modes else names[0]
     timed = [metrics.modes[n].step_time for n in ("sequential", "split") if n in metrics.modes and metrics.modes[n].step_time.times_ms]
     noise = within_noise(*timed) if len(timed) == 2 else None
-    return RunSummary(modes=modes, headline_mode=main, headline=_headline(metrics, modes, main), within_noise=noise)
+    gain = overlap_yield(metrics, modes)
+    return RunSummary(
+        modes=modes,
+        headline_mode=main,
+        headline=_headline(metrics, modes, main, gain),
+        within_noise=noise,
+        overlap_yield=gain,
+        interference=interference(modes),
+        speedup_vs_first=speedup_vs_first(metrics),
+    )
 
 
 def with_summary(metrics: RunMetrics) -> RunMetrics:
@@ -163,6 +329,10 @@ def with_summary(metrics: RunMetrics) -> RunMetrics:
 
 
 def load_metrics(path: Path) -> RunMetrics:
-    """metrics.json read back; a record from before summaries existed gets its summary here."""
+    """metrics.json read back. A record of an older schema gets its summary (re)computed here, from
+    its own measurements: version 1 had none, version 2 lacks the phases, yield and interference."""
     metrics = RunMetrics.from_json(json.loads(Path(path).read_text()))
-    return metrics if metrics.summary else with_summary(metrics)
+    if metrics.summary and metrics.schema_version >= SCHEMA_VERSION:
+        return metrics
+    # A three-mode record of version 2 was written without its speedup (then computed for exactly two modes).
+    return with_summary(dataclasses.replace(metrics, speedup=metrics.speedup or speedup(metrics.modes)))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 from profile_overlap.record.folder import Run
-from profile_overlap.record.summary import HEADLINE_NAMES, MODE_ORDER, within_noise
+from profile_overlap.record.summary import HEADLINE_NAMES, within_noise
 from profile_overlap.render.document import Code, Paragraph, Ref, Report, Section, Table, ms
+from profile_overlap.render.modes import speedup_cell
 from profile_overlap.render.report import reproduce_command
 
 
@@ -15,7 +16,7 @@ def build_compare(a: Run, b: Run) -> Report:
     sa, sb = a.metrics.summary.modes, b.metrics.summary.modes
     rows = []
     for name in HEADLINE_NAMES:
-        x, y = ha[name], hb[name]
+        x, y = ha.get(name), hb.get(name)
         if x is None and y is None:
             continue
         delta = "–" if x is None or y is None else f"{y - x:+,.3g}"
@@ -25,51 +26,42 @@ def build_compare(a: Run, b: Run) -> Report:
         header=(("headline metric",), (f"A: {a.name}",), (f"B: {b.name}",), (Ref("B − A", "delta"),), ("B / A",)),
         rows=tuple(rows),
         numeric=(False, True, True, True, True),
-        caption=("Names as in --fail-if (see Headline names in the definitions).",),
+        caption=(
+            "Names as in --fail-if (see Headline names in the definitions)."
+            + (
+                f" overlap_pct, exposed_comm_ms, comm_ms, compute_ms and optimizer_state_mib are of {a.metrics.summary.headline_mode} "
+                f"in A and of {b.metrics.summary.headline_mode} in B."
+                if a.metrics.summary.headline_mode != b.metrics.summary.headline_mode
+                else ""
+            ),
+        ),
     )
-    spread_rows, statements = [], []
-    for mode in [m for m in MODE_ORDER if m in sa and m in sb]:
+    names = list(dict.fromkeys([*a.metrics.modes, *b.metrics.modes]))  # A's order, then B's other modes
+    statements = []
+    only = {side: [n for n in names if n in mine and n not in theirs] for side, mine, theirs in (("A", sa, sb), ("B", sb, sa))}
+    alone = "; ".join(f"only in {side}: {', '.join(modes)}" for side, modes in only.items() if modes)
+    for mode in names:
+        if mode not in sa or mode not in sb:
+            continue
         ta, tb = a.metrics.modes[mode].step_time, b.metrics.modes[mode].step_time
         if not ta.times_ms or not tb.times_ms:
             continue
-        spread_rows.append(
-            (
-                (mode,),
-                (f"{ms(ta.median_ms)} ({ms(ta.p10_ms)} – {ms(ta.p90_ms)})",),
-                (f"{ms(tb.median_ms)} ({ms(tb.p10_ms)} – {ms(tb.p90_ms)})",),
-                (f"{tb.median_ms / ta.median_ms:.3f}",),
-            )
-        )
-        if within_noise(ta, tb):
-            statements.append(
-                (
-                    f"{mode}: no measurable difference. B's median step ",
-                    Ref(f"{ms(tb.median_ms)} ms", "step_time_ms"),
-                    f" lies inside A's p10–p90 ({ms(ta.p10_ms)} – {ms(ta.p90_ms)} ms) and A's median ",
-                    Ref(f"{ms(ta.median_ms)} ms", "step_time_ms"),
-                    f" inside B's ({ms(tb.p10_ms)} – {ms(tb.p90_ms)} ms): the difference is ",
-                    Ref("within run-to-run noise", "within_noise"),
-                    ".",
-                )
-            )
-        else:
-            word = "faster" if tb.median_ms < ta.median_ms else "slower"
-            statements.append(
-                (
-                    f"{mode}: B is {word}: median step ",
-                    Ref(f"{ms(tb.median_ms)} ms", "step_time_ms"),
-                    " vs ",
-                    Ref(f"{ms(ta.median_ms)} ms", "step_time_ms"),
-                    f" ({tb.median_ms / ta.median_ms:.3f}× A), outside each other's p10–p90 range, so more than ",
-                    Ref("run-to-run noise", "within_noise"),
-                    ".",
-                )
-            )
+        statements.append(_statement(mode, ta, tb))
     spread = Table(
-        header=(("mode",), ("A median (p10 – p90) ms",), ("B median (p10 – p90) ms",), ("B / A",)),
-        rows=tuple(spread_rows),
-        numeric=(False, True, True, True),
-        caption=(Ref("Step time", "step_time_ms"), ": the median of each run's timed steps, with their p10–p90 spread."),
+        header=(("",), *((n,) for n in names)),
+        rows=(
+            (("A: median (p10 – p90) ms",), *((_spread(a, n),) for n in names)),
+            (("B: median (p10 – p90) ms",), *((_spread(b, n),) for n in names)),
+            (("B / A",), *((_ratio(a, b, n),) for n in names)),
+            (("A: ", Ref("speedup", "speedup_vs_first"), f" vs {next(iter(sa))}"), *((_vs_first(a, n),) for n in names)),
+            (("B: ", Ref("speedup", "speedup_vs_first"), f" vs {next(iter(sb))}"), *((_vs_first(b, n),) for n in names)),
+        ),
+        numeric=(False, *(True for _ in names)),
+        caption=(
+            Ref("Step time", "step_time_ms"),
+            ": the median of each run's timed steps, with their p10–p90 spread; one column per mode of either run "
+            "(– where a run lacks the mode). Speedup vs each run's first mode; *: within run-to-run noise of it.",
+        ),
     )
     diff_rows = []
     for label, da, db in (("config", a.metrics.config, b.metrics.config), ("env", _env_view(a.metrics.env), _env_view(b.metrics.env))):
@@ -89,8 +81,11 @@ def build_compare(a: Run, b: Run) -> Report:
         Section(
             "verdict",
             "Verdict",
-            tuple(Paragraph(t, tone="verdict") for t in statements)
-            or (Paragraph(("The runs share no mode with timed steps, so their step times cannot be compared.",)),),
+            (
+                tuple(Paragraph(t, tone="verdict") for t in statements)
+                or (Paragraph(("The runs share no mode with timed steps, so their step times cannot be compared.",)),)
+            )
+            + ((Paragraph((alone[0].upper() + alone[1:] + ": nothing to compare these modes with.",)),) if alone else ()),
         ),
         Section("spread", "Step time and its spread", (spread,)),
         Section("headline", "Headline metrics", (headline_table,)),
@@ -110,12 +105,52 @@ def build_compare(a: Run, b: Run) -> Report:
     )
 
 
+def _statement(mode: str, ta, tb) -> tuple:
+    """One mode's step time in B against A, honest about run-to-run noise."""
+    if within_noise(ta, tb):
+        return (
+            f"{mode}: no measurable difference. B's median step ",
+            Ref(f"{ms(tb.median_ms)} ms", "step_time_ms"),
+            f" lies inside A's p10–p90 ({ms(ta.p10_ms)} – {ms(ta.p90_ms)} ms) and A's median ",
+            Ref(f"{ms(ta.median_ms)} ms", "step_time_ms"),
+            f" inside B's ({ms(tb.p10_ms)} – {ms(tb.p90_ms)} ms): the difference is ",
+            Ref("within run-to-run noise", "within_noise"),
+            ".",
+        )
+    word = "faster" if tb.median_ms < ta.median_ms else "slower"
+    return (
+        f"{mode}: B is {word}: median step ",
+        Ref(f"{ms(tb.median_ms)} ms", "step_time_ms"),
+        " vs ",
+        Ref(f"{ms(ta.median_ms)} ms", "step_time_ms"),
+        f" ({tb.median_ms / ta.median_ms:.3f}× A), outside each other's p10–p90 range, so more than ",
+        Ref("run-to-run noise", "within_noise"),
+        ".",
+    )
+
+
+def _spread(run: Run, mode: str) -> str:
+    if mode not in run.metrics.modes:
+        return "–"
+    t = run.metrics.modes[mode].step_time
+    return f"{ms(t.median_ms)} ({ms(t.p10_ms)} – {ms(t.p90_ms)})" if t.times_ms else "not timed"
+
+
+def _ratio(a: Run, b: Run, mode: str) -> str:
+    ta, tb = (r.metrics.modes[mode].step_time if mode in r.metrics.modes else None for r in (a, b))
+    return f"{tb.median_ms / ta.median_ms:.3f}" if ta and tb and ta.times_ms and tb.times_ms else "–"
+
+
+def _vs_first(run: Run, mode: str) -> str:
+    return speedup_cell(run.metrics, mode) if mode in run.metrics.modes else "–"
+
+
 def compare_record(a: Run, b: Run) -> dict:
     ha, hb = a.metrics.summary.headline, b.metrics.summary.headline
     return {
         "a": {"run_dir": str(a.dir), "headline": ha},
         "b": {"run_dir": str(b.dir), "headline": hb},
-        "delta": {k: (hb[k] - ha[k] if ha[k] is not None and hb[k] is not None else None) for k in HEADLINE_NAMES},
+        "delta": {k: (hb[k] - ha[k] if ha.get(k) is not None and hb.get(k) is not None else None) for k in HEADLINE_NAMES},
     }
 
 

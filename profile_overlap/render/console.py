@@ -11,6 +11,7 @@ from rich.table import Table
 from profile_overlap.core import rank_output
 from profile_overlap.core.files import REPORT_HTML
 from profile_overlap.record.metrics import RunMetrics
+from profile_overlap.render import modes
 
 
 def _fmt(value: float | None, spec: str = ".2f", unit: str = "") -> str:
@@ -21,6 +22,7 @@ SUMMARY_COLUMNS = (
     "mode",
     "step median ms",
     "p10-p90 ms",
+    "speedup vs first",
     "comm ms",
     "compute ms",
     "overlap ms",
@@ -28,10 +30,16 @@ SUMMARY_COLUMNS = (
     "overlap %",
     "opt state MiB/rank",
 )
+"""The summary table's headers; summary_columns names the first mode in the speedup's."""
+
+
+def summary_columns(metrics: RunMetrics) -> tuple[str, ...]:
+    first = next(iter(metrics.summary.modes))
+    return tuple(f"speedup vs {first}" if c == "speedup vs first" else c for c in SUMMARY_COLUMNS)
 
 
 def summary_rows(metrics: RunMetrics) -> list[tuple[str, ...]]:
-    """The summary table's cells, one row per mode, in SUMMARY_COLUMNS order (console, TensorBoard, reports)."""
+    """The summary table's cells, one row per mode in the run's order, in SUMMARY_COLUMNS order (console, TensorBoard)."""
     rows = []
     for m in metrics.summary.modes.values():
         st = metrics.modes[m.mode].step_time
@@ -41,6 +49,7 @@ def summary_rows(metrics: RunMetrics) -> list[tuple[str, ...]]:
                 m.mode,
                 _fmt(st.median_ms),
                 spread,
+                modes.speedup_cell(metrics, m.mode).replace("×", "x").replace("–", "-"),
                 _fmt(m.comm_ms),
                 _fmt(m.compute_ms),
                 _fmt(m.overlap_ms),
@@ -55,11 +64,76 @@ def summary_rows(metrics: RunMetrics) -> list[tuple[str, ...]]:
 def summary_table(metrics: RunMetrics) -> Table:
     """Step time and overlap per mode (the same table goes to TensorBoard and the reports)."""
     table = Table(title="profile_overlap: step time and overlap per mode", box=box.SIMPLE_HEAVY)
-    for header in SUMMARY_COLUMNS:
+    for header in summary_columns(metrics):
         table.add_column(header, justify="left" if header == "mode" else "right")
     for row in summary_rows(metrics):
         table.add_row(*row)
+    if any(x.within_noise for x in metrics.summary.speedup_vs_first):
+        table.caption = f"*: within run-to-run noise of {next(iter(metrics.summary.modes))}'s step time"
     return table
+
+
+PHASE_COLUMNS = ("mode", "phase", "window ms", "comm ms", "hidden ms", "exposed comm ms", "compute ms")
+
+
+def phase_rows(metrics: RunMetrics) -> list[tuple[str, ...]]:
+    """The per-phase table's cells, one row per mode and phase, in PHASE_COLUMNS order (console, TensorBoard)."""
+    return [
+        (m.mode, p.phase, _fmt(p.window_ms), _fmt(p.comm_ms), _fmt(p.hidden_ms), _fmt(p.exposed_comm_ms), _fmt(p.compute_ms))
+        for m in metrics.summary.modes.values()
+        for p in m.phases
+    ]
+
+
+def phase_table(metrics: RunMetrics) -> Table | None:
+    """Each profiled mode's communication per phase: hidden behind the phase's compute, or exposed in its window."""
+    rows = phase_rows(metrics)
+    if not rows:
+        return None
+    table = Table(title="communication per phase (ms per profiled step, mean over ranks)", box=box.SIMPLE_HEAVY)
+    for header in PHASE_COLUMNS:
+        table.add_column(header, justify="left" if header in ("mode", "phase") else "right")
+    for i, row in enumerate(rows):
+        last = i + 1 == len(rows) or rows[i + 1][0] != row[0]
+        first = i == 0 or rows[i - 1][0] != row[0]
+        table.add_row(row[0] if first else "", *row[1:], end_section=last)
+    return table
+
+
+def yield_line(metrics: RunMetrics) -> str | None:
+    """The overlap yield and the interference per phase, in one line; None without split and split-blocking."""
+    s = metrics.summary
+    y = s.overlap_yield
+    if y is None and not s.interference:
+        return None
+    parts = []
+    if y is not None:
+        share = f", {y.pct_of_comm:.1f}% of the comm" if y.pct_of_comm is not None else ""
+        parts.append(f"overlap yield {y.ms:.2f} ms/step{share} ({y.mode} vs {y.baseline}{', within noise' if y.within_noise else ''})")
+    if s.interference:
+        parts.append("interference: " + ", ".join(f"{x.phase} {_fmt(x.pct, '+.1f', '%')}" for x in s.interference))
+    return "; ".join(parts)
+
+
+def attribution_lines(metrics: RunMetrics) -> list[str]:
+    """Each mode's collectives by the phase that issued them, one line per mode, then their bytes
+    against the model's parameters; empty when no mode has the attribution."""
+    if not any(x.phase_collectives for x in metrics.summary.modes.values()):
+        return []
+    lines = ["collectives by the phase that issued them (per profiled step, mean over ranks):"]
+    lines += [f"  {modes.describe(x)}" for x in metrics.summary.modes.values()]
+    line = modes.bytes_console_line(metrics)
+    return lines + ([line] if line else [])
+
+
+def workload_text(cfg: dict) -> str:
+    """The workload in a few words (records before --model were all mlp)."""
+    if cfg.get("model", "mlp") == "transformer":
+        return (
+            f"transformer of K={cfg['layers']} blocks, width {cfg['dim']}, {cfg['heads']} heads, sequence {cfg['seq_len']}, "
+            f"{cfg['dtype']}, batch {cfg['batch']}"
+        )
+    return f"K={cfg['layers']} layers of {cfg['dim']}x{cfg['dim']} {cfg['dtype']}, batch {cfg['batch']}"
 
 
 def make_console() -> Console:
@@ -73,10 +147,8 @@ def make_console() -> Console:
 def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> None:
     console = console or make_console()
     cfg, env = metrics.config, metrics.env
-    console.print(
-        f"[bold]profile_overlap[/bold] {cfg['mode']} on {env['world_size']} ranks, {env['backend']} "
-        f"({env['device_type']}), K={cfg['layers']} layers of {cfg['dim']}x{cfg['dim']} {cfg['dtype']}, batch {cfg['batch']}"
-    )
+    where = f"{env['world_size']} ranks, {env['backend']} ({env['device_type']})"
+    console.print(f"[bold]profile_overlap[/bold] {cfg['mode']} on {where}, {workload_text(cfg)}")
     console.print(summary_table(metrics))
 
     busbw = [
@@ -90,6 +162,14 @@ def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> No
         sp = metrics.speedup
         predicted = f"; ideal from the sequential mode's comm and compute: {sp.predicted:.2f}x" if sp.predicted else ""
         console.print(f"split speedup over sequential (median step time): [bold]{sp.measured:.2f}x[/bold]{predicted}")
+    phases = phase_table(metrics)
+    if phases is not None:
+        console.print(phases)
+    for line in attribution_lines(metrics):
+        console.print(line)
+    line = yield_line(metrics)
+    if line:
+        console.print(line)
     for check in metrics.all_checks():
         colour = "green" if check.passed else "red"
         console.print(f"[{colour}]{check.describe()}[/{colour}]")

@@ -45,6 +45,7 @@ th, td { padding: 4px 10px; border-bottom: 1px solid var(--rule); text-align: le
 th { background: #eef1f6; font-weight: 600; }
 tbody tr:nth-child(even) td { background: var(--zebra); }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+th.num { white-space: normal; }  /* a wide table (many modes) wraps its headers, never its numbers */
 tr.hl td { background: #fff1c7 !important; font-weight: 600; }
 caption { caption-side: bottom; text-align: left; color: var(--muted); font-size: 12.5px; padding-top: 4px; }
 #definitions table { width: 100%; }

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from profile_overlap.record.metrics import RunMetrics
 from profile_overlap.record.summary import ModeSummary
-from profile_overlap.render.document import Inline, Ref, ms, pct, times
+from profile_overlap.render.document import Inline, Ref, mib, ms, pct, times
+from profile_overlap.render.modes import bytes_inline, expectation
 
 # Thresholds, with the reason each is where it is.
 GLOO_RS_AS_ALL_REDUCE = 0.7
@@ -26,6 +27,8 @@ NOISY_SPREAD = 0.2
 """p10-p90 wider than 20% of the median."""
 SHORT_OF_IDEAL = 0.8
 """Measured speedup below 80% of the predicted ideal."""
+INTERFERENCE_PCT = 10.0
+"""Compute 10% or more slower beside communication than alone: a cost worth naming next to the yield."""
 
 
 def notes(m: RunMetrics, s: dict[str, ModeSummary]) -> tuple[Inline, ...]:
@@ -71,13 +74,17 @@ def gloo_reduce_scatter(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | No
     ]
     if ag is not None:
         text += [", and split then all_gathers on top (", Ref(f"{ms(ag.time_per_call_us.mean / 1e3)} ms", "time_per_call_us"), " per call)"]
+    won = bool(m.speedup and m.speedup.measured > 1 and not m.summary.within_noise)
     text += [
-        ". So split communicates more than sequential here (",
+        ". So split communicates more than sequential here ("
+        if (s["split"].comm_ms or 0) > (s["sequential"].comm_ms or 0)
+        else ". So split saves less communication time than its reduce_scatter's half-size data would suggest (",
         Ref(f"{ms(s['split'].comm_ms)} ms", "comm_ms"),
         " vs ",
         Ref(f"{ms(s['sequential'].comm_ms)} ms", "comm_ms"),
-        " per step) and cannot win on CPU; its gains (overlap, 1/N optimizer state) show on NCCL, where "
-        "reduce_scatter moves half an all_reduce's data.",
+        " per step)",
+        ", and won despite it, through overlap and Adam on a 1/N shard" if won else ", which overlap has to make up for on CPU",
+        "; on NCCL, reduce_scatter moves half an all_reduce's data.",
     ]
     return tuple(text)
 
@@ -93,7 +100,7 @@ def exposed_dominates(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None
         f"{x.exposed_comm_ms / x.compute_ms:.1f}× the ",
         Ref(f"{ms(x.compute_ms)} ms", "compute_ms"),
         " of compute there is to hide it behind. Give the overlap more to work with: "
-        f"more layers (more, smaller buckets, so the first all_gather starts sooner; now --layers {m.config['layers']}) "
+        f"more layers (more, smaller units, so the first collective starts sooner; now --layers {m.config['layers']}) "
         f"or a larger batch (more forward compute per step; now --batch {m.config['batch']}).",
     )
 
@@ -192,7 +199,7 @@ def noisy_steps(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     x = max(noisy, key=lambda x: (x.step_time.p90_ms - x.step_time.p10_ms) / x.step_time.median_ms)
     st = x.step_time
     tail = ""
-    if m.speedup and len(s) == 2 and m.summary.within_noise:
+    if m.speedup and m.summary.within_noise:
         tail = " That is why the verdict calls the two modes equal."
     return (
         f"Step times are noisy: {x.mode}'s p10–p90 spans ",
@@ -204,8 +211,84 @@ def noisy_steps(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     )
 
 
+def interference(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
+    known = [x for x in m.summary.interference if x.pct is not None and x.pct >= INTERFERENCE_PCT]
+    if not known:
+        return None
+    worst = max(known, key=lambda x: x.compute_ms - x.baseline_compute_ms)
+    lost = worst.compute_ms - worst.baseline_compute_ms
+    if m.env.get("backend") == "gloo":
+        why = (
+            "On CPU, gloo runs each collective on worker threads that take cores from compute; fewer ranks per host than "
+            "cores leaves them room."
+        )
+    else:
+        why = "Communication kernels share the GPU's SMs and memory bandwidth with compute while they overlap."
+    return (
+        f"Overlap slows compute down: split's {worst.phase} compute took ",
+        Ref(f"{ms(worst.compute_ms)} ms", "phase_compute_ms"),
+        " per step beside communication against ",
+        Ref(f"{ms(worst.baseline_compute_ms)} ms", "phase_compute_ms"),
+        " alone in split-blocking (",
+        Ref(f"{worst.pct:+.1f}%", "interference_pct"),
+        f" interference), {ms(lost)} ms per step that overlapping gives back. ",
+        why,
+    )
+
+
+def bytes_mismatch(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
+    """A mode whose collectives did not move the model's parameter bytes as its algorithm says."""
+    bad = [(x.mode, c) for x in s.values() for c in x.bytes_checks if c.matches is False]
+    if not bad:
+        return None
+    text: list = ["Collective bytes do not add up: per profiled step, with P the model's parameter bytes, "]
+    for i, (mode, c) in enumerate(bad):
+        text += ["; " if i else "", *bytes_inline(mode, [c])]
+        text.append(f", where {c.expected:.0f}× was expected ({expectation(m, mode, c)})")
+    why = []
+    if any(c.ratio < c.expected for _, c in bad):
+        why.append(" Below it: some of those collectives ran outside the profiled steps' windows or in another phase, or never ran.")
+    if any(c.ratio > c.expected for _, c in bad):
+        why.append(" Above it: extra collectives, or more padding than a multiple of the world size explains.")
+    return (*text, ".", *why, " The bytes table under Communication by phase has every row.")
+
+
+def bytes_match(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
+    """Every checked row moved the parameter bytes its algorithm says: the attribution and sizes hold up."""
+    rows = [(x.mode, c) for x in s.values() for c in x.bytes_checks if c.matches is not None]
+    if not rows or any(not c.matches for _, c in rows):
+        return None
+    param_bytes = next(m.modes[mode].model_param_bytes for mode, _ in rows)
+    by_mode: dict[str, list] = {}
+    for mode, c in rows:
+        by_mode.setdefault(mode, []).append(c)
+    text: list = ["Collective bytes add up: per profiled step, "]
+    for i, (mode, checks) in enumerate(by_mode.items()):
+        text += ["; " if i else "", *bytes_inline(mode, checks)]
+        if any(c.expected == 0 for c in checks):
+            text.append(" (not resharded after forward)")
+    return (
+        *text,
+        ", where P = ",
+        Ref(f"{mib(param_bytes)} MiB", "model_param_bytes"),
+        " is the model's parameter bytes: every collective moved what its algorithm says.",
+    )
+
+
 def _kind(x: ModeSummary, kind: str):
     return next((c for c in x.collectives if c.kind == kind), None)
 
 
-RULES = (failed_checks, gloo_reduce_scatter, compute_bound, exposed_dominates, short_of_ideal, well_hidden, stragglers, noisy_steps)
+RULES = (
+    failed_checks,
+    bytes_mismatch,
+    gloo_reduce_scatter,
+    compute_bound,
+    exposed_dominates,
+    short_of_ideal,
+    well_hidden,
+    interference,
+    stragglers,
+    noisy_steps,
+    bytes_match,
+)

@@ -20,7 +20,7 @@ import json
 from profile_overlap.core.dtypes import DTYPE_BYTES
 from profile_overlap.record.folder import Run
 from profile_overlap.record.metrics import CheckResult, ModeSummary, RunMetrics
-from profile_overlap.render import notes
+from profile_overlap.render import modes, notes
 from profile_overlap.render.document import (
     Code,
     Inline,
@@ -35,7 +35,14 @@ from profile_overlap.render.document import (
     pct,
     times,
 )
-from profile_overlap.render.report_tables import collectives_table, side_by_side, straggler_blocks, timeline_blocks
+from profile_overlap.render.report_tables import (
+    collectives_table,
+    phase_blocks,
+    side_by_side,
+    straggler_blocks,
+    timeline_blocks,
+    yield_blocks,
+)
 
 # ---------------------------------------------------------------- per-mode numbers
 
@@ -54,11 +61,14 @@ def build(run: Run) -> Report:
     s = m.summary.modes
 
     sections = (
-        Section("verdict", "Verdict", (Paragraph(verdict(m, s), tone="verdict_failed" if run.failed else "verdict"),)),
+        Section("verdict", "Verdict", verdict_blocks(run)),
         Section("setup", "Setup", setup_blocks(run)),
         Section("verification", "Verification", verification_blocks(m)),
-        Section("comparison", "Sequential vs split" if len(s) == 2 else f"{next(iter(s))} mode", (side_by_side(m, s),)),
+        Section("comparison", comparison_title(s), (side_by_side(m, s),)),
         Section("timeline", "Overlap timeline", timeline_blocks(run)),
+        Section("phases", "Phases: where communication hides", phase_blocks(m, s)),
+        Section("attribution", "Communication by phase", modes.attribution_blocks(m, s)),
+        Section("yield", "What overlapping won: overlap yield and interference", yield_blocks(m)),
         Section("collectives", "Collectives", (collectives_table(s),)),
         Section("stragglers", "Stragglers: wait vs transfer", straggler_blocks(m)),
         Section("notes", "Notes", (Items(notes.notes(m, s)),)),
@@ -66,6 +76,22 @@ def build(run: Run) -> Report:
     cfg, env = m.config, m.env
     subtitle = f"{cfg['mode']} run {run.name}: {env['world_size']} ranks, {env['backend']} on {env['device_type']}, {env['date']}"
     return Report(title="profile_overlap report", subtitle=subtitle, banner=banner(run), sections=sections)
+
+
+def verdict_blocks(run: Run) -> tuple:
+    """The headline sentence, then every mode against the first where the headline does not say it all."""
+    m, s = run.metrics, run.metrics.summary.modes
+    blocks = [Paragraph(verdict(m, s), tone="verdict_failed" if run.failed else "verdict")]
+    others = modes.versus_first(m)
+    if others is not None and m.passed and m.speedup and set(s) - {"sequential", "split"}:
+        blocks.append(Paragraph(others))
+    return tuple(blocks)
+
+
+def comparison_title(s: dict[str, ModeSummary]) -> str:
+    """'Sequential vs split vs split-blocking', or 'split mode' for a one-mode run."""
+    title = " vs ".join(s) if len(s) > 1 else f"{next(iter(s))} mode"
+    return title[0].upper() + title[1:]
 
 
 def banner(run: Run) -> Paragraph | None:
@@ -101,8 +127,11 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
             Ref(f"{worst.tolerance:.3g}", "tolerance"),
             ", so the two modes did not compute the same thing and their timings cannot be compared.",
         )
-    if len(s) == 1 or not m.speedup:
-        ((name, one),) = list(s.items())[:1]
+    if len(s) > 1 and not m.speedup:
+        return modes.versus_first(m)
+    if len(s) == 1:
+        name = m.summary.headline_mode
+        one = s[name]
         text: list = [f"{name} only: median step ", Ref(f"{ms(m.modes[name].step_time.median_ms)} ms", "step_time_ms")]
         if one.comm_ms:
             text += [
@@ -114,7 +143,7 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
                 Ref(f"{pct(one.overlap_pct)}%", "mode_overlap_pct"),
                 ")",
             ]
-        return (*text, "; run with --mode compare to measure the split's speedup.")
+        return (*text, "; run with --mode compare (and --modes to choose them) to set it beside other modes.")
     seq, split = s["sequential"], s["split"]
     n = m.env["world_size"]
     memory = (
@@ -217,27 +246,28 @@ def setup_blocks(run: Run) -> tuple:
         ("CUDA / NCCL / gloo", " / ".join(str(env.get(k) or "–") for k in ("cuda", "nccl", "gloo"))),
         ("step timing", next(iter(m.modes.values())).step_time.method),
     ]
-    itemsize = DTYPE_BYTES[cfg["dtype"]]
-    params = cfg["layers"] * cfg["dim"] ** 2
-    workload = (
-        f"The workload: K = {cfg['layers']} layers, each a {cfg['dim']}×{cfg['dim']} {cfg['dtype']} weight, so "
-        f"P = K·d² = {params:,} parameters ({mib(params * itemsize)} MiB); each layer's gradient is one communication "
-        f"bucket, and the forward pass is {cfg['layers']} matmuls of {cfg['batch']}×{cfg['dim']} by {cfg['dim']}×{cfg['dim']}. "
-        f"Per mode: {cfg['warmup_steps']} warmup steps (verified), {cfg['steps']} timed steps, "
-        f"{cfg['profile_steps']} profiled steps.",
-    )
-    modes_text = (
-        "What was compared. sequential (like DDP): every rank all_reduces each layer's gradient, then runs Adam "
-        "on all parameters, then the forward pass; communication and compute take turns. split (like ZeRO-2 / FSDP): "
-        "each rank reduce_scatters the gradient, runs Adam on its own 1/N shard only (so it keeps 1/N of the optimizer "
-        "state), then all_gathers the updated shards asynchronously while the forward pass of earlier layers runs. "
-        "AllReduce(X) == AllGather(ReduceScatter(X)), so both modes must end with the same parameters; the run checks it.",
-    )
+    steps = f" Per mode: {cfg['warmup_steps']} warmup steps (verified), {cfg['steps']} timed steps, {cfg['profile_steps']} profiled steps."
+    if cfg.get("model", "mlp") == "transformer":
+        workload = (
+            f"The workload: a transformer with token and position embeddings, K = {cfg['layers']} pre-norm decoder blocks of "
+            f"width d = {cfg['dim']} with {cfg['heads']} heads, a final LayerNorm and an LM head, in {cfg['dtype']}; "
+            f"{cfg['batch']} sequences of {cfg['seq_len']} tokens per rank and step, next-token cross-entropy. The communication "
+            f"units (one gradient bucket each) are the embeddings, each block and the head.{steps}",
+        )
+    else:
+        itemsize = DTYPE_BYTES[cfg["dtype"]]
+        params = cfg["layers"] * cfg["dim"] ** 2
+        workload = (
+            f"The workload: an MLP of K = {cfg['layers']} layers, each a {cfg['dim']}×{cfg['dim']} {cfg['dtype']} weight with tanh, "
+            f"and a mean-squared-error loss, so P = K·d² = {params:,} parameters ({mib(params * itemsize)} MiB); each layer's "
+            f"gradient is one communication bucket, and the forward pass is {cfg['layers']} matmuls of {cfg['batch']}×{cfg['dim']} "
+            f"by {cfg['dim']}×{cfg['dim']}.{steps}",
+        )
     pairs = [((k,), (v if isinstance(v, str) else json.dumps(v),)) for k, v in cfg.items()]
     pairs += [(("",), ("",))] * (-len(pairs) % 3)
     config_rows = tuple(pairs[i] + pairs[i + 1] + pairs[i + 2] for i in range(0, len(pairs), 3))
     return (
-        Paragraph(modes_text),
+        Paragraph((modes.modes_text(m),)),
         Table(header=(("",), ("",)), rows=tuple(((k,), (v,)) for k, v in rows), numeric=(False, False)),
         Paragraph(workload),
         Table(
@@ -267,7 +297,7 @@ def reproduce_command(m: RunMetrics) -> str:
 
 def verification_blocks(m: RunMetrics) -> tuple:
     checks: list[tuple[str, CheckResult]] = [(mode, c) for mode, mm in m.modes.items() for c in mm.checks]
-    checks += [("both", c) for c in m.checks]
+    checks += [("across modes", c) for c in m.checks]
     rows, bad = [], set()
     for i, (mode, c) in enumerate(checks):
         where = (
@@ -303,7 +333,7 @@ def verification_blocks(m: RunMetrics) -> tuple:
         highlight=frozenset(bad),
     )
     summary = (
-        "All checks passed: both modes computed the same numbers."
+        "All checks passed: every mode computed the same numbers."
         if m.passed
         else f"{len([c for _, c in checks if not c.passed])} of {len(checks)} checks FAILED."
     )

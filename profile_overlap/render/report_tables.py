@@ -1,5 +1,6 @@
-"""The report's tables: sequential vs split side by side, the timeline figure's section, collectives
-(nccl-tests style) and stragglers (wait vs transfer per rank)."""
+"""The report's tables: the modes side by side, the timeline figure's section, communication per
+phase, the overlap yield and interference, collectives (nccl-tests style) and stragglers (wait vs
+transfer per rank)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from profile_overlap.render.document import (
     times,
     us,
 )
+from profile_overlap.render.modes import speedup_cell
 
 
 def side_by_side(m: RunMetrics, s: dict[str, ModeSummary]) -> Table:
@@ -36,6 +38,7 @@ def side_by_side(m: RunMetrics, s: dict[str, ModeSummary]) -> Table:
             (Ref("step time p10 – p90", "step_time_ms"), " (ms)"),
             each(lambda x: "{} – {}".format(*(ms(getattr(m.modes[x.mode].step_time, k)) for k in ("p10_ms", "p90_ms")))),
         ),
+        row((Ref("speedup", "speedup_vs_first"), f" vs {names[0]} (×)"), each(lambda x: speedup_cell(m, x.mode))),
         row((Ref("communication", "comm_ms"), " per step (ms)"), each(lambda x: ms(x.comm_ms))),
         row((Ref("compute", "compute_ms"), " per step (ms)"), each(lambda x: ms(x.compute_ms))),
         row((Ref("overlap", "overlap_ms"), ": comm hidden by compute (ms)"), each(lambda x: ms(x.overlap_ms))),
@@ -61,15 +64,20 @@ def side_by_side(m: RunMetrics, s: dict[str, ModeSummary]) -> Table:
     if m.speedup:
         sp = m.speedup
         rows += [
-            row((Ref("speedup", "speedup"), " measured (×)"), ["", times(sp.measured)]),
-            row((Ref("predicted speedup", "predicted_speedup"), ": ideal from sequential's comm + compute (×)"), ["", times(sp.predicted)]),
+            row((Ref("speedup", "speedup"), " measured (×)"), [times(sp.measured) if n == "split" else "" for n in names]),
+            row(
+                (Ref("predicted speedup", "predicted_speedup"), ": ideal from sequential's comm + compute (×)"),
+                [times(sp.predicted) if n == "split" else "" for n in names],
+            ),
         ]
     return Table(
         header=(("",), *((n,) for n in names)),
         rows=tuple(rows),
         numeric=(False, *(True for _ in names)),
         caption=(
-            "Step times: median and p10–p90 of the timed, unprofiled steps. Comm, compute and overlap: per profiled step, mean over ranks.",
+            "Step times: median and p10–p90 of the timed, unprofiled steps; speedup: "
+            f"{names[0]}'s median over each mode's (*: within run-to-run noise). "
+            "Comm, compute and overlap: per profiled step, mean over ranks.",
         ),
     )
 
@@ -87,6 +95,166 @@ def timeline_blocks(run: Run) -> tuple:
             ),
         ),
     )
+
+
+def phase_blocks(m: RunMetrics, s: dict[str, ModeSummary]) -> tuple:
+    """Per profiled mode: a sentence on where its communication hid, and its per-phase table."""
+    profiled = [x for x in s.values() if x.phases]
+    if not profiled:
+        why = "was not profiled (--no-profile)" if not any(x.analysis for x in m.modes.values()) else "has no phase labels in its traces"
+        return (Paragraph((f"This run {why}, so its communication cannot be attributed to the forward, backward and optimizer phases.",)),)
+    blocks: list = [
+        Paragraph(
+            (
+                "Each step splits into its ",
+                Ref("phases", "phase"),
+                " (forward, backward, optimizer: the step's record_function labels). Per phase: its window, the "
+                "communication inside it, how much of that hid behind the phase's own compute (",
+                Ref("hidden", "hidden_ms"),
+                ") and how much the phase waited for (",
+                Ref("exposed", "phase_exposed_comm_ms"),
+                "); per profiled step, mean over ranks.",
+            )
+        )
+    ]
+    for x in profiled:
+        blocks.append(Paragraph(_phase_verdict(x)))
+        blocks.append(
+            Table(
+                header=(
+                    ("phase",),
+                    (Ref("window", "window_ms"), " (ms)"),
+                    (Ref("comm", "phase_comm_ms"), " (ms)"),
+                    (Ref("hidden", "hidden_ms"), " (ms)"),
+                    (Ref("exposed comm", "phase_exposed_comm_ms"), " (ms)"),
+                    (Ref("compute", "phase_compute_ms"), " (ms)"),
+                    ("hidden %",),
+                ),
+                rows=tuple(
+                    (
+                        (p.phase,),
+                        (ms(p.window_ms),),
+                        (ms(p.comm_ms),),
+                        (ms(p.hidden_ms),),
+                        (ms(p.exposed_comm_ms),),
+                        (ms(p.compute_ms),),
+                        (pct(100 * p.hidden_ms / p.comm_ms) if p.comm_ms else "–",),
+                    )
+                    for p in x.phases
+                ),
+                numeric=(False, True, True, True, True, True, True),
+                caption=(f"{x.mode}: communication per phase, per profiled step, mean over ranks; hidden % = hidden / comm.",),
+            )
+        )
+    return tuple(blocks)
+
+
+def _phase_verdict(x: ModeSummary) -> Inline:
+    """'split hides 11 ms of its 19 ms backward communication behind backward compute (58%), ...' in plain words."""
+    busy = [p for p in x.phases if p.comm_ms > 0]
+    if not busy:
+        return (f"{x.mode} communicates in none of its phases.",)
+    text: list = [f"{x.mode} hides "]
+    for i, p in enumerate(busy):
+        if i:
+            text.append(", and " if i == len(busy) - 1 else ", ")
+        if p.hidden_ms <= 0:
+            text += ["none of its ", Ref(f"{ms(p.comm_ms)} ms", "phase_comm_ms"), f" {p.phase} communication"]
+            continue
+        text += [
+            Ref(f"{ms(p.hidden_ms)} ms", "hidden_ms"),
+            " of its ",
+            Ref(f"{ms(p.comm_ms)} ms", "phase_comm_ms"),
+            f" {p.phase} communication behind {p.phase} compute ({pct(100 * p.hidden_ms / p.comm_ms)}%)",
+        ]
+    worst = max(busy, key=lambda p: p.exposed_comm_ms)
+    if len(busy) > 1 and worst.exposed_comm_ms > 0:
+        text += [f"; {worst.phase} waits longest, ", Ref(f"{ms(worst.exposed_comm_ms)} ms", "phase_exposed_comm_ms"), " exposed"]
+    elif worst.hidden_ms <= 0:
+        text.append(f": {worst.phase} waits for all of it")
+    outside = (x.comm_ms or 0) - sum(p.comm_ms for p in x.phases)
+    if x.comm_ms and outside > 0.01 * x.comm_ms:
+        text += [f". {ms(outside)} ms of its ", Ref(f"{ms(x.comm_ms)} ms", "comm_ms"), " per step ran outside every labelled phase"]
+    return (*text, ".")
+
+
+def yield_blocks(m: RunMetrics) -> tuple:
+    """What overlapping won (split against split-blocking), and how much it slowed compute, per phase."""
+    y, rows = m.summary.overlap_yield, m.summary.interference
+    if y is None and not rows:
+        return (
+            Paragraph(
+                (
+                    "The overlap yield and the interference compare split with split-blocking (the same collectives and "
+                    "compute, each collective waited for at once); this run did not run both: use --mode compare "
+                    "(its default modes include both) or list both in --modes.",
+                )
+            ),
+        )
+    blocks: list = []
+    if y is not None:
+        base_t, mode_t = m.modes[y.baseline].step_time, m.modes[y.mode].step_time
+        won = "won" if y.ms >= 0 else "lost"
+        text: list = [
+            f"Overlapping {won} ",
+            Ref(f"{ms(abs(y.ms))} ms", "overlap_yield_ms"),
+            f" per step: {y.baseline}'s median step ",
+            Ref(f"{ms(base_t.median_ms)} ms", "step_time_ms"),
+            f" against {y.mode}'s ",
+            Ref(f"{ms(mode_t.median_ms)} ms", "step_time_ms"),
+        ]
+        if y.pct_of_comm is not None:
+            comm = m.summary.modes[y.baseline].comm_ms
+            text += [", ", Ref(f"{pct(y.pct_of_comm)}%", "overlap_yield_pct"), f" of {y.baseline}'s ", Ref(f"{ms(comm)} ms", "comm_ms")]
+            text.append(" of communication per step")
+        if y.within_noise:
+            text += [", but each median lies inside the other's p10–p90 range: ", Ref("within run-to-run noise", "within_noise")]
+        blocks.append(Paragraph((*text, "."), tone="verdict"))
+        blocks.append(
+            Paragraph(
+                (
+                    f"{y.baseline} runs exactly {y.mode}'s collectives and compute but waits for each collective at once, so "
+                    "nothing overlaps; the difference in step time is what overlapping buys, and its share of the "
+                    "communication says how much of that time it won back (100% would hide all of it).",
+                )
+            )
+        )
+    if rows:
+        mode, baseline = (y.mode, y.baseline) if y else ("split", "split-blocking")
+        known = [x for x in rows if x.pct is not None]
+        text = [
+            Ref("Interference", "interference_pct"),
+            f": how much slower each phase's compute ran in {mode}, with communication running beside it, than the same "
+            f"operations in {baseline}, where they ran alone. Above 0, overlapping slowed compute down and gave back part "
+            "of its yield.",
+        ]
+        if known:
+            worst = max(known, key=lambda x: abs(x.compute_ms - x.baseline_compute_ms))
+            text += [
+                f" The most time {'lost' if worst.pct >= 0 else 'gained'}: {worst.phase}, ",
+                Ref(f"{worst.pct:+.1f}%", "interference_pct"),
+                f" ({ms(worst.baseline_compute_ms)} ms alone, {ms(worst.compute_ms)} ms beside communication).",
+            ]
+        if m.env.get("backend") == "gloo":
+            text.append(" On CPU, gloo runs each collective on worker threads that compete with compute for the cores.")
+        blocks.append(Paragraph(tuple(text)))
+        blocks.append(
+            Table(
+                header=(
+                    ("phase",),
+                    (Ref("compute", "phase_compute_ms"), f" in {baseline} (ms)"),
+                    (Ref("compute", "phase_compute_ms"), f" in {mode} (ms)"),
+                    (Ref("interference", "interference_pct"), " (%)"),
+                ),
+                rows=tuple(
+                    ((x.phase,), (ms(x.baseline_compute_ms),), (ms(x.compute_ms),), ("–" if x.pct is None else f"{x.pct:+.1f}",))
+                    for x in rows
+                ),
+                numeric=(False, True, True, True),
+                caption=("Compute per phase, per profiled step, mean over ranks; the same operations run in both modes.",),
+            )
+        )
+    return tuple(blocks)
 
 
 def collectives_table(s: dict[str, ModeSummary]) -> Table:

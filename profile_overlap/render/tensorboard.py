@@ -2,7 +2,7 @@
 
 Each mode folder `runs/<run>/<mode>/` is one TensorBoard run: it already holds the rank traces
 (torch-tb-profiler's PyTorch Profiler tab lists it), and this module adds our own event file.
-Scalar tags are the same in every mode, so TensorBoard overlays sequential and split.
+Scalar tags are the same in every mode, so TensorBoard overlays every mode of the run.
 
     python -c "from profile_overlap.render import tensorboard; tensorboard.write_run('runs/<run>')"
 
@@ -43,12 +43,24 @@ _RECORD_KEY = {
     "overlap_pct": "overlap_pct",
 }
 
+PHASE_NUMBERS = {
+    "window_ms": "window_us",
+    "comm_ms": "comm_us",
+    "compute_ms": "compute_us",
+    "hidden_ms": "overlap_us",
+    "exposed_comm_ms": "exposed_comm_us",
+}
+"""Per-phase scalars `phase/<phase>/<name>` -> the analysis record's key of the step's phase entry."""
+
 # The HParams dashboard's metrics: tag -> display name. Defined in the README's Metrics section.
 HEADLINE = {
     "headline/median_step_ms": "median step ms",
     "headline/overlap_pct": "overlap %",
     "headline/exposed_comm_ms": "exposed comm ms",
     "headline/speedup": "speedup (x)",
+    "headline/speedup_vs_first": "speedup vs first mode (x)",
+    "headline/overlap_yield_ms": "overlap yield ms",
+    "headline/overlap_yield_pct": "overlap yield %",
 }
 
 # The custom-scalars layout: one chart per number, with every mode (run) on it.
@@ -57,6 +69,8 @@ COMPARE_CHARTS = (
     ("exposed comm, profiled steps, rank mean (ms)", r"^mean/exposed_comm_ms$"),
     ("overlap, profiled steps, rank mean (%)", r"^mean/overlap_pct$"),
     ("step time, timed unprofiled steps (ms)", r"^step_time/timed_ms$"),
+    ("comm hidden behind each phase's compute, rank mean (ms)", r"^phase/[^/]+/hidden_ms$"),
+    ("comm exposed in each phase, rank mean (ms)", r"^phase/[^/]+/exposed_comm_ms$"),
 )
 
 
@@ -125,6 +139,16 @@ def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_te
             if values:
                 yield _scalar(f"mean/{name}", sum(values) / len(values)), step
                 yield _scalar(f"max/{name}", max(values)), step
+
+    # Per phase and profiled step: the rank mean (a rank with the step but not the phase counts 0).
+    for step in steps:
+        rows = [s for r in ranks for s in r["steps"] if s["step"] == step]
+        names = list(dict.fromkeys(p["phase"] for s in rows for p in s.get("phases", ())))
+        for phase in names:
+            entries = [next((p for p in s.get("phases", ()) if p["phase"] == phase), None) for s in rows]
+            for name, key in PHASE_NUMBERS.items():
+                total = sum((e[key] or 0.0) for e in entries if e is not None)
+                yield _scalar(f"phase/{phase}/{name}", total / len(rows) / 1e3), step
 
     # Bus bandwidth is recorded over all profiled steps together: one point, at the last profiled step.
     if steps:
@@ -200,13 +224,20 @@ def _headline(metrics: RunMetrics, mode: str) -> dict[str, float]:
         "headline/overlap_pct": row.overlap_pct,
         "headline/exposed_comm_ms": row.exposed_comm_ms,
         "headline/speedup": metrics.speedup.measured if metrics.speedup else None,
+        "headline/speedup_vs_first": next((x.speedup for x in metrics.summary.speedup_vs_first if x.mode == mode), None),
     }
+    gain = metrics.summary.overlap_yield
+    if gain is not None and gain.mode == mode:
+        # Run-level numbers of split against split-blocking: once, in the split run.
+        out["headline/overlap_yield_ms"] = gain.ms
+        out["headline/overlap_yield_pct"] = gain.pct_of_comm
+        out.update({f"headline/interference/{x.phase}_pct": x.pct for x in metrics.summary.interference})
     return {k: v for k, v in out.items() if v is not None}
 
 
 def _custom_scalars_layout() -> summary_pb2.Summary:
     charts = [layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(tag=[regex])) for title, regex in COMPARE_CHARTS]
-    layout = layout_pb2.Layout(category=[layout_pb2.Category(title="sequential vs split", chart=charts)])
+    layout = layout_pb2.Layout(category=[layout_pb2.Category(title="modes side by side", chart=charts)])
     # What custom_scalar.summary.pb builds, without importing TensorFlow.
     tensor = tensor_util.make_tensor_proto(np.array(layout.SerializeToString(), dtype=np.object_))
     meta = summary_pb2.SummaryMetadata.FromString(custom_scalar_metadata.create_summary_metadata().SerializeToString())
@@ -215,21 +246,33 @@ def _custom_scalars_layout() -> summary_pb2.Summary:
     )
 
 
-def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    align = ["---" if i == 0 else "---:" for i in range(len(header))]
+def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]], *, left: int = 1) -> str:
+    """`left` columns of text, then right-aligned numbers."""
+    align = ["---" if i < left else "---:" for i in range(len(header))]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def summary_markdown(metrics: RunMetrics) -> str:
-    """The console's summary table, in Markdown, with the speedup line under it."""
-    text = _md_table(console.SUMMARY_COLUMNS, console.summary_rows(metrics))
+    """The console's summary: its table in Markdown, the speedup line, the per-phase table, the
+    collectives by phase with their bytes, and the overlap yield and interference line."""
+    text = _md_table(console.summary_columns(metrics), console.summary_rows(metrics))
     if metrics.speedup:
         sp = metrics.speedup
         text += f"\n\nsplit speedup over sequential (median step time): **{sp.measured:.2f}x**"
         if sp.predicted:
             text += f"; ideal from the sequential mode's comm and compute: {sp.predicted:.2f}x"
+    phases = console.phase_rows(metrics)
+    if phases:
+        text += "\n\ncommunication per phase (ms per profiled step, mean over ranks)\n\n" + _md_table(console.PHASE_COLUMNS, phases, left=2)
+    attribution = console.attribution_lines(metrics)
+    if attribution:
+        items = "\n".join(f"- {line.strip()}" for line in attribution if line.startswith("  "))
+        text += "\n\n".join(["", attribution[0], items, *(line for line in attribution[1:] if not line.startswith("  "))])
+    line = console.yield_line(metrics)
+    if line:
+        text += f"\n\n{line}"
     return text
 
 

@@ -1,9 +1,12 @@
 """The overlap timeline figure: one profiled step per mode, one lane group per rank.
 
-Reads timeline.json (the spans the analysis kept for drawing) and the metrics record (the
-numbers printed beside each rank). It draws; it never recomputes a metric. The one piece of
-geometry computed here, the overlapped stretches that get shaded (with analysis.intervals), is
-drawing, and the overlap numbers printed next to them come from the record.
+Reads timeline.json (the spans the analysis kept for drawing, and the windows of the step's
+phases: forward, backward, optimizer) and the metrics record (the numbers printed beside each
+rank). A rank's group is a thin phase band, its compute lane and its comm lane; a timeline
+without phases (older runs, foreign traces) gets no band. It draws; it never recomputes a
+metric. The one piece of geometry computed here, the overlapped stretches that get shaded
+(with analysis.intervals), is drawing, and the overlap numbers printed next to them come from
+the record.
 
     fig = timeline.figure(load_metrics(run / METRICS_JSON), json.loads((run / TIMELINE_JSON).read_text()))
     timeline.save_png(fig, run / TIMELINE_PNG)
@@ -26,11 +29,9 @@ from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import replace_atomically
 from profile_overlap.record.metrics import RunMetrics
 
-MODE_ORDER = ("sequential", "split")
-
-# Phase colours, the same in every mode and every figure (Okabe-Ito based: colour-blind safe).
-# Key: the record_function label with its pipeline prefix removed (see `phase`).
-PHASE_COLOURS: dict[str, str] = {
+# Span colours, the same in every mode and every figure (Okabe-Ito based: colour-blind safe).
+# Key: the record_function label with its pipeline prefix removed (see `span_label`).
+LABEL_COLOURS: dict[str, str] = {
     "all_reduce": "#8E5EA2",
     "reduce_scatter": "#009E73",
     "all_gather": "#D55E00",
@@ -38,16 +39,29 @@ PHASE_COLOURS: dict[str, str] = {
     "update": "#E69F00",
     "shard update": "#F2C45A",
     "forward": "#0072B2",
+    "forward layer k": "#0072B2",
+    "backward": "#CC79A7",
+    "optimizer": "#4D4D4D",
+    "wait reduce_scatter": "#DDDDDD",
     "wait all_gather": "#C9C9C9",
 }
-# Labels we do not know (kernel or operator names from other jobs) get these, in order of appearance.
-OTHER_COLOURS = ("#56B4E9", "#CC79A7", "#B2912F", "#4D4D4D", "#7FB3D5", "#A6761D")
+# Labels we do not know (operator or kernel names) get these, in order of appearance (Okabe-Ito,
+# then Paul Tol's muted scheme).
+OTHER_COLOURS = ("#56B4E9", "#B2912F", "#AA4499", "#A6761D", "#332288", "#999933", "#882255", "#7FB3D5", "#44AA99", "#88CCEE")
+# The phase band: light colours that stay apart under protan-, deutan- and tritanopia (Paul Tol's
+# light scheme); each window also carries its name, so colour is never the only cue.
+PHASE_COLOURS: dict[str, str] = {"forward": "#99DDFF", "backward": "#FBB4AE", "optimizer": "#BBCC33"}
+PHASE_SHORT = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 OVERLAP_COLOUR = "#FFD54F"
 OVERLAP_HATCH_COLOUR = "#FFE9A8"
 STEP_BG_COLOUR = "#F4F5F7"
 
 LANE_HEIGHT_IN = 0.19
-"""Height of one lane (compute or comm) in inches; a rank's group is two lanes plus a gap."""
+"""Height of one lane (compute or comm) in inches; a rank's group is two lanes plus a gap, and
+the phase band above them where the timeline has phases."""
+BAND_OFFSET = 0.85
+"""The phase band's centre, in lanes above the compute lane's."""
+BAND_HEIGHT = 0.55
 FIG_WIDTH_IN = 15.0
 DPI = 110
 
@@ -55,7 +69,7 @@ _FORWARD = re.compile(r"^forward/layer(\d+)$")
 
 
 @dataclass(frozen=True)
-class Phase:
+class SpanLabel:
     key: str
     """Colour key, shared by all forward layers."""
     name: str
@@ -64,13 +78,15 @@ class Phase:
     """What fits inside a bar, e.g. 'L3'."""
 
 
-def phase(label: str) -> Phase:
-    """The displayed phase of a span label (`split/reduce_scatter`, `forward/layer3`, ...)."""
+def span_label(label: str) -> SpanLabel:
+    """How a span label (`split/reduce_scatter`, `forward/layer3`, `aten::mm`, ...) is drawn."""
     m = _FORWARD.match(label)
     if m:
-        return Phase(key="forward", name=f"forward layer {m.group(1)}", short=f"L{m.group(1)}")
+        return SpanLabel(key="forward layer k", name=f"forward layer {m.group(1)}", short=f"L{m.group(1)}")
     name = label.split("/", 1)[1] if "/" in label else label
     name = name.replace("shard_update", "shard update").replace("wait_all_gather", "wait all_gather")
+    name = name.replace("wait_reduce_scatter", "wait reduce_scatter")
+    key = re.sub(r" \([^()]*\)$", "", name)  # one colour for FSDP's "FSDP::all_gather (blocks.0)", "(blocks.1)", ...
     short = {
         "all_reduce": "AR",
         "reduce_scatter": "RS",
@@ -79,8 +95,10 @@ def phase(label: str) -> Phase:
         "shard update": "shard upd",
         "gradients": "grad",
         "wait all_gather": "wait",
-    }.get(name, name[:10])
-    return Phase(key=name, name=name, short=short)
+        "wait reduce_scatter": "wait",
+        "optimizer": "opt",
+    }.get(name, key.removeprefix("FSDP::")[:10])
+    return SpanLabel(key=key, name=name, short=short)
 
 
 @dataclass(frozen=True)
@@ -90,6 +108,8 @@ class _RankStep:
     start_us: float
     spans: tuple[tuple[float, float, str, str], ...]
     """(start_ms, end_ms, kind, label) relative to the rank's step start."""
+    phases: tuple[tuple[float, float, str], ...]
+    """(start_ms, end_ms, phase) of the step's phase windows, relative to the rank's step start."""
     numbers: dict | None
     """This rank's step in the analysis record (step_us, comm_us, overlap_pct, ...)."""
 
@@ -117,25 +137,30 @@ def figure(
     if max_ranks < 2:
         raise UserError(f"max_ranks must be at least 2 (got {max_ranks})")
     modes_json = timeline.get("modes") or {}
-    names = [m for m in MODE_ORDER if m in modes_json] + sorted(m for m in modes_json if m not in MODE_ORDER)
+    names = [m for m in metrics.modes if m in modes_json] + [m for m in modes_json if m not in metrics.modes]  # the run's order
     if not names:
         raise UserError("timeline.json holds no profiled steps; rerun with profiling on (drop --no-profile)")
     panels = [_select(name, modes_json[name], metrics, step=step, max_ranks=max_ranks) for name in names]
+    # The time axis, colours and lane layout come from every mode, so that figures drawn separately still compare.
     xmax_ms = max(r.step_us for p in panels for r in p.ranks) / 1e3
+    colours = _colour_map(panels)
+    phased = any(r.phases for p in panels for r in p.ranks)
     if modes is not None:
         missing = sorted(set(modes) - set(names))
         if missing:
             raise UserError(f"timeline.json has no profiled steps for mode {', '.join(missing)}; choose from {', '.join(names)}")
         panels = [p for p in panels if p.mode in modes]
+    shown = {span_label(label).key for p in panels for r in p.ranks for *_, label in r.spans}
 
-    colours = _colour_map(panels)
+    pitch = _pitch(phased)
     lanes = sum(len(p.ranks) for p in panels)
-    # Per rank: two lanes and a gap; per panel: title and axis room.
-    height_in = 1.6 + lanes * 3 * LANE_HEIGHT_IN + len(panels) * 0.9
+    # Per rank: two lanes, a gap and the phase band; per panel: title and axis room.
+    height_in = 1.6 + lanes * pitch * LANE_HEIGHT_IN + len(panels) * 0.9 + (0.3 if phased else 0.0)
     fig = Figure(figsize=(FIG_WIDTH_IN, height_in), dpi=DPI, layout="constrained")
-    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False, height_ratios=[len(p.ranks) * 3 + 2 for p in panels])[:, 0]
+    ratios = [len(p.ranks) * pitch + 2 for p in panels]
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False, height_ratios=ratios)[:, 0]
     for ax, panel in zip(axes, panels):
-        _draw_panel(ax, panel, colours=colours, xmax_ms=xmax_ms)
+        _draw_panel(ax, panel, colours=colours, xmax_ms=xmax_ms, phased=phased)
     axes[-1].set_xlabel("time from the rank's ProfilerStep start (ms)")
     for ax in axes[:-1]:
         ax.tick_params(labelbottom=True)
@@ -145,16 +170,25 @@ def figure(
     fig.suptitle(
         f"Communication / compute overlap, one profiled step {'per mode' if len(panels) > 1 else 'of ' + panels[0].mode}  ·  {run}\n"
         f"{metrics.env.get('world_size', '?')} ranks, {metrics.env.get('backend', '?')} on "
-        f"{metrics.env.get('device_type', '?')}, K={cfg.get('layers')} layers of {cfg.get('dim')}x{cfg.get('dim')} "
-        f"{cfg.get('dtype')}, batch {cfg.get('batch')}",
+        f"{metrics.env.get('device_type', '?')}, {_model(cfg)}, batch {cfg.get('batch')}",
         fontsize=12,
         fontweight="bold",
         x=0.01,
         ha="left",
     )
-    handles = [Patch(facecolor=colours[k], edgecolor="none", label=_legend_name(k)) for k in colours]
+    handles = [Patch(facecolor=c, edgecolor="none", label=k) for k, c in colours.items() if k in shown]
     handles.append(Patch(facecolor=OVERLAP_COLOUR, edgecolor="#B8860B", hatch="////", label="comm overlapped by compute (shaded)"))
     fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
+    if phased:
+        fig.legend(
+            handles=[Patch(facecolor=c, edgecolor="#777777", lw=0.5, label=f"{k} phase") for k, c in PHASE_COLOURS.items()],
+            loc="outside upper right",
+            ncol=3,
+            frameon=False,
+            fontsize=9,
+            title="band above each rank: the step's phases",
+            title_fontsize=9,
+        )
     return fig
 
 
@@ -177,8 +211,21 @@ def png_bytes(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def _legend_name(key: str) -> str:
-    return "forward layer k" if key == "forward" else key
+def _model(cfg: dict) -> str:
+    if cfg.get("model") == "transformer":
+        return f"transformer, K={cfg.get('layers')} layers, dim {cfg.get('dim')}, {cfg.get('heads')} heads, {cfg.get('dtype')}"
+    return f"K={cfg.get('layers')} layers of {cfg.get('dim')}x{cfg.get('dim')} {cfg.get('dtype')}"
+
+
+def _luminance(colour: str) -> float:
+    """Perceived lightness of '#RRGGBB' (Rec. 601 weights), 0 to 1: bars below 0.5 take white text."""
+    r, g, b = (int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5))
+    return 0.299 * r + 0.587 * g + 0.114 * b
+
+
+def _pitch(phased: bool) -> float:
+    """Height of one rank's group in lanes: compute, comm, a gap, and the phase band if any."""
+    return 3.0 + (BAND_OFFSET if phased else 0.0)
 
 
 def _select(mode: str, mode_json: dict, metrics: RunMetrics, *, step: int | None, max_ranks: int) -> _ModeStep:
@@ -207,9 +254,12 @@ def _select(mode: str, mode_json: dict, metrics: RunMetrics, *, step: int | None
         if window is None:
             continue
         t0 = window["start_us"]
-        spans = tuple(((a - t0) / 1e3, (b - t0) / 1e3, kind, label) for st, a, b, kind, label in r["spans"] if st == chosen)
+        relabel = {("comm", p): f"{p}/collective" for p in PHASE_COLOURS}  # ddp's all_reduce: labelled backward only
+        spans = tuple(((a - t0) / 1e3, (b - t0) / 1e3, k, relabel.get((k, x), x)) for st, a, b, k, x in r["spans"] if st == chosen)
+        # Runs made before the analysis kept phase windows have no "phases": no band then.
+        phases = tuple(((a - t0) / 1e3, (b - t0) / 1e3, name) for st, name, a, b in r.get("phases") or () if st == chosen)
         numbers = next((s for s in by_rank.get(r["rank"], {}).get("steps", []) if s["step"] == chosen), None)
-        rank_steps.append(_RankStep(rank=r["rank"], step_us=window["step_us"], start_us=t0, spans=spans, numbers=numbers))
+        rank_steps.append(_RankStep(rank=r["rank"], step_us=window["step_us"], start_us=t0, spans=spans, phases=phases, numbers=numbers))
 
     world = len(rank_steps)
     note = None
@@ -231,16 +281,16 @@ def _select(mode: str, mode_json: dict, metrics: RunMetrics, *, step: int | None
 
 
 def _colour_map(panels: list[_ModeStep]) -> dict[str, str]:
-    """Phase key -> colour for the phases present, known phases in a fixed order first."""
+    """Label key -> colour for the labels present, known labels in a fixed order first."""
     present = []
     for p in panels:
         for r in p.ranks:
             for *_, label in r.spans:
-                key = phase(label).key
+                key = span_label(label).key
                 if key not in present:
                     present.append(key)
-    colours = {k: c for k, c in PHASE_COLOURS.items() if k in present}
-    extra = [k for k in present if k not in PHASE_COLOURS]
+    colours = {k: c for k, c in LABEL_COLOURS.items() if k in present}
+    extra = [k for k in present if k not in LABEL_COLOURS]
     for i, key in enumerate(extra):
         colours[key] = OTHER_COLOURS[i % len(OTHER_COLOURS)]
     return colours
@@ -254,12 +304,13 @@ def _fmt_ms(us: float | None) -> str:
     return "-" if us is None else f"{us / 1e3:.1f}"
 
 
-def _draw_panel(ax, panel: _ModeStep, *, colours: dict[str, str], xmax_ms: float) -> None:
+def _draw_panel(ax, panel: _ModeStep, *, colours: dict[str, str], xmax_ms: float, phased: bool) -> None:
     lane_h = 0.8
+    pitch = _pitch(phased)
     yticks, yticklabels = [], []
     min_text_ms = xmax_ms * 0.022  # narrower bars get no text label
     for g, r in enumerate(panel.ranks):
-        top = g * 3  # compute lane at top, comm lane at top+1, gap at top+2
+        top = g * pitch  # compute lane at top, comm lane at top+1, the phase band above top
         step_ms = r.step_us / 1e3
         ax.add_patch(Rectangle((0, top - 0.5), step_ms, 2, facecolor=STEP_BG_COLOUR, edgecolor="none", zorder=0))
         ax.plot([step_ms, step_ms], [top - 0.5, top + 1.5], color="#555555", lw=0.8, zorder=3)
@@ -267,57 +318,29 @@ def _draw_panel(ax, panel: _ModeStep, *, colours: dict[str, str], xmax_ms: float
         for a, b in zip(shaded[0].tolist(), shaded[1].tolist()):
             ax.add_patch(Rectangle((a, top - 0.5), b - a, 2, facecolor=OVERLAP_COLOUR, alpha=0.55, edgecolor="none", zorder=1))
             # The hatch on the comm bar itself: the shading stays visible where bars cover the band.
-            ax.add_patch(
-                Rectangle(
-                    (a, top + 1 - lane_h / 2),
-                    b - a,
-                    lane_h,
-                    facecolor="none",
-                    edgecolor=OVERLAP_HATCH_COLOUR,
-                    lw=0.0,
-                    hatch="////",
-                    zorder=2.5,
-                )
-            )
+            hatch = {"facecolor": "none", "edgecolor": OVERLAP_HATCH_COLOUR, "lw": 0.0, "hatch": "////", "zorder": 2.5}
+            ax.add_patch(Rectangle((a, top + 1 - lane_h / 2), b - a, lane_h, **hatch))
         for a, b, kind, label in r.spans:
-            ph = phase(label)
+            sl = span_label(label)
             y = top + (1 if kind == "comm" else 0)
-            ax.add_patch(Rectangle((a, y - lane_h / 2), b - a, lane_h, facecolor=colours[ph.key], edgecolor="white", lw=0.4, zorder=2))
+            ax.add_patch(Rectangle((a, y - lane_h / 2), b - a, lane_h, facecolor=colours[sl.key], edgecolor="white", lw=0.4, zorder=2))
             if b - a >= min_text_ms:
-                dark = ph.key in ("forward", "all_reduce", "reduce_scatter", "all_gather")
-                ax.text(
-                    (a + b) / 2,
-                    y,
-                    ph.short,
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="white" if dark else "#222222",
-                    zorder=4,
-                    clip_on=True,
-                )
+                ink = "white" if _luminance(colours[sl.key]) < 0.5 else "#222222"
+                ax.text((a + b) / 2, y, sl.short, ha="center", va="center", fontsize=7, color=ink, zorder=4, clip_on=True)
+        if r.phases:
+            _draw_phases(ax, r.phases, top=top, min_text_ms=min_text_ms)
+        if phased:
+            yticks.append(top - BAND_OFFSET)
+            yticklabels.append("phase")
         yticks += [top, top + 1]
         yticklabels += [f"rank {r.rank}  compute", "comm"]
-        n = r.numbers
-        if n:
-            pct = "-" if n.get("overlap_pct") is None else f"{n['overlap_pct']:.0f}%"
-            ax.annotate(
-                f"step {_fmt_ms(n['step_us'])} ms, overlap {pct}\ncomm {_fmt_ms(n['comm_us'])} ms, exposed "
-                f"{_fmt_ms(n['exposed_comm_us'])} ms",
-                xy=(1.0, top + 0.5),
-                xycoords=("axes fraction", "data"),
-                xytext=(6, 0),
-                textcoords="offset points",
-                va="center",
-                ha="left",
-                fontsize=7.5,
-                color="#333333",
-            )
-    ax.set_ylim(len(panel.ranks) * 3 - 1.5 + 0.5, -1.0)
+        if r.numbers:
+            _annotate(ax, r.numbers, y=top + 0.5 - (BAND_OFFSET / 2 if r.phases else 0.0))
+    ax.set_ylim((len(panel.ranks) - 1) * pitch + 2.0, -1.0 - (BAND_OFFSET if phased else 0.0))
     ax.set_xlim(0, xmax_ms * 1.01)
     ax.set_yticks(yticks, yticklabels, fontsize=8)
     for tick, text in zip(ax.get_yticklabels(), yticklabels):
-        if text == "comm":
+        if text in ("comm", "phase"):
             tick.set_color("#555555")
     ax.tick_params(axis="y", length=0)
     ax.grid(axis="x", color="#DDDDDD", lw=0.6, zorder=-1)
@@ -333,3 +356,44 @@ def _draw_panel(ax, panel: _ModeStep, *, colours: dict[str, str], xmax_ms: float
     ax.set_title(title, loc="left", fontsize=11, fontweight="bold")
     if panel.note:
         ax.set_title(panel.note, loc="right", fontsize=8.5, style="italic", color="#444444")
+
+
+def _draw_phases(ax, phases: tuple[tuple[float, float, str], ...], *, top: float, min_text_ms: float) -> None:
+    """The band above a rank's lanes, and a dotted line down through the lanes where each phase starts."""
+    y = top - BAND_OFFSET
+    for a, b, name in phases:
+        colour = PHASE_COLOURS.get(name, "#DDDDDD")
+        ax.add_patch(
+            Rectangle(
+                (a, y - BAND_HEIGHT / 2), b - a, BAND_HEIGHT, facecolor=colour, edgecolor="white", lw=0.6, zorder=2, gid=f"phase:{name}"
+            )
+        )
+        ax.plot([a, a], [y - BAND_HEIGHT / 2, top + 1.5], color="#777777", lw=0.6, ls=(0, (1, 2)), zorder=1.5)
+        text = name if b - a >= 2.5 * min_text_ms else PHASE_SHORT.get(name, name[:3]) if b - a >= min_text_ms else ""
+        if text:
+            ax.text((a + b) / 2, y, text, ha="center", va="center", fontsize=7, color="#222222", zorder=4, clip_on=True)
+
+
+def _annotate(ax, n: dict, *, y: float) -> None:
+    """The record's numbers for this rank's step, right of the lanes; per phase where the record has them."""
+    pct = "-" if n.get("overlap_pct") is None else f"{n['overlap_pct']:.0f}%"
+    lines = [
+        f"step {_fmt_ms(n['step_us'])} ms, overlap {pct}",
+        f"comm {_fmt_ms(n['comm_us'])} ms, exposed {_fmt_ms(n['exposed_comm_us'])} ms",
+    ]
+    phases = [p for p in n.get("phases") or () if p.get("comm_us")]
+    if phases:
+        lines.append(
+            "exposed: " + ", ".join(f"{PHASE_SHORT.get(p['phase'], p['phase'])} {_fmt_ms(p['exposed_comm_us'])}" for p in phases) + " ms"
+        )
+    ax.annotate(
+        "\n".join(lines),
+        xy=(1.0, y),
+        xycoords=("axes fraction", "data"),
+        xytext=(6, 0),
+        textcoords="offset points",
+        va="center",
+        ha="left",
+        fontsize=7.5,
+        color="#333333",
+    )

@@ -5,11 +5,13 @@ Registered in pyproject.toml under `[project.entry-points."tensorboard_plugins"]
 the logdir that holds metrics.json (our runs, and `analyze DIR --tensorboard` output); its
 timeline.json is optional. Routes, under /data/plugin/profile_overlap/:
 
-    index.js, style.css             the frontend (no build step, no external request)
+    index.js, timeline.js,          the frontend: ES modules and a style sheet (no build step, no
+    common.js, style.css            external request)
     runs                            {"runs": [{"run", "modes", "world_size", "status", "has_timeline", "error"}]}
                                     (status: status.json's state, e.g. succeeded or failed)
     metrics?run=R                   R/metrics.json, byte for byte
-    timeline?run=R&mode=M           one mode of R/timeline.json; &max_spans=K merges each rank's
+    timeline?run=R&mode=M           one mode of R/timeline.json (each rank's steps, spans and, where
+                                    the file has them, phase windows); &max_spans=K merges each rank's
                                     spans of each kind down to K (the reply says how many it merged)
 
 `run` is a path relative to the logdir; anything that resolves outside it is refused.
@@ -38,7 +40,12 @@ MIN_MAX_SPANS = 16
 CACHED_REPLIES = 8
 """Timeline replies kept serialised: a 64-rank timeline.json takes seconds to parse, and the tab
 asks for each of a run's modes in turn."""
-_STATIC = {"/index.js": ("index.js", "text/javascript"), "/style.css": ("style.css", "text/css")}
+_STATIC = {
+    "/index.js": ("index.js", "text/javascript"),
+    "/timeline.js": ("timeline.js", "text/javascript"),
+    "/common.js": ("common.js", "text/javascript"),
+    "/style.css": ("style.css", "text/css"),
+}
 
 
 class RequestError(Exception):

@@ -1,330 +1,14 @@
 // The Overlap tab. TensorBoard loads this module in an iframe (base href: the plugin's routes)
 // and calls render(). It reads the run's metrics.json and timeline.json through the plugin's
 // routes and draws them; it computes no metric (renderers never recompute) and requests nothing
-// outside this TensorBoard server.
+// outside this TensorBoard server. The timeline panels are timeline.js; helpers, common.js.
 
-const COLORS = { compute: "#4e79a7", comm: "#f28e2b", overlap: "#59a14f" };
-const LANES = ["compute", "comm", "overlap"];
+import { bytes, el, exact, fixed, foldable, getJSON, PHASE_COLORS, PHASE_OTHER_COLOR, table } from "./common.js";
+import { MODE_TITLES, Timeline } from "./timeline.js";
+
 // Spans asked of the server per rank and kind (it merges beyond this and says so): about
 // 2^17 per kind in all, so that 64 ranks stay smooth; never fewer than 256 per rank.
 const maxSpans = (worldSize) => Math.max(256, Math.min(4096, Math.floor(131072 / (worldSize || 1))));
-const LABEL_W = 64; // px left of the lanes, for rank names
-const AXIS_H = 22;
-const MODE_TITLES = {
-  sequential: "sequential: all_reduce, then Adam, then forward",
-  split: "split: reduce_scatter, Adam on the 1/N shard, all_gather overlapped with forward",
-  trace: "trace: analyze DIR --tensorboard",
-};
-
-// ------------------------------------------------------------------ small helpers
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === "class") node.className = v;
-    else if (k === "text") node.textContent = v;
-    else node.setAttribute(k, v);
-  }
-  for (const c of children) if (c != null) node.append(c);
-  return node;
-}
-
-async function getJSON(url) {
-  const resp = await fetch(url);
-  const body = await resp.json();
-  if (!resp.ok) throw new Error(body.error || `${url}: HTTP ${resp.status}`);
-  return body;
-}
-
-// Record values exactly as stored (the record keeps 3 decimals for µs, 4 for GB/s).
-const exact = (x) => (x == null ? "–" : x.toLocaleString("en-US", { maximumFractionDigits: 6 }));
-const fixed = (x, d) => (x == null ? "–" : x.toFixed(d));
-
-function bytes(n) {
-  if (n == null) return "–";
-  for (const [unit, size] of [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) {
-    if (n >= size) return `${(n / size).toFixed(2)} ${unit} (${n.toLocaleString("en-US")} B)`;
-  }
-  return `${n} B`;
-}
-
-function ms(us) {
-  return Math.abs(us) >= 1000 ? `${(us / 1000).toFixed(3)} ms` : `${us.toFixed(1)} µs`;
-}
-
-function table(headers, rows, rowClass = () => "") {
-  const t = el("table", { class: "po-table" });
-  t.append(el("thead", {}, el("tr", {}, ...headers.map((h) => el("th", { text: h })))));
-  const body = el("tbody");
-  rows.forEach((cells, i) => {
-    const tr = el("tr", { class: rowClass(i) });
-    for (const c of cells) tr.append(c instanceof Node ? el("td", {}, c) : el("td", { text: String(c) }));
-    body.append(tr);
-  });
-  t.append(body);
-  return t;
-}
-
-// The collective a comm span belongs to, by its label ("split/all_gather",
-// "ncclDevKernel_AllGather_RING_LL"): used only to show that rank's recorded totals on hover.
-function collectiveFor(label, collectives) {
-  const key = label.toLowerCase().replace(/_/g, "");
-  const found = (collectives || []).filter((c) => key.includes(c.kind.replace(/_/g, "")));
-  return found.sort((a, b) => b.kind.length - a.kind.length)[0] || null;
-}
-
-// ------------------------------------------------------------------ timeline data
-
-// Lanes of one rank as sorted typed arrays; the overlap lane is where the drawn comm and
-// compute spans intersect (geometry for display; the overlap numbers are the record's).
-function prepareRank(rank) {
-  const byKind = { comm: [], compute: [] };
-  for (const s of rank.spans) byKind[s[3]]?.push(s);
-  const lanes = {};
-  for (const kind of ["comm", "compute"]) {
-    const spans = byKind[kind].sort((a, b) => a[1] - b[1]);
-    lanes[kind] = laneOf(spans);
-  }
-  const a = union(lanes.comm), b = union(lanes.compute);
-  const os = [], oe = [];
-  for (let i = 0, j = 0; i < a.length && j < b.length;) {
-    const lo = Math.max(a[i][0], b[j][0]), hi = Math.min(a[i][1], b[j][1]);
-    if (hi > lo) { os.push(lo); oe.push(hi); }
-    if (a[i][1] < b[j][1]) i++; else j++;
-  }
-  lanes.overlap = laneOf(os.map((s, i) => [null, s, oe[i], "overlap", ""]));
-  return { rank: rank.rank, steps: rank.steps, lanes };
-}
-
-// A lane: spans sorted by start, plus the running maximum of their ends, so that both "first
-// span ending after t" and "last span starting before t" are binary searches.
-function laneOf(spans) {
-  const end = Float64Array.from(spans, (s) => s[2]);
-  const endMax = Float64Array.from(end);
-  for (let i = 1; i < endMax.length; i++) endMax[i] = Math.max(endMax[i], endMax[i - 1]);
-  return { start: Float64Array.from(spans, (s) => s[1]), end, endMax, step: spans.map((s) => s[0]), label: spans.map((s) => s[4]) };
-}
-
-function union(lane) {
-  const out = [];
-  for (let i = 0; i < lane.start.length; i++) {
-    const last = out[out.length - 1];
-    if (last && lane.start[i] <= last[1]) last[1] = Math.max(last[1], lane.end[i]);
-    else out.push([lane.start[i], lane.end[i]]);
-  }
-  return out;
-}
-
-// First index whose (running maximum) end is >= t.
-function firstEnding(lane, t) {
-  let lo = 0, hi = lane.start.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (lane.endMax[mid] < t) lo = mid + 1; else hi = mid;
-  }
-  return lo;
-}
-
-// First index whose start is > t.
-function firstStartAfter(lane, t) {
-  let lo = 0, hi = lane.start.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (lane.start[mid] <= t) lo = mid + 1; else hi = mid;
-  }
-  return lo;
-}
-
-// ------------------------------------------------------------------ one timeline panel
-
-class Timeline {
-  constructor(mode, reply, analysis, slowest) {
-    this.mode = mode;
-    this.analysis = analysis;
-    this.ranks = reply.ranks.map(prepareRank);
-    this.t0 = Infinity; this.t1 = -Infinity;
-    for (const r of reply.ranks) {
-      for (const s of r.steps) { this.t0 = Math.min(this.t0, s.start_us); this.t1 = Math.max(this.t1, s.start_us + s.step_us); }
-      for (const s of r.spans) { this.t0 = Math.min(this.t0, s[1]); this.t1 = Math.max(this.t1, s[2]); }
-    }
-    this.view = [this.t0, this.t1];
-    this.numSpans = reply.ranks.reduce((n, r) => n + r.spans.length, 0);
-    const ranks = this.ranks.length;
-    this.laneH = ranks <= 4 ? 14 : ranks <= 16 ? 7 : 3;
-    this.groupH = 3 * this.laneH + (ranks <= 16 ? 6 : 2);
-    this.slowest = slowest;
-
-    this.canvas = el("canvas", { class: "po-canvas", "data-mode": mode });
-    this.tip = el("div", { class: "po-tip" });
-    this.note = el("div", { class: "po-note" });
-    const serverNote = reply.num_spans_served < reply.num_spans_in_file
-      ? `Server merged ${reply.num_spans_in_file.toLocaleString("en-US")} spans into ${reply.num_spans_served.toLocaleString("en-US")} (at most ${reply.max_spans} per rank and kind; the largest gaps kept). `
-      : "";
-    this.serverNote = serverNote;
-    const reset = el("button", { class: "po-button", text: "reset zoom" });
-    reset.onclick = () => { this.view = [this.t0, this.t1]; this.schedule(); };
-    this.node = el("section", { class: "po-panel" },
-      el("h3", { text: MODE_TITLES[mode] || mode }),
-      el("div", { class: "po-legend" },
-        ...LANES.map((k) => el("span", {}, el("i", { style: `background:${COLORS[k]}` }), k)),
-        el("span", { class: "po-hint", text: "wheel: zoom · drag: pan · double-click: reset" }), reset),
-      el("div", { class: "po-canvas-wrap" }, this.canvas, this.tip),
-      this.note);
-    this.bind();
-  }
-
-  bind() {
-    const c = this.canvas;
-    c.addEventListener("wheel", (e) => {
-      e.preventDefault();
-      const t = this.timeAt(e.offsetX);
-      const f = Math.exp(e.deltaY * 0.002);
-      const [a, b] = this.view;
-      const span = Math.max((b - a) * f, 1);
-      const frac = (t - a) / (b - a);
-      this.view = [t - frac * span, t - frac * span + span];
-      this.schedule();
-    }, { passive: false });
-    c.addEventListener("mousedown", (e) => { this.drag = { x: e.offsetX, view: [...this.view] }; });
-    window.addEventListener("mouseup", () => { this.drag = null; });
-    c.addEventListener("mousemove", (e) => {
-      if (this.drag) {
-        const dt = (e.offsetX - this.drag.x) / this.plotW() * (this.drag.view[1] - this.drag.view[0]);
-        this.view = [this.drag.view[0] - dt, this.drag.view[1] - dt];
-        this.schedule();
-      }
-      this.hover(e.offsetX, e.offsetY);
-    });
-    c.addEventListener("mouseleave", () => { this.tip.style.display = "none"; });
-    c.addEventListener("dblclick", () => { this.view = [this.t0, this.t1]; this.schedule(); });
-  }
-
-  // The canvas width is read once per draw: reading layout inside the loop would force reflows.
-  plotW() { return Math.max(this.width - LABEL_W - 8, 50); }
-  timeAt(x) { return this.view[0] + (x - LABEL_W) / this.plotW() * (this.view[1] - this.view[0]); }
-  xOf(t) { return LABEL_W + (t - this.view[0]) / (this.view[1] - this.view[0]) * this.plotW(); }
-
-  schedule() {
-    if (this.pending) return;
-    this.pending = requestAnimationFrame(() => { this.pending = null; this.draw(); });
-  }
-
-  draw() {
-    const c = this.canvas, dpr = window.devicePixelRatio || 1;
-    const height = AXIS_H + this.ranks.length * this.groupH + 4;
-    if (c.style.height !== `${height}px`) c.style.height = `${height}px`;
-    const width = this.width = c.clientWidth;
-    const began = performance.now(); // after the layout read: what follows is this panel's own work
-    c.width = Math.round(width * dpr); c.height = Math.round(height * dpr);
-    const g = c.getContext("2d");
-    g.setTransform(dpr, 0, 0, dpr, 0, 0);
-    g.clearRect(0, 0, width, height);
-    g.font = "11px system-ui, sans-serif";
-    this.drawAxis(g, width);
-    let inView = 0, rects = 0;
-    const [v0, v1] = this.view;
-    this.ranks.forEach((r, i) => {
-      const y = AXIS_H + i * this.groupH;
-      g.fillStyle = r.rank === this.slowest ? "#b22" : "#333";
-      g.textBaseline = "middle";
-      const name = this.ranks.length > 16 ? `${r.rank}` : `rank ${r.rank}`;
-      g.fillText(r.rank === this.slowest ? `${name} ◆` : name, 4, y + 1.5 * this.laneH);
-      // Profiler step windows: alternate bands, numbered where there is room.
-      r.steps.forEach((s, n) => {
-        const x0 = Math.max(this.xOf(s.start_us), LABEL_W), x1 = Math.min(this.xOf(s.start_us + s.step_us), width - 8);
-        if (x1 <= x0) return;
-        g.fillStyle = n % 2 ? "rgba(0,0,0,0.07)" : "rgba(0,0,0,0.03)";
-        g.fillRect(x0, y, x1 - x0, 3 * this.laneH);
-        if (this.laneH >= 7 && x1 - x0 > 60) {
-          g.fillStyle = "#999";
-          g.fillText(`step ${s.step}`, x0 + 2, y + 2.5 * this.laneH);
-        }
-      });
-      LANES.forEach((kind, k) => {
-        const lane = r.lanes[kind];
-        g.fillStyle = COLORS[kind];
-        const ly = y + k * this.laneH, lh = Math.max(this.laneH - 1, 2);
-        // Merge at pixel resolution: spans that start within a pixel of a rectangle join it.
-        // Each rectangle costs a few binary searches, however many spans it swallows.
-        const stop = firstStartAfter(lane, v1);
-        let j = firstEnding(lane, v0);
-        inView += Math.max(stop - j, 0);
-        while (j < stop) {
-          const x0 = Math.max(this.xOf(lane.start[j]), LABEL_W);
-          let x1 = Math.max(this.xOf(lane.endMax[j]), x0 + 0.5);
-          let next = j + 1;
-          for (;;) {
-            const upto = Math.min(firstStartAfter(lane, this.timeAt(x1 + 1)), stop);
-            if (upto <= next) break;
-            x1 = Math.max(x1, this.xOf(lane.endMax[upto - 1]));
-            next = upto;
-          }
-          g.fillRect(x0, ly, Math.min(x1, width - 8) - x0, lh);
-          rects++;
-          j = next;
-        }
-      });
-    });
-    const merged = rects < inView
-      ? `Merged at pixel resolution: ${inView.toLocaleString("en-US")} spans in view drawn as ${rects.toLocaleString("en-US")} rectangles; zoom in for detail.`
-      : `${inView.toLocaleString("en-US")} spans in view, each drawn.`;
-    this.note.textContent = `${this.serverNote}${merged} ◆ marks the rank the others wait for.`;
-    this.node.dataset.drawnRects = String(rects);
-    this.node.dataset.spansInView = String(inView);
-    this.node.dataset.drawMs = (performance.now() - began).toFixed(1);
-  }
-
-  drawAxis(g, width) {
-    const [v0, v1] = this.view;
-    const rough = (v1 - v0) / 8;
-    const pow = 10 ** Math.floor(Math.log10(rough));
-    const stepUs = [1, 2, 5, 10].map((m) => m * pow).find((s) => s >= rough);
-    g.fillStyle = "#555"; g.strokeStyle = "#ddd"; g.textBaseline = "top";
-    for (let t = Math.ceil((v0 - this.t0) / stepUs) * stepUs; t + this.t0 <= v1; t += stepUs) {
-      const x = this.xOf(t + this.t0);
-      g.beginPath(); g.moveTo(x, AXIS_H - 4); g.lineTo(x, AXIS_H + this.ranks.length * this.groupH); g.stroke();
-      const text = `${+(t / 1000).toPrecision(6)} ms`;
-      if (x + 2 + g.measureText(text).width < width) g.fillText(text, x + 2, 4);
-    }
-    g.clearRect(0, 0, LABEL_W, AXIS_H);
-  }
-
-  hover(x, y) {
-    const i = Math.floor((y - AXIS_H) / this.groupH);
-    const k = Math.floor((y - AXIS_H - i * this.groupH) / this.laneH);
-    const r = this.ranks[i];
-    if (!r || k < 0 || k > 2 || x < LABEL_W) { this.tip.style.display = "none"; return; }
-    const kind = LANES[k], lane = r.lanes[kind];
-    const t = this.timeAt(x), slack = 2 * (this.view[1] - this.view[0]) / this.plotW();
-    const j = firstEnding(lane, t - slack);
-    if (j >= lane.start.length || lane.start[j] > t + slack) { this.tip.style.display = "none"; return; }
-    const dur = lane.end[j] - lane.start[j];
-    const lines = [
-      `<b>${kind === "overlap" ? "overlap (comm ∩ compute)" : escape(lane.label[j])}</b>`,
-      `rank ${r.rank} · ${kind}${lane.step[j] != null ? ` · step ${lane.step[j]}` : ""}`,
-      `duration ${ms(dur)} · starts at ${ms(lane.start[j] - this.t0)}`,
-    ];
-    if (kind === "comm") {
-      const rankRec = (this.analysis?.ranks || []).find((a) => a.rank === r.rank);
-      const c = collectiveFor(lane.label[j], rankRec?.collectives);
-      if (c) {
-        lines.push(`${c.kind} on rank ${r.rank}, all ${c.count} calls: ${bytes(c.nbytes)}`,
-          `algbw ${fixed(c.algbw_gbps, 4)} GB/s · busbw ${fixed(c.busbw_gbps, 4)} GB/s`);
-      } else {
-        lines.push("no size recorded for this collective");
-      }
-    }
-    this.tip.innerHTML = lines.join("<br>");
-    this.tip.style.display = "block";
-    const left = Math.min(x + 12, this.width - 300);
-    this.tip.style.left = `${Math.max(left, 0)}px`;
-    this.tip.style.top = `${y + 14}px`;
-  }
-}
-
-function escape(s) {
-  return String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
-}
 
 // The rank the others wait for, as the record's summary decided it (no recomputation here).
 function slowestRank(metrics, mode) {
@@ -335,13 +19,17 @@ function slowestRank(metrics, mode) {
 
 function summary(metrics, modes) {
   const box = el("div", { class: "po-summary" });
+  const versus = metrics.summary?.speedup_vs_first || [];
   for (const mode of modes) {
     const m = metrics.modes[mode], st = m.step_time;
+    const vs = versus.find((x) => x.mode === mode);
     box.append(el("div", { class: "po-card" },
       el("b", { text: mode }),
       el("div", { text: st.median_ms == null ? (m.checks.some((c) => !c.passed) ? "no timed steps (verification failed first)"
         : "no timed steps (traces only)")
         : `step time median ${fixed(st.median_ms, 2)} ms (p10 ${fixed(st.p10_ms, 2)}, p90 ${fixed(st.p90_ms, 2)}; ${st.times_ms.length} steps)` }),
+      el("div", { text: vs?.speedup != null && versus.length > 1 && mode !== vs.baseline
+        ? `speedup vs ${vs.baseline}: ${fixed(vs.speedup, 2)}×${vs.within_noise ? " (within run-to-run noise)" : ""}` : "" }),
       el("div", { text: m.checks.length ? `checks: ${m.checks.filter((c) => c.passed).length}/${m.checks.length} passed` : "" })));
   }
   if (metrics.speedup) {
@@ -379,13 +67,6 @@ function rankTable(mode, analysis, slow) {
     "wait (red) | transfer (orange)"], rows, (i) => (analysis.ranks[i].rank === slow ? "po-slow" : ""));
 }
 
-// Long tables (64 ranks × steps) start folded, so the timeline and stragglers stay in view.
-function foldable(mode, what, t) {
-  const rows = t.tBodies[0].rows.length;
-  if (rows <= 32) return t;
-  return el("details", {}, el("summary", { text: `${mode}: ${rows} ${what} rows (click to show)` }), t);
-}
-
 function stepTable(mode, analysis) {
   const rows = [];
   for (const r of analysis.ranks) {
@@ -405,6 +86,45 @@ function collectiveTable(mode, analysis) {
     }
   }
   return foldable(mode, "collective", table(["mode", "rank", "kind", "count", "bytes", "dur_us", "algbw GB/s", "busbw GB/s"], rows));
+}
+
+// Hidden vs exposed communication per phase (forward, backward, optimizer): the record summary's
+// numbers (per profiled step, mean over ranks) where the record has them, and each rank's from
+// the analysis (summed over the profiled steps). Empty for records without phase labels.
+function phaseTables(mode, metrics) {
+  const swatch = (p) => el("span", {}, el("i", { class: "po-swatch", style: `background:${PHASE_COLORS[p] || PHASE_OTHER_COLOR}` }), p);
+  const out = [];
+  let summaryPhases = metrics.summary?.modes?.[mode]?.phases;
+  if (summaryPhases && !Array.isArray(summaryPhases)) summaryPhases = Object.entries(summaryPhases).map(([phase, p]) => ({ phase, ...p }));
+  if (summaryPhases?.length) {
+    const bar = hiddenBar(Math.max(...summaryPhases.map((p) => p.comm_ms ?? 0)));
+    const t = table(["mode", "phase", "window ms", "comm ms", "compute ms", "hidden ms", "exposed comm ms", "hidden (green) | exposed (orange)"],
+      summaryPhases.map((p) => [mode, swatch(p.phase), fixed(p.window_ms, 3), fixed(p.comm_ms, 3), fixed(p.compute_ms, 3),
+        fixed(p.hidden_ms, 3), fixed(p.exposed_comm_ms, 3), bar(p.hidden_ms, p.exposed_comm_ms, "ms")]));
+    t.dataset.phases = `${mode} summary`;
+    t.tHead.rows[0].cells[1].style.textAlign = "left";
+    out.push(t);
+  }
+  const ranks = (metrics.modes[mode]?.analysis?.ranks || []).filter((r) => r.phases?.length);
+  if (ranks.length) {
+    const bar = hiddenBar(Math.max(...ranks.flatMap((r) => r.phases.map((p) => p.comm_us ?? 0))));
+    const rows = ranks.flatMap((r) => r.phases.map((p) => [mode, r.rank, swatch(p.phase), exact(p.window_us), exact(p.comm_us),
+      exact(p.compute_us), exact(p.overlap_us), exact(p.exposed_comm_us), bar(p.overlap_us, p.exposed_comm_us, "µs")]));
+    const t = table(["mode", "rank", "phase", "window_us", "comm_us", "compute_us", "hidden (overlap_us)", "exposed_comm_us",
+      "hidden (green) | exposed (orange)"], rows);
+    t.dataset.phases = `${mode} ranks`;
+    t.tHead.rows[0].cells[2].style.textAlign = "left";
+    out.push(foldable(mode, "phase", t));
+  }
+  return out;
+}
+
+// A bar of hidden (green, the overlap lane's colour) then exposed (orange) communication, scaled
+// to the largest communication in its table.
+function hiddenBar(max) {
+  return (hidden, exposed, unit) => el("div", { class: "po-bar", title: `hidden ${fixed(hidden, 3)} ${unit}, exposed ${fixed(exposed, 3)} ${unit}` },
+    el("i", { class: "po-hidden", style: `width:${100 * (hidden ?? 0) / (max || 1)}%` }),
+    el("i", { class: "po-exposed", style: `width:${100 * (exposed ?? 0) / (max || 1)}%` }));
 }
 
 // ------------------------------------------------------------------ explain
@@ -435,9 +155,10 @@ function explain(n) {
 async function showRun(main, run, view) {
   main.replaceChildren(el("p", { class: "po-muted", text: `loading ${run.run} …` }));
   const metrics = await getJSON(`metrics?run=${encodeURIComponent(run.run)}`);
-  const modes = view === "both" ? ["sequential", "split"] : [view];
+  const modes = view === "all" ? run.modes : [view]; // the run's order, as in metrics.json and the report
   const timelines = [];
-  const panels = el("div", { class: `po-panels po-cols-${modes.length}` });
+  // Two modes side by side; three or more stacked, each as wide as the page.
+  const panels = el("div", { class: `po-panels po-cols-${modes.length === 2 ? 2 : 1}` });
   for (const mode of modes) {
     const analysis = metrics.modes[mode]?.analysis;
     if (!run.has_timeline || !analysis) {
@@ -451,12 +172,22 @@ async function showRun(main, run, view) {
     timelines.push(tl);
     panels.append(tl.node);
   }
+  // One time scale for every panel (each from its own first profiled step), so that the modes' steps compare by eye.
+  const longest = Math.max(...timelines.map((tl) => tl.t1 - tl.t0));
+  for (const tl of timelines) tl.setFull(tl.t0, tl.t0 + longest);
   const analysed = modes.filter((m) => metrics.modes[m]?.analysis);
+  const phases = analysed.flatMap((m) => phaseTables(m, metrics));
   const world = metrics.env?.world_size ?? metrics.modes[analysed[0]]?.analysis?.world_size;
-  main.replaceChildren(
+  const parts = [
     failures(metrics, run.status),
     summary(metrics, modes.filter((m) => metrics.modes[m])),
     panels,
+    ...(phases.length ? [
+      el("h3", { text: "Per phase: communication hidden behind compute vs exposed (forward, backward, optimizer)" }),
+      el("p", { class: "po-muted", text: "hidden = the phase's communication that overlaps its compute (overlap_us); exposed = the " +
+        "rest of the communication inside the phase's window. Summary rows: per profiled step, mean over ranks; rank rows: " +
+        "summed over the profiled steps." }),
+      ...phases] : []),
     ...(analysed.length ? [
       el("h3", { text: "Ranks: overlap, and the wait vs transfer split (stragglers)" }),
       el("p", { class: "po-muted", text: "Each collective call is matched across ranks; transfer = the fastest rank's duration, " +
@@ -466,7 +197,8 @@ async function showRun(main, run, view) {
       ...analysed.map((m) => stepTable(m, metrics.modes[m].analysis)),
       el("h3", { text: "Per collective (totals per rank; algbw = S/t, busbw = algbw · factor(kind, n), as nccl-tests)" }),
       ...analysed.map((m) => collectiveTable(m, metrics.modes[m].analysis))] : []),
-    world ? explain(world) : null);
+    world ? explain(world) : null];
+  main.replaceChildren(...parts.filter((p) => p != null)); // replaceChildren(null) would show "null"
   for (const tl of timelines) tl.draw();
   const ro = new ResizeObserver(() => timelines.forEach((tl) => tl.schedule()));
   timelines.forEach((tl) => ro.observe(tl.canvas));
@@ -495,10 +227,11 @@ export async function render() {
   const fillViews = () => {
     const run = runs[+runSelect.value];
     viewSelect.replaceChildren();
-    if (run.modes.includes("sequential") && run.modes.includes("split")) {
-      viewSelect.append(el("option", { value: "both", text: "sequential | split, side by side" }));
+    const modes = run.modes;
+    if (modes.length > 1) {
+      viewSelect.append(el("option", { value: "all", text: `${modes.join(" | ")}${modes.length === 2 ? ", side by side" : ", stacked"}` }));
     }
-    for (const m of run.modes) viewSelect.append(el("option", { value: m, text: m }));
+    for (const m of modes) viewSelect.append(el("option", { value: m, text: m }));
   };
   const show = () => {
     document.body.dataset.ready = "false";
