@@ -1,15 +1,19 @@
-"""`explain`: the worked example for --world-size N ranks (tools/explain.py)."""
+"""`explain`: the worked example for --world-size N ranks, then the three schedules of --mode compare
+as text timelines (both from tools/explain.py)."""
 
 from __future__ import annotations
 
 import argparse
 
 from rich import box
+from rich.console import Group
+from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.render.console import make_console
-from profile_overlap.tools.explain import worked_example
+from profile_overlap.tools.explain import SCHEDULES, SKETCH_LEGEND, worked_example
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +55,22 @@ def main(args: argparse.Namespace) -> int:
         "  (ZeRO stages 2 and 3, FSDP).\n"
         f"- Traffic: the same either way. A ring all_reduce sends 2({n}-1)/{n} = {traffic:.3g} x the data per rank;\n"
         f"  reduce_scatter and all_gather send ({n}-1)/{n} = {traffic / 2:.3g} x each, {traffic:.3g} x together.\n"
+    )
+    console.print(schedules_panel(), width=min(console.width, 100))
+    console.print(
+        "--mode compare runs all three. Split against split-blocking gives the overlap yield (the step time that overlapping\n"
+        "wins) and the interference (how much slower compute runs beside communication).\n"
         "Measure it on real ranks: torchrun --standalone --nproc-per-node 4 -m profile_overlap --mode compare"
     )
     return 0 if equal else 1
+
+
+def schedules_panel() -> Panel:
+    """The three modes of --mode compare, each a sentence and a text timeline (rows: compute, comm)."""
+    parts: list = []
+    for schedule in SCHEDULES:
+        parts.append(Text.assemble((schedule.mode, "bold"), ": ", schedule.summary))
+        parts.extend(Text(line, no_wrap=True, overflow="ignore") for line in schedule.sketch())
+        parts.append(Text(""))
+    parts.append(Text(SKETCH_LEGEND, style="dim"))
+    return Panel(Group(*parts), title="The three schedules of --mode compare", title_align="left", box=box.ROUNDED)
