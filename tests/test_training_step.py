@@ -87,7 +87,7 @@ def test_mlp_compare_on_2_and_4_ranks(compare_run_2, compare_run_4):
     _backward_reduce_scatter_starts_in_backward(compare_run_2)
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("dtype", ["bfloat16"])  # float16 on gloo: tests/test_reliability.py (mlp)
 def test_transformer_in_low_precision_is_verified(tmp_path, dtype):
     proc = torchrun(["--mode", "compare", "--no-profile", "--dtype", dtype, "--out", str(tmp_path), *TINY_TRANSFORMER, *FEW_STEPS], nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
