@@ -1,0 +1,163 @@
+"""A job's record: every rank's traces in the job folder -> one RunMetrics (one mode, "job"), its
+files (metrics.json, timeline.json, status.json), its report and its TensorBoard files.
+
+`build_job_record(log_dir)` reads the folder as `analyze` does (analysis.folder.analyze_dir), so
+rank 0 needs every rank's traces on a file system it can read: the job folder must be shared by
+the nodes (or copied together before `report`). Step times are the profiled steps' ProfilerStep
+windows, the slowest rank per step; there is no memory or verification for a job we only traced.
+
+    python -m profile_overlap report runs/myjob      # calls ensure_record when metrics.json is missing
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from profile_overlap.analysis.cross_rank import TraceAnalysis
+from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.analysis.record import timeline_record, to_json
+from profile_overlap.api import layout
+from profile_overlap.core import status
+from profile_overlap.core.files import METRICS_JSON, STATUS_JSON, TIMELINE_JSON
+from profile_overlap.core.io import write_json_atomic
+from profile_overlap.record.metrics import SCHEMA_VERSION, ModeMetrics, RunMetrics, StepTimes
+from profile_overlap.record.summary import with_summary
+
+STEP_METHOD = "ProfilerStep windows of the profiled steps (slowest rank per step)"
+LAUNCHER = "own job"
+"""env.json's launcher of a job record: its command is the user's, rerun as it is."""
+
+
+def build_job_record(log_dir: Path | str, *, warn=None) -> RunMetrics:
+    """The record of the job in `log_dir` (a job folder, the latest job of a log_dir, or any folder of
+    torch.profiler traces). `warn(message)` hears of each trace left out as bad."""
+    return analyze_job(layout.find_job_dir(Path(log_dir)), warn=warn)[0]
+
+
+def analyze_job(job_dir: Path, *, warn=None, max_workers: int | None = None) -> tuple[RunMetrics, TraceAnalysis]:
+    """The record and the analysis it came from (timeline.json is drawn from the analysis)."""
+    result = analyze_dir(job_dir, steps=(None, None), skip_bad=True, warn=warn, max_workers=max_workers)
+    return job_record(job_dir, result), result
+
+
+def job_record(job_dir: Path, result: TraceAnalysis) -> RunMetrics:
+    states = layout.read_states(job_dir)
+    slowest: dict[int, float] = {}
+    for r in result.ranks:
+        for s in r.steps:
+            slowest[s.step] = max(slowest.get(s.step, 0.0), s.step_us / 1e3)
+    world = max([result.world_size, *(s.get("world_size", 1) for s in states.values())])
+    found = sorted(r.rank for r in result.ranks)
+    mode = ModeMetrics(
+        mode=layout.JOB_MODE,
+        step_time=StepTimes.from_times([slowest[k] for k in sorted(slowest)], method=STEP_METHOD),
+        memory=(),
+        checks=(),
+        trace_dir=".",
+        analysis=to_json(result),
+    )
+    config = {
+        "mode": layout.JOB_MODE,
+        "job": Path(job_dir).name,
+        "log_dir": str(Path(job_dir).parent),
+        "trace_files": sum(len(r.files) for r in result.ranks),
+        "profiled_steps": len(slowest),
+        "profiled_ranks": found,
+        "missing_ranks": sorted(set(range(world)) - set(found)) if len(found) < world else [],
+        "dropped_traces": layout.num_dropped(job_dir),
+    }
+    return with_summary(
+        RunMetrics(
+            schema_version=SCHEMA_VERSION,
+            run_dir=str(job_dir),
+            config=config,
+            env=_env(states, result, world),
+            modes={layout.JOB_MODE: mode},
+            checks=(),
+            speedup=None,
+        )
+    )
+
+
+def _env(states: dict[int, dict], result: TraceAnalysis, world: int) -> dict:
+    """What the ranks recorded about themselves (state files); from the traces alone for a folder of
+    others' traces."""
+    first = states[min(states)] if states else {}
+    ranks = [{k: s.get(k) for k in ("rank", "host", "pid", "local_rank", "node_rank", "device")} for _, s in sorted(states.items())]
+    if not ranks:
+        ranks = [
+            {"rank": r.rank, "host": "?", "pid": None, "local_rank": None, "node_rank": None, "device": r.device} for r in result.ranks
+        ]
+    backend = first.get("backend") or next((r.backend for r in result.ranks if r.backend), None)
+    return {
+        "date": min((s["started"] for s in states.values() if s.get("started")), default=None),
+        "command": first.get("command"),
+        "launcher": LAUNCHER,
+        "python": first.get("python"),
+        "torch": first.get("torch"),
+        "cuda": first.get("cuda"),
+        "nccl": first.get("nccl"),
+        "gloo": first.get("gloo"),
+        "backend": backend,
+        "device_type": first.get("device_type") or result.ranks[0].device,
+        "world_size": world,
+        "num_nodes": len({r["node_rank"] for r in ranks}) if states else None,
+        "hosts": sorted({r["host"] for r in ranks if r["host"] != "?"}),
+        "ranks": ranks,
+    }
+
+
+def write_record(job_dir: Path, metrics: RunMetrics, result: TraceAnalysis, *, final: bool) -> None:
+    """metrics.json and timeline.json (what the Overlap tab reads); at the end also the report, the
+    record's TensorBoard files and status.json succeeded. During the job, status.json says running."""
+    write_json_atomic(job_dir / METRICS_JSON, metrics.to_json())
+    write_json_atomic(job_dir / TIMELINE_JSON, timeline_record({layout.JOB_MODE: result}))
+    if not final:
+        status.write(job_dir, "running")
+        return
+    from profile_overlap.api import report
+    from profile_overlap.render import tensorboard
+
+    tensorboard.write_run(job_dir, metrics)
+    report.write(job_dir, metrics)
+    status.write(job_dir, "succeeded")
+
+
+def finish_job(job_dir: Path, *, warn=None, max_workers: int | None = None) -> RunMetrics:
+    """Build and write everything from the traces in `job_dir`."""
+    metrics, result = analyze_job(job_dir, warn=warn, max_workers=max_workers)
+    write_record(job_dir, metrics, result, final=True)
+    return metrics
+
+
+def is_job_record(run_dir: Path) -> bool:
+    """Whether run_dir's metrics.json is a job's record (not a run of ours)."""
+    try:
+        return json.loads((Path(run_dir) / METRICS_JSON).read_text())["config"].get("mode") == layout.JOB_MODE
+    except (OSError, ValueError, KeyError, AttributeError):
+        return False
+
+
+def ensure_record(path: Path) -> Path:
+    """The folder `report` should read: a run folder of ours as it is; for a job (a log_dir, a job
+    folder, or a folder of traces) its job folder, with its record built first when it has none."""
+    path = Path(path)
+    if (path / STATUS_JSON).is_file() and not (path / layout.STATE_DIR).is_dir():
+        return path  # a run of ours (finished or failed): record.folder.load_run says what it lacks
+    job_dir = layout.find_job_dir(path)
+    if not (job_dir / METRICS_JSON).is_file():
+        finish_job(job_dir)
+    return job_dir
+
+
+def write_report(
+    path: Path, *, out: Path | None = None, formats: tuple[str, ...] = ("html", "md", "json")
+) -> tuple[Path, list[Path]] | None:
+    """`report PATH` for a job: (its job folder, the files written); None for a run of ours."""
+    run_dir = ensure_record(Path(path))
+    if not is_job_record(run_dir):
+        return None
+    from profile_overlap.api import report
+
+    return run_dir, report.write(run_dir, out=out, formats=formats)
