@@ -107,12 +107,17 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("give either RUN_DIR or --compare RUN_A RUN_B, not both")
     if not args.compare and not args.run_dir:
         raise UserError("no run folder given: profile_overlap report RUN_DIR (or --compare RUN_A RUN_B)")
+    from profile_overlap.api.job import ensure_record, write_report
+
+    # A job profiled with profile_overlap.trace_handler gets its record built here when it has none.
     if args.compare:
-        written = write.write_compare(*args.compare, out=args.out, formats=args.format)
-        gated = load_run(args.compare[1])
+        a, b = (ensure_record(Path(p)) for p in args.compare)
+        written = write.write_compare(a, b, out=args.out, formats=args.format)
+        gated = load_run(b)
     else:
-        written = write.write(args.run_dir, out=args.out, formats=args.format)
-        gated = load_run(args.run_dir)
+        job = write_report(Path(args.run_dir), out=args.out, formats=tuple(args.format))
+        run_dir, written = job if job else (Path(args.run_dir), write.write(args.run_dir, out=args.out, formats=args.format))
+        gated = load_run(run_dir)
     for path in written:
         print(f"wrote {path}")
     return gate(gated.metrics.summary.headline, args.fail_if, run_name=gated.name)
