@@ -170,7 +170,7 @@ def figure(
     fig.suptitle(
         f"Communication / compute overlap, one profiled step {'per mode' if len(panels) > 1 else 'of ' + panels[0].mode}  ·  {run}\n"
         f"{metrics.env.get('world_size', '?')} ranks, {metrics.env.get('backend', '?')} on "
-        f"{metrics.env.get('device_type', '?')}, {_model(cfg)}, batch {cfg.get('batch')}",
+        f"{metrics.env.get('device_type', '?')}, {_model(cfg)}",
         fontsize=12,
         fontweight="bold",
         x=0.01,
@@ -212,9 +212,10 @@ def png_bytes(fig: Figure) -> bytes:
 
 
 def _model(cfg: dict) -> str:
-    if cfg.get("model") == "transformer":
-        return f"transformer, K={cfg.get('layers')} layers, dim {cfg.get('dim')}, {cfg.get('heads')} heads, {cfg.get('dtype')}"
-    return f"K={cfg.get('layers')} layers of {cfg.get('dim')}x{cfg.get('dim')} {cfg.get('dtype')}"
+    k, d, batch = cfg.get("layers"), cfg.get("dim"), f"{cfg.get('dtype')}, batch {cfg.get('batch')}"
+    transformer = f"transformer, K={k} layers, dim {d}, {cfg.get('heads')} heads, {batch}"
+    # A profiled job of the user's own has no K: its model is not ours to describe.
+    return "the job's own model" if k is None else transformer if cfg.get("model") == "transformer" else f"K={k} layers of {d}x{d} {batch}"
 
 
 def _luminance(colour: str) -> float:
