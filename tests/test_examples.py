@@ -52,7 +52,8 @@ def test_ddp_example_runs_on_two_nodes_through_the_slurm_script(tmp_path):
     bin_dir.mkdir()
     # srun runs its command once per node (here: two local processes, each a torchrun agent); scontrol names the nodes.
     (bin_dir / "srun").write_text('#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\n"$@" & "$@" & wait -n && wait -n\n')
-    (bin_dir / "scontrol").write_text("#!/bin/bash\necho 127.0.0.1\necho 127.0.0.1\n")
+    # Many nodes' worth of lines: a script that reads only the first must not die of scontrol's SIGPIPE.
+    (bin_dir / "scontrol").write_text("#!/bin/bash\nfor i in $(seq 5000); do echo 127.0.0.1; done\n")
     for tool in ("srun", "scontrol"):
         (bin_dir / tool).chmod(0o755)
     env = clean_env(

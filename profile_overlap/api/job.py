@@ -41,7 +41,8 @@ def analyze_job(job_dir: Path, *, warn=None, max_workers: int | None = None) -> 
     return job_record(job_dir, result), result
 
 
-def job_record(job_dir: Path, result: TraceAnalysis) -> RunMetrics:
+def job_record(job_dir: Path, result: TraceAnalysis, *, cycle: int | None = None) -> RunMetrics:
+    """`cycle`: the record is of that profiler cycle only (the live record, while the job runs)."""
     states = layout.read_states(job_dir)
     slowest: dict[int, float] = {}
     for r in result.ranks:
@@ -66,6 +67,7 @@ def job_record(job_dir: Path, result: TraceAnalysis) -> RunMetrics:
         "profiled_ranks": found,
         "missing_ranks": sorted(set(range(world)) - set(found)) if len(found) < world else [],
         "dropped_traces": layout.num_dropped(job_dir),
+        "cycles": "all" if cycle is None else f"cycle {cycle} only (the job is running)",
     }
     return with_summary(
         RunMetrics(

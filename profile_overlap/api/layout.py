@@ -193,8 +193,9 @@ def find_job_dir(path: Path) -> Path:
     jobs = [d for d in path.iterdir() if d.is_dir() and ((d / STATE_DIR).is_dir() or (d / METRICS_JSON).is_file())]
     if not jobs:
         raise UserError(
-            f"{path} holds no job: no trace files and no job folder; give the log_dir of profile_overlap.trace_handler "
-            "or profile (or a folder of torch.profiler traces)"
+            f"{path} is not a run folder (no status.json or metrics.json) and holds no job (no trace files, no job folder): "
+            "give a folder made by `profile_overlap run`, the log_dir of profile_overlap.trace_handler or profile, "
+            "or a folder of torch.profiler traces"
         )
     return max(jobs, key=_started)
 

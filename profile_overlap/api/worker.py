@@ -1,6 +1,6 @@
 """The worker process of one rank's trace handler (started by api/background.py): for each trace,
 gzip it into place, analyse it, append its scalars to the rank's event file; on rank 0, keep the
-job's metrics.json and timeline.json up to date, and at the end write the job's record and report.
+job's metrics.json and timeline.json up to date (the latest cycle), and at the end write the job's record and report.
 
     python -m profile_overlap.api.worker CONFIG_JSON     # tasks on stdin, one JSON object per line
 
@@ -28,10 +28,8 @@ the size, level 6 (our runs' level) 14.5 ms for 6.4%; the analysis of the trace 
 LIVE_WAIT_S = 10.0
 """How long rank 0 waits for the other ranks' trace of a cycle before it updates the live record."""
 LIVE_SHARE = 0.05
-"""Rank 0 rewrites the live record (which reads every trace of the job so far) at most this share of
-the time: after a rewrite that took t seconds, not again for t / LIVE_SHARE seconds."""
-LIVE_MAX_BYTES = 256 << 20
-"""Beyond this many bytes of traces, the record is written at the end of the job only."""
+"""Rank 0 rewrites the live record (one trace read per other rank) at most this share of the time:
+after a rewrite that took t seconds, not again for t / LIVE_SHARE seconds."""
 
 
 def say(line: str) -> None:
@@ -47,7 +45,6 @@ class RankWorker:
         self.world_size = config["world_size"]
         self.worker = config["worker"]
         self.analyze = config["analyze"]
-        self.live = config.get("live", True)
         self._events = None
         self._analysis_failed = False
         self._next_live = 0.0
@@ -66,12 +63,12 @@ class RankWorker:
             )
             return
         partial.unlink(missing_ok=True)
-        if self.analyze:
-            self._scalars(final)
-        if self.analyze and self.rank == 0 and self.live and not self.pending():
-            self._live_record()
+        mine = self._scalars(final) if self.analyze else None
+        if mine is not None and self.rank == 0 and not self.pending() and time.monotonic() >= self._next_live:
+            self._live_record(mine)
 
-    def _scalars(self, path: Path) -> None:
+    def _scalars(self, path: Path):
+        """This cycle's analysis (a RankAnalysis), its scalars appended; None when it has no numbers."""
         from profile_overlap.analysis.per_rank import analyze_rank
         from profile_overlap.api.events import RankEvents
 
@@ -81,38 +78,41 @@ class RankWorker:
             if not self._analysis_failed:  # once: every cycle of a job fails the same way
                 say(f"profile_overlap: rank {self.rank}: no overlap numbers for this trace: {err}")
             self._analysis_failed = True
-            return
+            return None
         if self._events is None:
             self._events = RankEvents(self.job_dir / f"rank{self.rank}")
         self._events.append(result)
+        return result
 
-    def _live_record(self) -> None:
-        """Rank 0, after its cycles: the record of every trace so far, once the other ranks have
-        written theirs of this cycle (or LIVE_WAIT_S passed); at most LIVE_SHARE of the time."""
+    def _live_record(self, mine) -> None:
+        """Rank 0, after a cycle: the record of that cycle on every rank (each rank's trace of the
+        same number), once the others have written theirs (or LIVE_WAIT_S passed). It reads one
+        trace per other rank, and takes at most LIVE_SHARE of the time; the whole job's record
+        comes at the end."""
+        from profile_overlap.analysis.cross_rank import combine
+        from profile_overlap.analysis.per_rank import analyze_rank
         from profile_overlap.api import job
 
-        if time.monotonic() < self._next_live:
-            return
-        mine = len(layout.traces_of(self.job_dir, self.worker))
-        deadline = time.monotonic() + LIVE_WAIT_S
-        while time.monotonic() < deadline:
+        started = time.monotonic()
+        cycle = len(layout.traces_of(self.job_dir, self.worker))
+        paths: dict[int, Path] = {}
+        while True:
             states, done = layout.read_states(self.job_dir), layout.done_ranks(self.job_dir)
-            behind = [r for r, s in states.items() if r not in done and len(layout.traces_of(self.job_dir, s["worker"])) < mine]
-            if not behind:
+            traces = {r: layout.traces_of(self.job_dir, s["worker"]) for r, s in states.items() if r != self.rank}
+            paths = {r: t[cycle - 1] for r, t in traces.items() if len(t) >= cycle}
+            if all(r in paths or r in done for r in traces) or time.monotonic() > started + LIVE_WAIT_S:
                 break
             time.sleep(0.2)
-        total = sum(p.stat().st_size for p in self.job_dir.glob("*" + layout.TRACE_SUFFIX))
-        if total > LIVE_MAX_BYTES:
-            say(f"profile_overlap: {total >> 20} MiB of traces: the job's record is now written at its end only")
-            self.live = False
-            return
-        started = time.monotonic()
-        try:
-            metrics, result = job.analyze_job(self.job_dir, max_workers=1)
-        except UserError:
-            return  # no usable trace yet
-        job.write_record(self.job_dir, metrics, result, final=False)
-        self._next_live = time.monotonic() + (time.monotonic() - started) / LIVE_SHARE
+        work = time.monotonic()
+        analyses = [mine]
+        for path in paths.values():
+            try:
+                analyses.append(analyze_rank([path], steps=(None, None)))
+            except UserError:
+                continue  # that rank's numbers wait for the end
+        result = combine(analyses, source=str(self.job_dir))
+        job.write_record(self.job_dir, job.job_record(self.job_dir, result, cycle=cycle), result, final=False)
+        self._next_live = time.monotonic() + (time.monotonic() - work) / LIVE_SHARE
 
     def done(self, task: dict) -> None:
         layout.mark_done(self.job_dir, self.rank, traces=task["traces"], session=task["session"])
