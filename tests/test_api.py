@@ -220,3 +220,23 @@ def test_the_worker_writes_a_record_whose_analysis_forks(tmp_path, monkeypatch):
     record = json.loads((tmp_path / "metrics.json").read_text())
     assert [r["rank"] for r in record["modes"]["job"]["analysis"]["ranks"]] == [0, 1]
     assert (tmp_path / "report.html").is_file()
+
+
+def test_rank_0_keeps_a_live_record_of_the_latest_cycle(foreign_job, tmp_path):
+    """While the job runs: metrics.json and timeline.json of each rank's trace of rank 0's latest cycle."""
+    from profile_overlap.analysis.per_rank import analyze_rank
+    from profile_overlap.api.worker import RankWorker
+
+    job_dir = tmp_path / "job"
+    shutil.copytree(foreign_job, job_dir)
+    for rank in (0, 1):
+        layout.write_state(job_dir, rank, {"rank": rank, "world_size": 2, "worker": f"host_{rank}"})
+    (mine,) = layout.traces_of(job_dir, "host_0")
+    worker = RankWorker({"job_dir": str(job_dir), "rank": 0, "world_size": 2, "worker": "host_0", "analyze": True})
+    worker._live_record(analyze_rank([mine], steps=(None, None)))
+    record = json.loads((job_dir / "metrics.json").read_text())
+    assert record["config"]["cycles"] == "cycle 1 only (the job is running)"
+    assert [r["rank"] for r in record["modes"]["job"]["analysis"]["ranks"]] == [0, 1]
+    assert record["modes"]["job"]["analysis"]["slowest_rank"] is not None  # calls matched across the ranks
+    assert json.loads((job_dir / "status.json").read_text())["state"] == "running"
+    assert (job_dir / "timeline.json").is_file() and not (job_dir / "report.html").exists()
