@@ -11,16 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profile_overlap.core.files import REPORT_HTML, REPORT_JSON, REPORT_MD, TIMELINE_PNG
-from profile_overlap.core.io import write_json_atomic, write_text_atomic
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.metrics import ModeSummary, RunMetrics, ensure_writable_dir
 from profile_overlap.render import modes, notes
 from profile_overlap.render.document import Code, Inline, Items, Paragraph, Ref, Report, Section, Table, gbps, ms, pct
 from profile_overlap.render.report import banner
 from profile_overlap.render.report_tables import collectives_table, phase_blocks, straggler_blocks, timeline_blocks
+from profile_overlap.render.write import FORMATS, write_files
 
-FORMATS = ("html", "md", "json")
 EXPOSED_OVER_COMPUTE = 1.0
 """More exposed communication than the whole compute it could hide behind."""
 WELL_HIDDEN_PCT = 80.0
@@ -221,26 +219,9 @@ def write(job_dir: Path, metrics: RunMetrics | None = None, *, out: Path | None 
     out = Path(out) if out else run.dir
     ensure_writable_dir(out)
     report = build(run)
-    written = []
     fig = None
     if run.timeline and run.timeline.get("modes") and ("html" in formats or "md" in formats):
         from profile_overlap.render import timeline
 
         fig = timeline.figure(run.metrics, run.timeline)
-    if "html" in formats:
-        from profile_overlap.render import html, timeline
-
-        svg = timeline.to_svg(fig) if fig is not None else None
-        written.append(write_text_atomic(out / REPORT_HTML, html.render(report, figure_svg=svg)))
-    if "md" in formats:
-        from profile_overlap.render import markdown, timeline
-
-        png = None
-        if fig is not None:
-            timeline.save_png(fig, out / TIMELINE_PNG)
-            written.append(out / TIMELINE_PNG)
-            png = TIMELINE_PNG
-        written.append(write_text_atomic(out / REPORT_MD, markdown.render(report, figure_png=png)))
-    if "json" in formats:
-        written.append(write_json_atomic(out / REPORT_JSON, run.metrics.to_json()))
-    return written
+    return write_files(report, run.metrics, fig, out=out, formats=formats)

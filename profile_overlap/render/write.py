@@ -34,8 +34,14 @@ def write(
     out = Path(out) if out else run_dir
     ensure_writable_dir(out)
     report = build(run)
-    written = []
     fig = _figure(run) if ("html" in formats or "md" in formats) else None
+    return write_files(report, run.metrics, fig, out=out, formats=formats)
+
+
+def write_files(report, metrics: RunMetrics, fig, *, out: Path, formats: tuple[str, ...]) -> list[Path]:
+    """A built report's files in `out`: report.html (the figure as SVG), report.md (+ timeline.png)
+    and report.json (the record). Shared by runs and by profiled jobs (api/report.py)."""
+    written = []
     if "html" in formats:
         from profile_overlap.render import html as report_html
         from profile_overlap.render import timeline
@@ -53,7 +59,7 @@ def write(
             png = TIMELINE_PNG
         written.append(write_text_atomic(out / REPORT_MD, report_md.render(report, figure_png=png)))
     if "json" in formats:
-        write_json_atomic(out / REPORT_JSON, run.metrics.to_json())
+        write_json_atomic(out / REPORT_JSON, metrics.to_json())
         written.append(out / REPORT_JSON)
     return written
 
