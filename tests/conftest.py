@@ -102,6 +102,21 @@ def _compare_run(tmp_path_factory, nproc: int) -> Path:
     return run_dir
 
 
+TINY_TRANSFORMER = ["--model", "transformer", "--dim", "64", "--layers", "2", "--heads", "4", "--seq-len", "16", "--batch", "4"]
+FEW_STEPS = ["--steps", "2", "--warmup-steps", "1", "--profile-steps", "2"]
+ENGINE_MODES = ("sequential", "split", "ddp", "fsdp2")
+
+
+@pytest.fixture(scope="session")
+def engine_run_2(tmp_path_factory) -> tuple[Path, str]:
+    """A finished 2-rank run of sequential, split, ddp and fsdp2 on the tiny transformer, and its
+    stdout (read-only for tests): the engines issue's command at test sizes."""
+    out = tmp_path_factory.mktemp("engines2")
+    proc = torchrun(["--mode", "compare", "--modes", ",".join(ENGINE_MODES), "--out", str(out), *TINY_TRANSFORMER, *FEW_STEPS], nproc=2)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return only_run_dir(out), proc.stdout
+
+
 @pytest.fixture(scope="session")
 def compare_run_2(tmp_path_factory) -> Path:
     """A finished 2-rank compare run folder (read-only for tests)."""

@@ -7,10 +7,7 @@ import json
 
 import pytest
 
-from conftest import cli, only_run_dir, torchrun
-
-TINY_TRANSFORMER = ["--model", "transformer", "--dim", "64", "--layers", "2", "--heads", "4", "--seq-len", "16", "--batch", "4"]
-FEW_STEPS = ["--steps", "2", "--warmup-steps", "1", "--profile-steps", "2"]
+from conftest import FEW_STEPS, TINY_TRANSFORMER, cli, only_run_dir, torchrun
 
 
 def _calls(rank: dict) -> dict[tuple[str, str], dict]:
@@ -22,12 +19,9 @@ def _param_bytes(metrics: dict, mode: str) -> int:
     return metrics["modes"][mode]["memory"][0]["param_bytes"]
 
 
-def test_four_modes_train_the_same_and_each_engine_is_attributed(tmp_path):
+def test_four_modes_train_the_same_and_each_engine_is_attributed(engine_run_2):
     """The issue's command, at test sizes: sequential, split, ddp and fsdp2 on one model and data."""
-    modes = ["--mode", "compare", "--modes", "sequential,split,ddp,fsdp2"]
-    proc = torchrun([*modes, "--out", str(tmp_path), *TINY_TRANSFORMER, *FEW_STEPS], nproc=2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run_dir = only_run_dir(tmp_path)
+    run_dir, _ = engine_run_2
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert tuple(metrics["modes"]) == ("sequential", "split", "ddp", "fsdp2")
 

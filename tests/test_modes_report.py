@@ -18,13 +18,11 @@ from profile_overlap.render import console, modes, notes
 from profile_overlap.render.compare import build_compare
 from profile_overlap.render.markdown import render as render_md
 
-from conftest import only_run_dir, torchrun
+from conftest import ENGINE_MODES, FEW_STEPS, TINY_TRANSFORMER, only_run_dir, torchrun
 
 P = 1_000_000
 """The hand-made model's parameter bytes."""
-TINY_TRANSFORMER = ["--model", "transformer", "--dim", "64", "--layers", "2", "--heads", "4", "--seq-len", "16", "--batch", "4"]
-FEW_STEPS = ["--steps", "2", "--warmup-steps", "1", "--profile-steps", "2"]
-FOUR = ("sequential", "split", "ddp", "fsdp2")
+FOUR = ENGINE_MODES
 
 
 def _calls(phase: str, kind: str, count: int, nbytes: int | None, dur_us: float) -> dict:
@@ -203,15 +201,12 @@ def test_notes_state_the_bytes_ratios_and_a_mismatch_first():
 
 
 @pytest.fixture(scope="module")
-def engine_runs(tmp_path_factory):
-    """A 2-rank run of sequential, split, ddp and fsdp2, and a ddp-only run, of the same tiny transformer."""
-    out = {}
-    for name, args in (("four", ["--mode", "compare", "--modes", ",".join(FOUR)]), ("ddp", ["--mode", "ddp"])):
-        folder = tmp_path_factory.mktemp(name)
-        proc = torchrun([*args, "--out", str(folder), *TINY_TRANSFORMER, *FEW_STEPS], nproc=2)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        out[name] = (only_run_dir(folder), proc.stdout)
-    return out
+def engine_runs(tmp_path_factory, engine_run_2):
+    """The shared 2-rank run of sequential, split, ddp and fsdp2, and a ddp-only run, of the same tiny transformer."""
+    folder = tmp_path_factory.mktemp("ddp")
+    proc = torchrun(["--mode", "ddp", "--out", str(folder), *TINY_TRANSFORMER, *FEW_STEPS], nproc=2)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"four": engine_run_2, "ddp": (only_run_dir(folder), proc.stdout)}
 
 
 def test_four_modes_side_by_side_in_console_and_report(engine_runs):

@@ -12,10 +12,8 @@ from profile_overlap.run import models
 from profile_overlap.run.config import Config
 from profile_overlap.run.pipelines import FlatUnit
 
-from conftest import cli, only_run_dir, torchrun
+from conftest import FEW_STEPS, TINY_TRANSFORMER, cli, only_run_dir, torchrun
 
-TINY_TRANSFORMER = ["--model", "transformer", "--dim", "64", "--layers", "2", "--heads", "4", "--seq-len", "16", "--batch", "4"]
-FEW_STEPS = ["--steps", "2", "--warmup-steps", "1", "--profile-steps", "2"]
 MODES = ("sequential", "split", "split-blocking")
 
 
