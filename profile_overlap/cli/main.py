@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "explain": ("profile_overlap.cli.explain", "the AllReduce == AllGather(ReduceScatter) worked example, no process group"),
     "tensorboard": ("profile_overlap.cli.tensorboard", "TensorBoard on loopback over the run folders: scalars, timeline, summary, hparams"),
+    "whatif": (
+        "profile_overlap.cli.whatif",
+        "predict every mode's step at other world sizes and link bandwidths from a measured run (ring alpha-beta replay)",
+    ),
 }
 
 

@@ -1,0 +1,386 @@
+"""`whatif`: predict every mode's step at other world sizes and link bandwidths from a measured run.
+
+    python -m profile_overlap whatif runs/<run> --world-size 8,64,512 --link-gbps 50,450
+
+Inputs, per mode, from the run folder's traces (RUN_DIR/<mode>/, re-read with analysis.events):
+the compute per phase (forward, backward, optimizer, and outside the phases) and every collective
+of a step (kind, size S, the phase that issued it, its duration), each the median over ranks and
+profiled steps. Per-unit compute: the backward is cut at the moments the split hands each unit's
+gradients to its reduce_scatter (the hook fires when autograd has produced them), so unit k's
+backward is the compute between two such launches; the forward is split in the same proportions
+(a unit's backward costs about twice its forward, whatever the unit), the optimizer by the units'
+bytes. A run without split or split-blocking traces splits both by bytes (a note says so).
+
+The replay (tools/whatif_model.py) then runs each mode's dependency graph: with the measured
+collective durations at the run's own world size (the self-replay, against the measured median
+step time), and with ring α-β costs at each target point.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from profile_overlap.analysis.classify import PHASES
+from profile_overlap.analysis.events import FileEvents, extract
+from profile_overlap.analysis.folder import find_trace_files
+from profile_overlap.analysis.trace import load_trace
+from profile_overlap.core import intervals as iv
+from profile_overlap.core.errors import UserError
+from profile_overlap.core.io import write_json_atomic
+from profile_overlap.record.folder import Run, load_run
+from profile_overlap.record.whatif import SCHEMA, WHATIF_JSON, Crossover, SelfReplay, WhatifPoint, WhatifResult
+from profile_overlap.tools import whatif_model as model
+
+SAME_BODY = ("sequential", "split", "split-blocking", "ddp")
+"""Modes that run the same forward and backward operators (fsdp2 adds its gathers' copies)."""
+
+
+@dataclass(frozen=True)
+class MeasuredCall:
+    kind: str
+    nbytes: int | None
+    phase: str
+    dur_us: float
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One mode's step as measured: medians over ranks and profiled steps (µs)."""
+
+    mode: str
+    pre_us: float
+    phase_us: dict[str, float]
+    calls: tuple[MeasuredCall, ...]
+    backward_cuts: tuple[float, ...] | None
+    """Share of the backward compute per unit (forward order), from the reduce_scatter launches."""
+    step_ms: float | None
+    profiled_ms: float | None
+
+
+def _busy_between(busy: iv.Union, lo: float, hi: float) -> float:
+    return iv.length(iv.clip(busy, lo, hi))
+
+
+def _phase_union(f: FileEvents, index: int, lo: float, hi: float) -> iv.Union:
+    sel = f.phase == index
+    return iv.clip(iv.union(f.phase_start[sel], f.phase_end[sel]), lo, hi)
+
+
+def stream_shares(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Each call's share of the time communication was busy (µs): its duration, with every stretch
+    where k calls were in flight at once counted 1/k to each. The shares add up to the length of
+    the calls' union, so calls serialised on one stream with these durations keep the stream busy
+    exactly as long as the measured ones were (gloo runs two at once on its worker threads; NCCL's
+    calls on one stream never overlap, and there a share is the duration)."""
+    if starts.size == 0:
+        return np.zeros(0)
+    edges = np.unique(np.concatenate([starts, ends]))
+    mids = (edges[:-1] + edges[1:]) / 2
+    in_flight = np.searchsorted(np.sort(starts), mids, side="right") - np.searchsorted(np.sort(ends), mids, side="right")
+    per_us = np.where(in_flight > 0, np.diff(edges) / np.maximum(in_flight, 1), 0.0)
+    cum = np.concatenate([[0.0], np.cumsum(per_us)])
+    return cum[np.searchsorted(edges, ends)] - cum[np.searchsorted(edges, starts)]
+
+
+def _samples(f: FileEvents):
+    """Per profiled step of one file: (pre_us, {phase: busy_us}, [(t, kind, nbytes, phase, dur)], cuts).
+
+    Busy time is the step's time minus its exposed communication: compute, and the gaps between
+    operators (Python, launches, the profiler's own cost), which the step spends whether or not
+    communication runs; only the waits for communication are left out, and the replay puts them back."""
+    comm = iv.union(f.comm.start, f.comm.end)
+    compute = iv.difference(iv.union(f.compute.start, f.compute.end), f.exclude)
+    starts = np.array([c.start_us for c in f.calls], dtype=float)
+    shares = stream_shares(starts, starts + np.array([c.dur_us for c in f.calls], dtype=float))
+    for lo, hi in zip(f.step_start.tolist(), f.step_end.tolist()):
+        exposed = iv.difference(iv.clip(comm, lo, hi), iv.clip(compute, lo, hi))
+        step_busy = iv.difference((np.array([lo]), np.array([hi])), exposed)
+        windows = {name: _phase_union(f, i, lo, hi) for i, name in enumerate(PHASES)}
+        phase_us = {name: iv.intersection_length(step_busy, w) for name, w in windows.items()}
+        pre_us = iv.length(step_busy) - sum(phase_us.values())
+        calls = []
+        for c, share in zip(f.calls, shares.tolist()):
+            t = c.issued_us if c.issued_us is not None else c.start_us
+            if lo <= t < hi:
+                phase = next((n for n, w in windows.items() if iv.covers(w, np.array([t]))[0]), "other")
+                calls.append((t, c.kind, c.nbytes, phase, share))
+        calls.sort()
+        bwd = windows["backward"]
+        launches = [t for t, kind, _, phase, _ in calls if phase == "backward" and kind == "reduce_scatter"]
+        cuts = None
+        if launches and bwd[0].size:
+            edges = [float(bwd[0][0]), *launches, float(bwd[1][-1])]
+            parts = [_busy_between(step_busy, a, b) for a, b in zip(edges, edges[1:])]
+            parts[-2] += parts.pop()  # after the last launch: the tail of unit 0's backward
+            cuts = tuple(reversed(parts))  # launches go last unit first
+        yield pre_us, phase_us, calls, cuts
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def measure_mode(run: Run, mode: str) -> Measured:
+    """The mode's measured step from its traces (one-line errors for a mode without them)."""
+    folder = run.dir / mode
+    paths = find_trace_files(folder) if folder.is_dir() else []
+    if not paths:
+        raise UserError(f"{folder} holds no traces: whatif needs profiled steps; rerun with --profile-steps 2 or more")
+    samples = [s for p in paths for s in _samples(extract(load_trace(p)))]
+    if not samples:
+        raise UserError(f"the traces of {mode} in {folder} have no ProfilerStep: rerun the run with --profile-steps 2 or more")
+    # The calls of a step, as (kind, phase) in issue order; steps that differ (a straggling
+    # collective outside the window) are outvoted.
+    shapes = Counter(tuple((k, ph) for _, k, _, ph, _ in calls) for _, _, calls, _ in samples)
+    shape = shapes.most_common(1)[0][0]
+    same = [calls for _, _, calls, _ in samples if tuple((k, ph) for _, k, _, ph, _ in calls) == shape]
+    calls = tuple(
+        MeasuredCall(kind=kind, nbytes=same[0][i][2], phase=phase, dur_us=statistics.median(c[i][4] for c in same))
+        for i, (kind, phase) in enumerate(shape)
+    )
+    cut_sets = [c for *_, c in samples if c is not None and sum(c) > 0]
+    cuts = None
+    if cut_sets and len({len(c) for c in cut_sets}) == 1:
+        shares = [[x / sum(c) for x in c] for c in cut_sets]
+        medians = [statistics.median(s[i] for s in shares) for i in range(len(shares[0]))]
+        cuts = tuple(x / sum(medians) for x in medians)
+    analysis = run.metrics.modes[mode].analysis or {}
+    # Per step, the ranks' mean ProfilerStep window: every rank runs the same steps in the same wall
+    # time, but each marks its step boundaries at its own moment, and a boundary that is late on
+    # one rank moves time from that step into the next. The slowest rank per step would take the
+    # longer side of every such shift.
+    by_step: dict[int, list[float]] = {}
+    for r in analysis.get("ranks", []):
+        for s in r["steps"]:
+            if s["step_us"]:
+                by_step.setdefault(s["step"], []).append(s["step_us"])
+    profiled = _median(statistics.fmean(v) for v in by_step.values())
+    return Measured(
+        mode=mode,
+        pre_us=max(statistics.median(s[0] for s in samples), 0.0),
+        phase_us={name: statistics.median(s[1][name] for s in samples) for name in PHASES},
+        calls=calls,
+        backward_cuts=cuts,
+        step_ms=run.metrics.modes[mode].step_time.median_ms,
+        profiled_ms=profiled / 1e3 if profiled else None,
+    )
+
+
+@dataclass(frozen=True)
+class Units:
+    """The communication units: their bytes (S of their gradient bucket) and compute shares."""
+
+    nbytes: tuple[int, ...]
+    backward_share: tuple[float, ...]
+    optimizer_share: tuple[float, ...]
+    measured_cuts: bool
+
+
+def find_units(measured: dict[str, Measured], notes: list[str]) -> Units:
+    """One unit per backward reduce_scatter (or sequential all_reduce), last unit first in the trace."""
+    for mode in ("split", "split-blocking", "sequential", "fsdp2"):
+        m = measured.get(mode)
+        if m is None:
+            continue
+        kind = "all_reduce" if mode == "sequential" else "reduce_scatter"
+        sizes = [c.nbytes for c in m.calls if c.phase == "backward" and c.kind == kind]
+        if sizes and all(s for s in sizes):
+            nbytes = tuple(reversed(sizes))
+            by_bytes = tuple(s / sum(nbytes) for s in nbytes)
+            cuts = next((x.backward_cuts for x in measured.values() if x.backward_cuts and len(x.backward_cuts) == len(nbytes)), None)
+            if cuts is None:
+                notes.append("per-unit compute split by the units' bytes (no reduce_scatter launches in backward to cut it at)")
+            return Units(nbytes=nbytes, backward_share=cuts or by_bytes, optimizer_share=by_bytes, measured_cuts=cuts is not None)
+    notes.append("no per-unit collectives in the traces: each mode replayed as one unit")
+    return Units(nbytes=(0,), backward_share=(1.0,), optimizer_share=(1.0,), measured_cuts=False)
+
+
+def _assign_units(m: Measured, units: Units) -> list[tuple[MeasuredCall, int]]:
+    """Each collective's unit: backward ones go last unit first, forward and optimizer ones first unit first;
+    ddp's buckets go to the unit whose backward fills them (by cumulative bytes)."""
+    K = len(units.nbytes)
+    out = []
+    groups: dict[tuple[str, str], list[MeasuredCall]] = {}
+    for c in m.calls:
+        groups.setdefault((c.phase, c.kind), []).append(c)
+    for (phase, _kind), calls in groups.items():
+        if m.mode == "ddp" and phase == "backward":
+            filled, u, total = 0.0, K - 1, 0.0
+            for c in calls:
+                total += c.nbytes or 0
+                while u > 0 and filled + units.nbytes[u] < total * 0.999:
+                    filled += units.nbytes[u]
+                    u -= 1
+                out.append((c, u))
+            continue
+        for i, c in enumerate(calls):
+            unit = len(calls) - 1 - i if phase == "backward" else i
+            out.append((c, min(max(unit, 0), K - 1)))
+    return out
+
+
+def step_graph(
+    m: Measured, units: Units, *, durations, world_size: int, measured_world: int, compute_scale: float, body: Measured | None = None
+) -> model.StepGraph:
+    """The mode's step with compute scaled and each collective costed by `durations(call, n)`;
+    `body`: the measurement whose pre-forward, forward and backward time to use (default: m's own)."""
+    body = body or m
+    shard = measured_world / world_size if m.mode in model.SHARDED_MODES else 1.0
+    comms = tuple(
+        model.Comm(kind=c.kind, nbytes=c.nbytes or 0, phase=c.phase, unit=u, dur_us=durations(c, world_size))
+        for c, u in _assign_units(m, units)
+        if c.phase != "other"
+    )
+    s = units.backward_share
+    return model.StepGraph(
+        mode=m.mode,
+        pre_us=body.pre_us * compute_scale,
+        forward_us=tuple(body.phase_us["forward"] * x * compute_scale for x in s),
+        backward_us=tuple(body.phase_us["backward"] * x * compute_scale for x in s),
+        optimizer_us=tuple(m.phase_us["optimizer"] * x * compute_scale * shard for x in units.optimizer_share),
+        comms=comms,
+    )
+
+
+def fit_source(fit: str, run: Run, measured: dict[str, Measured], *, latency_us: float) -> tuple[float, float]:
+    """(α µs, B GB/s) from a bench-collectives result (its bench.json or folder) or, with "run", the run's own collectives."""
+    n0 = run.metrics.env["world_size"]
+    if fit == "run":
+        samples = [(c.kind, n0, c.nbytes, c.dur_us) for m in measured.values() for c in m.calls if c.nbytes]
+    else:
+        path = Path(fit)
+        path = path / "bench.json" if path.is_dir() else path
+        try:
+            bench = json.loads(path.read_text())
+            samples = [(k, bench["world_size"], row["nbytes"], r["time_us"]) for row in bench["rows"] for k, r in row["results"].items()]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise UserError(f"--fit {fit}: not a bench-collectives result ({err}); give its bench.json or run folder, or `run`") from None
+    try:
+        return model.fit_alpha_beta(samples, latency_us=latency_us)
+    except ValueError as err:
+        raise UserError(f"--fit {fit}: {err}") from None
+
+
+def whatif(
+    run_dir: Path,
+    *,
+    world_sizes: tuple[int, ...] = (8, 64, 512),
+    link_gbps: tuple[float, ...] = (50.0, 450.0),
+    latency_us: float = 5.0,
+    compute_scale: float = 1.0,
+    fit: str | None = None,
+) -> WhatifResult:
+    """Measure the run, replay it at its own size (self-replay) and at every target point; the record."""
+    run = load_run(run_dir)
+    modes = tuple(m for m in run.metrics.modes if m in model.MODES and run.metrics.modes[m].analysis)
+    notes: list[str] = [f"{m}: not modelled (no profiled traces)" for m in run.metrics.modes if m not in modes]
+    if not modes:
+        raise UserError(f"{run_dir} has no profiled mode to replay: rerun with --profile-steps 2 or more")
+    measured = {m: measure_mode(run, m) for m in modes}
+    for m, x in measured.items():
+        if not any(x.phase_us.values()):
+            notes.append(f"{m}: its traces carry no phase labels, so all of its compute is replayed before the forward")
+    units = find_units(measured, notes)
+    n0 = int(run.metrics.env["world_size"])
+    if fit:
+        latency_us, gbps = fit_source(fit, run, measured, latency_us=latency_us)
+        link_gbps = (round(gbps, 6),)
+    # Our three schedules and ddp run the same forward and backward operators (fsdp2 adds its own
+    # copies); the model has no contention, so predictions take them from a mode where compute
+    # never runs beside communication.
+    clean = next((measured[m] for m in ("sequential", "split-blocking") if m in measured), None)
+    if clean is not None:
+        same = ", ".join(m for m in modes if m in SAME_BODY)
+        notes.append(f"forward and backward time of {same} from {clean.mode}, where no communication runs beside compute")
+    self_replay = []
+    for m in modes:
+        graph = step_graph(measured[m], units, durations=lambda c, n: c.dur_us, world_size=n0, measured_world=n0, compute_scale=1.0)
+        predicted = model.simulate(graph).step_us / 1e3
+        meas, prof = measured[m].step_ms, measured[m].profiled_ms
+        self_replay.append(
+            SelfReplay(
+                mode=m,
+                measured_ms=meas,
+                predicted_ms=predicted,
+                error_pct=100 * (predicted - meas) / meas if meas else None,
+                profiled_ms=prof,
+                profiled_error_pct=100 * (predicted - prof) / prof if prof else None,
+            )
+        )
+    points = []
+    for n in world_sizes:
+        for bw in link_gbps:
+
+            def cost(c: MeasuredCall, n: int, bw=bw) -> float:
+                return model.ring_cost_us(c.kind, c.nbytes or 0, n, latency_us=latency_us, link_gbps=bw)
+
+            steps = {}
+            for m in modes:
+                body = clean if m in SAME_BODY else None
+                graph = step_graph(
+                    measured[m], units, durations=cost, world_size=n, measured_world=n0, compute_scale=compute_scale, body=body
+                )
+                steps[m] = model.simulate(graph)
+            first = steps[modes[0]].step_us
+            for m, st in steps.items():
+                points.append(
+                    WhatifPoint(
+                        mode=m,
+                        world_size=n,
+                        link_gbps=bw,
+                        step_ms=st.step_us / 1e3,
+                        exposed_comm_ms=st.exposed_comm_us / 1e3,
+                        overlap_pct=st.overlap_pct,
+                        speedup_vs_first=first / st.step_us if st.step_us > 0 else 0.0,
+                    )
+                )
+    result = WhatifResult(
+        schema=SCHEMA,
+        run_dir=str(run.dir),
+        measured_world_size=n0,
+        latency_us=latency_us,
+        compute_scale=compute_scale,
+        fit=fit,
+        world_sizes=tuple(world_sizes),
+        link_gbps=tuple(link_gbps),
+        modes=modes,
+        points=tuple(points),
+        self_replay=tuple(self_replay),
+        crossovers=(),
+        notes=tuple(notes),
+    )
+    return _with_crossovers(result)
+
+
+def _with_crossovers(r: WhatifResult) -> WhatifResult:
+    """Per mode after the first: along world size at each bandwidth, and along bandwidth at each world size."""
+    out = []
+    for mode in r.modes[1:]:
+        for bw in r.link_gbps:
+            speedups = [r.point(mode, n, bw).speedup_vs_first for n in r.world_sizes]
+            out.append(Crossover(mode, r.modes[0], "world_size", bw, model.crossover(r.world_sizes, speedups)))
+        for n in r.world_sizes:
+            speedups = [r.point(mode, n, bw).speedup_vs_first for bw in r.link_gbps]
+            out.append(Crossover(mode, r.modes[0], "link_gbps", n, model.crossover(r.link_gbps, speedups)))
+    return dataclasses.replace(r, crossovers=tuple(out))
+
+
+def write(result: WhatifResult, *, json_out: Path | None = None) -> Path:
+    """RUN_DIR/whatif.json (what the report reads), and a copy at --json."""
+    target = Path(result.run_dir) / WHATIF_JSON
+    try:
+        path = write_json_atomic(target, result.to_json(), indent=1)
+        if json_out is not None:
+            target = Path(json_out)
+            write_json_atomic(target, result.to_json(), indent=1)
+    except OSError as err:
+        raise UserError(f"cannot write {target} ({err.strerror}): make the folder writable, or pick another --json") from None
+    return path

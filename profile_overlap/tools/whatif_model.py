@@ -1,0 +1,262 @@
+"""The `whatif` model, pure: the ring α-β cost of a collective, each schedule's dependency graph
+for one training step, and the crossover. Durations in, times out; no trace, no torch.
+
+A mode's step is a `StepGraph`: the compute of each communication unit per phase (µs), and the
+collectives it issues, each tied to the unit whose work it waits for or feeds. `tasks` turns it
+into the tasks of the replay (tools/whatif_replay.py), with the waits where the pipeline waits:
+
+- sequential: forward, backward, then a blocking all_reduce per unit (last unit first), then Adam.
+- split: unit k's reduce_scatter starts when B_k ends and runs under the earlier units' backward;
+  the optimizer waits for it, updates the shard, starts unit k's all_gather; the next step's F_k
+  waits for that all_gather.
+- split-blocking: the same, with every collective waited for at once.
+- ddp: each gradient bucket's all_reduce starts when the backward of the unit that fills it ends;
+  the optimizer waits for all of them.
+- fsdp2: unit k's all_gather is issued one unit ahead (prefetch) and F_k waits for it; with
+  resharding the backward gathers again one unit ahead; unit k's reduce_scatter starts when B_k
+  ends; the optimizer waits for all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from profile_overlap.tools.whatif_replay import COMM, COMPUTE, StepTimes, Task, replay, step_times
+
+SHARDED_MODES = frozenset({"split", "split-blocking", "fsdp2"})
+"""Modes whose optimizer updates a 1/N shard: its compute scales with measured N / target N."""
+MODES = ("sequential", "split", "split-blocking", "ddp", "fsdp2")
+
+_RING_STEPS = {
+    "all_reduce": lambda n: 2 * (n - 1),
+    "reduce_scatter": lambda n: n - 1,
+    "all_gather": lambda n: n - 1,
+    "all_to_all": lambda n: n - 1,
+    "broadcast": lambda n: n - 1,
+}
+_BUS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+}
+
+
+def ring_steps(kind: str, n: int) -> int:
+    """Latency terms of a ring collective on n ranks: 2(n−1) for all_reduce, n−1 for the rest."""
+    return _RING_STEPS[kind](n)
+
+
+def bus_factor(kind: str, n: int) -> float:
+    """nccl-tests' busbw / algbw ratio (analysis/bandwidth.py has the same table for traces)."""
+    return _BUS_FACTOR[kind](n)
+
+
+def ring_cost_us(kind: str, nbytes: float, n: int, *, latency_us: float, link_gbps: float) -> float:
+    """t = α·steps(kind, n) + S·factor(kind, n) / B, in µs (B in GB/s = 1e3 bytes per µs)."""
+    return latency_us * ring_steps(kind, n) + nbytes * bus_factor(kind, n) / (link_gbps * 1e3)
+
+
+@dataclass(frozen=True)
+class Comm:
+    """One collective of a step."""
+
+    kind: str
+    nbytes: int
+    """S of nccl-tests: the full array."""
+    phase: str
+    """forward, backward or optimizer: where the schedule issues it."""
+    unit: int
+    """The communication unit it belongs to (ddp: the unit whose backward fills its bucket)."""
+    dur_us: float
+
+
+@dataclass(frozen=True)
+class StepGraph:
+    """One mode's step: compute per unit and phase (µs) and its collectives in issue order."""
+
+    mode: str
+    pre_us: float
+    """Compute in the step outside every phase (the batch), before the forward."""
+    forward_us: tuple[float, ...]
+    backward_us: tuple[float, ...]
+    optimizer_us: tuple[float, ...]
+    comms: tuple[Comm, ...]
+
+    @property
+    def num_units(self) -> int:
+        return len(self.forward_us)
+
+
+def tasks(graph: StepGraph, *, num_steps: int = 3) -> list[Task]:
+    """The replay's tasks for `num_steps` back-to-back steps of `graph.mode`."""
+    build = {
+        "sequential": _sequential,
+        "split": _split,
+        "split-blocking": _split,
+        "ddp": _ddp,
+        "fsdp2": _fsdp2,
+    }[graph.mode]
+    out: list[Task] = []
+    carry: dict = {}
+    for step in range(num_steps):
+        build(graph, out, step, carry)
+    return out
+
+
+def _add(out: list[Task], name: str, stream: str, dur: float, deps, step: int) -> int:
+    out.append(Task(name, stream, float(dur), tuple(sorted({d for d in deps if d is not None})), step))
+    return len(out) - 1
+
+
+def _comms(graph: StepGraph, phase: str, kind: str | None = None) -> list[Comm]:
+    return [c for c in graph.comms if c.phase == phase and (kind is None or c.kind == kind)]
+
+
+def _forward_backward(graph: StepGraph, out: list[Task], step: int, *, before_forward=None, after_backward=None):
+    """P, F0..F(K-1), B(K-1)..B0; before_forward(k) -> deps of F_k; after_backward(k, i) -> deps of
+    the next compute task after B_k. Returns B_k's index per unit."""
+    _add(out, "pre", COMPUTE, graph.pre_us, (), step)
+    for k, dur in enumerate(graph.forward_us):
+        _add(out, f"F{k}", COMPUTE, dur, before_forward(k) if before_forward else (), step)
+    ends: dict[int, int] = {}
+    wait: tuple = ()
+    for k in reversed(range(graph.num_units)):
+        ends[k] = _add(out, f"B{k}", COMPUTE, graph.backward_us[k], wait, step)
+        wait = after_backward(k, ends[k]) if after_backward else ()
+    return ends, wait
+
+
+def _optimizer(graph: StepGraph, out: list[Task], step: int, deps) -> None:
+    for k, dur in enumerate(graph.optimizer_us):
+        _add(out, f"O{k}", COMPUTE, dur, deps if k == 0 else (), step)
+
+
+def _sequential(graph: StepGraph, out: list[Task], step: int, carry: dict) -> None:
+    ends, _ = _forward_backward(graph, out, step)
+    last = ends[0]
+    for c in graph.comms:  # blocking, one after the other, after the whole backward
+        last = _add(out, f"{c.kind}{c.unit}", COMM, c.dur_us, (last,), step)
+    _optimizer(graph, out, step, (last,))
+
+
+def _split(graph: StepGraph, out: list[Task], step: int, carry: dict) -> None:
+    blocking = graph.mode == "split-blocking"
+    gathers: dict[int, int] = carry.get("ag", {})
+    rs_of = {c.unit: c for c in _comms(graph, "backward", "reduce_scatter")}
+    ag_of = {c.unit: c for c in _comms(graph, "optimizer", "all_gather")}
+    rs: dict[int, int] = {}
+
+    def after_backward(k: int, b: int) -> tuple:
+        if k not in rs_of:
+            return ()
+        rs[k] = _add(out, f"RS{k}", COMM, rs_of[k].dur_us, (b,), step)
+        return (rs[k],) if blocking else ()
+
+    _, wait = _forward_backward(graph, out, step, before_forward=lambda k: (gathers.get(k),), after_backward=after_backward)
+    new: dict[int, int] = {}
+    for k, dur in enumerate(graph.optimizer_us):
+        o = _add(out, f"o{k}", COMPUTE, dur, (rs.get(k), *wait), step)
+        wait = ()
+        if k in ag_of:
+            new[k] = _add(out, f"AG{k}", COMM, ag_of[k].dur_us, (o,), step)
+            wait = (new[k],) if blocking else ()
+    if wait:  # split-blocking: the step ends when its last all_gather has been waited for
+        _add(out, "wait", COMPUTE, 0.0, wait, step)
+    carry["ag"] = new
+
+
+def _ddp(graph: StepGraph, out: list[Task], step: int, carry: dict) -> None:
+    buckets: dict[int, list[Comm]] = {}
+    for c in _comms(graph, "backward"):
+        buckets.setdefault(c.unit, []).append(c)
+    last: list[int] = []
+
+    def after_backward(k: int, b: int) -> tuple:
+        for c in buckets.get(k, ()):
+            last.append(_add(out, f"AR{k}", COMM, c.dur_us, (b,), step))
+        return ()
+
+    _forward_backward(graph, out, step, after_backward=after_backward)
+    _optimizer(graph, out, step, tuple(last[-1:]))
+
+
+def _fsdp2(graph: StepGraph, out: list[Task], step: int, carry: dict) -> None:
+    fwd = {c.unit: c for c in _comms(graph, "forward", "all_gather")}
+    bwd = {c.unit: c for c in _comms(graph, "backward", "all_gather")}
+    rs_of = {c.unit: c for c in _comms(graph, "backward", "reduce_scatter")}
+    K = graph.num_units
+    pre = _add(out, "pre", COMPUTE, graph.pre_us, (), step)
+    f: dict[int, int] = {}
+    ag: dict[int, int] = {}
+    for k in range(K):
+        # Unit k's gather is issued when unit k-1's forward starts (prefetch): after F(k-2).
+        if k in fwd:
+            ag[k] = _add(out, f"AG{k}", COMM, fwd[k].dur_us, (f.get(k - 2, pre),), step)
+        f[k] = _add(out, f"F{k}", COMPUTE, graph.forward_us[k], (ag.get(k),), step)
+    b: dict[int, int] = {}
+    gb: dict[int, int] = {}
+    rs: list[int] = []
+    for k in reversed(range(K)):
+        if k in bwd:  # issued when unit k+1's backward starts: after B(k+2)
+            gb[k] = _add(out, f"AGb{k}", COMM, bwd[k].dur_us, (b.get(k + 2, f[K - 1]),), step)
+        b[k] = _add(out, f"B{k}", COMPUTE, graph.backward_us[k], (gb.get(k),), step)
+        if k in rs_of:
+            rs.append(_add(out, f"RS{k}", COMM, rs_of[k].dur_us, (b[k],), step))
+    _optimizer(graph, out, step, tuple(rs[-1:]))
+
+
+def simulate(graph: StepGraph) -> StepTimes:
+    """The steady-state step of `graph`: the second of three back-to-back replayed steps."""
+    task_list = tasks(graph, num_steps=3)
+    return step_times(task_list, replay(task_list), step=1)
+
+
+def crossover(values: Sequence[float], speedups: Sequence[float | None]) -> str:
+    """Where speedup > 1 along sorted `values`: "always" (at every point), "from X" (at X and every
+    later point), "up to X" (at every point up to X, not after), or "never" (neither)."""
+    wins = [s is not None and s > 1 for s in speedups]
+    if all(wins):
+        return "always"
+    if wins[-1]:
+        first = len(wins)
+        while wins[first - 1]:
+            first -= 1
+        return f"from {_fmt(values[first])}"
+    if wins[0]:
+        last = 0
+        while wins[last + 1]:
+            last += 1
+        return f"up to {_fmt(values[last])}"
+    return "never"
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def fit_alpha_beta(samples: Sequence[tuple[str, int, float, float]], *, latency_us: float) -> tuple[float, float]:
+    """(α µs, B GB/s) by least squares over (kind, n, S bytes, t µs) samples of t = α·steps + S·factor/B.
+    When α and B cannot be told apart (one size, one kind, one n) or α comes out negative, α is
+    held at `latency_us` and only B is fitted."""
+    xs = [(ring_steps(k, n), s * bus_factor(k, n), t) for k, n, s, t in samples if k in _RING_STEPS and s > 0 and t > 0]
+    if not xs:
+        raise ValueError("no collective with a known size and duration to fit")
+    a11 = sum(x * x for x, _, _ in xs)
+    a12 = sum(x * y for x, y, _ in xs)
+    a22 = sum(y * y for _, y, _ in xs)
+    b1 = sum(x * t for x, _, t in xs)
+    b2 = sum(y * t for _, y, t in xs)
+    det = a11 * a22 - a12 * a12
+    if det > 1e-9 * a11 * a22:
+        alpha = (b1 * a22 - b2 * a12) / det
+        inv_b = (a11 * b2 - a12 * b1) / det
+        if alpha >= 0 and inv_b > 0:
+            return alpha, 1 / (inv_b * 1e3)
+    # One unknown: t - α·steps = S·factor · inv_b.
+    inv_b = sum(y * (t - latency_us * x) for x, y, t in xs) / a22
+    if inv_b <= 0:
+        raise ValueError(f"the collectives are faster than the latency {latency_us} µs alone; give a smaller --latency-us")
+    return latency_us, 1 / (inv_b * 1e3)
