@@ -61,8 +61,10 @@ def test_real_compare_run_has_a_band_per_rank_in_every_mode(compare_run_2, tmp_p
         ranks = record["modes"][mode]["ranks"]
         assert [t.get_text() for t in ax.get_yticklabels()].count("phase") == len(ranks) == 2
         drawn = bands(ax)
+        # Aligned ranks (times on rank 0's clock) share one origin: the first rank's step start.
+        t0 = min(s["start_us"] for r in ranks for s in r["steps"] if s["step"] == step)
+        assert all(r["aligned"] for r in ranks)
         for g, r in enumerate(ranks):
-            t0 = next(s["start_us"] for s in r["steps"] if s["step"] == step)
             want = [(name, round((a - t0) / 1e3, 6), round((b - t0) / 1e3, 6)) for st, name, a, b in r["phases"] if st == step]
             y = g * (3 + timeline.BAND_OFFSET) - timeline.BAND_OFFSET - timeline.BAND_HEIGHT / 2
             mine = [(n, a, b) for n, a, b, at in drawn if abs(at - y) < 1e-6]

@@ -6,7 +6,8 @@ rank). A rank's group is a thin phase band, its compute lane and its comm lane; 
 without phases (older runs, foreign traces) gets no band. It draws; it never recomputes a
 metric. The one piece of geometry computed here, the overlapped stretches that get shaded
 (with analysis.intervals), is drawing, and the overlap numbers printed next to them come from
-the record.
+the record. timeline.json holds aligned ranks' times on the reference rank's clock, so the lanes
+share one origin, the first rank's step start, and a rank that starts later is drawn later.
 
     fig = timeline.figure(load_metrics(run / METRICS_JSON), json.loads((run / TIMELINE_JSON).read_text()))
     timeline.save_png(fig, run / TIMELINE_PNG)
@@ -17,7 +18,6 @@ Built on matplotlib's object API (no pyplot), so it needs no display and keeps n
 from __future__ import annotations
 
 import io
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,77 +28,23 @@ from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import replace_atomically
 from profile_overlap.record.metrics import RunMetrics
-
-# Span colours, the same in every mode and every figure (Okabe-Ito based: colour-blind safe).
-# Key: the record_function label with its pipeline prefix removed (see `span_label`).
-LABEL_COLOURS: dict[str, str] = {
-    "all_reduce": "#8E5EA2",
-    "reduce_scatter": "#009E73",
-    "all_gather": "#D55E00",
-    "gradients": "#9A9A9A",
-    "update": "#E69F00",
-    "shard update": "#F2C45A",
-    "forward": "#0072B2",
-    "forward layer k": "#0072B2",
-    "backward": "#CC79A7",
-    "optimizer": "#4D4D4D",
-    "wait reduce_scatter": "#DDDDDD",
-    "wait all_gather": "#C9C9C9",
-}
-# Labels we do not know (operator or kernel names) get these, in order of appearance (Okabe-Ito,
-# then Paul Tol's muted scheme).
-OTHER_COLOURS = ("#56B4E9", "#B2912F", "#AA4499", "#A6761D", "#332288", "#999933", "#882255", "#7FB3D5", "#44AA99", "#88CCEE")
-# The phase band: light colours that stay apart under protan-, deutan- and tritanopia (Paul Tol's
-# light scheme); each window also carries its name, so colour is never the only cue.
-PHASE_COLOURS: dict[str, str] = {"forward": "#99DDFF", "backward": "#FBB4AE", "optimizer": "#BBCC33"}
-PHASE_SHORT = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
-OVERLAP_COLOUR = "#FFD54F"
-OVERLAP_HATCH_COLOUR = "#FFE9A8"
-STEP_BG_COLOUR = "#F4F5F7"
-
-LANE_HEIGHT_IN = 0.19
-"""Height of one lane (compute or comm) in inches; a rank's group is two lanes plus a gap, and
-the phase band above them where the timeline has phases."""
-BAND_OFFSET = 0.85
-"""The phase band's centre, in lanes above the compute lane's."""
-BAND_HEIGHT = 0.55
-FIG_WIDTH_IN = 15.0
-DPI = 110
-
-_FORWARD = re.compile(r"^forward/layer(\d+)$")
-
-
-@dataclass(frozen=True)
-class SpanLabel:
-    key: str
-    """Colour key, shared by all forward layers."""
-    name: str
-    """What the legend and tooltips call it, e.g. 'forward layer 3'."""
-    short: str
-    """What fits inside a bar, e.g. 'L3'."""
-
-
-def span_label(label: str) -> SpanLabel:
-    """How a span label (`split/reduce_scatter`, `forward/layer3`, `aten::mm`, ...) is drawn."""
-    m = _FORWARD.match(label)
-    if m:
-        return SpanLabel(key="forward layer k", name=f"forward layer {m.group(1)}", short=f"L{m.group(1)}")
-    name = label.split("/", 1)[1] if "/" in label else label
-    name = name.replace("shard_update", "shard update").replace("wait_all_gather", "wait all_gather")
-    name = name.replace("wait_reduce_scatter", "wait reduce_scatter")
-    key = re.sub(r" \([^()]*\)$", "", name)  # one colour for FSDP's "FSDP::all_gather (blocks.0)", "(blocks.1)", ...
-    short = {
-        "all_reduce": "AR",
-        "reduce_scatter": "RS",
-        "all_gather": "AG",
-        "update": "update",
-        "shard update": "shard upd",
-        "gradients": "grad",
-        "wait all_gather": "wait",
-        "wait reduce_scatter": "wait",
-        "optimizer": "opt",
-    }.get(name, key.removeprefix("FSDP::")[:10])
-    return SpanLabel(key=key, name=name, short=short)
+from profile_overlap.render.timeline_style import (  # noqa: F401  (re-exported: the figure's colours)
+    BAND_HEIGHT,
+    BAND_OFFSET,
+    DPI,
+    FIG_WIDTH_IN,
+    LABEL_COLOURS,
+    LANE_HEIGHT_IN,
+    OTHER_COLOURS,
+    OVERLAP_COLOUR,
+    OVERLAP_HATCH_COLOUR,
+    PHASE_COLOURS,
+    PHASE_SHORT,
+    STEP_BG_COLOUR,
+    SpanLabel,
+    _luminance,
+    span_label,
+)
 
 
 @dataclass(frozen=True)
@@ -106,10 +52,13 @@ class _RankStep:
     rank: int
     step_us: float
     start_us: float
+    lead_ms: float
+    """Where the rank's step starts on the panel's axis: after the first aligned rank's step start
+    on the reference clock (0 for the first, and for a rank whose clock is not aligned)."""
     spans: tuple[tuple[float, float, str, str], ...]
-    """(start_ms, end_ms, kind, label) relative to the rank's step start."""
+    """(start_ms, end_ms, kind, label) on the panel's axis."""
     phases: tuple[tuple[float, float, str], ...]
-    """(start_ms, end_ms, phase) of the step's phase windows, relative to the rank's step start."""
+    """(start_ms, end_ms, phase) of the step's phase windows, on the panel's axis."""
     numbers: dict | None
     """This rank's step in the analysis record (step_us, comm_us, overlap_pct, ...)."""
 
@@ -123,17 +72,20 @@ class _ModeStep:
     ranks: tuple[_RankStep, ...]
     world_size: int
     note: str | None
+    reference_rank: int | None = None
+    """The rank whose clock the aligned ranks are drawn on (None: each rank from its own step start)."""
 
 
 def figure(
     metrics: RunMetrics, timeline: dict, *, step: int | None = None, max_ranks: int = 16, modes: tuple[str, ...] | None = None
 ) -> Figure:
-    """One profiled step per mode, modes stacked on a shared time axis (ms from each rank's
-    ProfilerStep start). `step`: the profiled step to draw in every mode; by default each
-    mode's median-length step. More than `max_ranks` ranks are sampled (rank 0, the slowest
-    rank, and evenly spaced ones between), and the figure says so. `modes`: draw only these
-    (one figure per mode, e.g. for TensorBoard), keeping the time axis of all modes so that
-    figures drawn separately still compare."""
+    """One profiled step per mode, modes stacked on a shared time axis: ms from the first rank's
+    ProfilerStep start on the reference rank's clock (timeline.json carries aligned times), or from
+    each rank's own step start for ranks without a clock estimate (older timelines). `step`: the
+    profiled step to draw in every mode; by default each mode's median-length step. More than
+    `max_ranks` ranks are sampled (rank 0, the slowest rank, and evenly spaced ones between), and
+    the figure says so. `modes`: draw only these (one figure per mode, e.g. for TensorBoard),
+    keeping the time axis of all modes so that figures drawn separately still compare."""
     if max_ranks < 2:
         raise UserError(f"max_ranks must be at least 2 (got {max_ranks})")
     modes_json = timeline.get("modes") or {}
@@ -142,7 +94,7 @@ def figure(
         raise UserError("timeline.json holds no profiled steps; rerun with profiling on (drop --no-profile)")
     panels = [_select(name, modes_json[name], metrics, step=step, max_ranks=max_ranks) for name in names]
     # The time axis, colours and lane layout come from every mode, so that figures drawn separately still compare.
-    xmax_ms = max(r.step_us for p in panels for r in p.ranks) / 1e3
+    xmax_ms = max(r.lead_ms + r.step_us / 1e3 for p in panels for r in p.ranks)
     colours = _colour_map(panels)
     phased = any(r.phases for p in panels for r in p.ranks)
     if modes is not None:
@@ -161,7 +113,12 @@ def figure(
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False, height_ratios=ratios)[:, 0]
     for ax, panel in zip(axes, panels):
         _draw_panel(ax, panel, colours=colours, xmax_ms=xmax_ms, phased=phased)
-    axes[-1].set_xlabel("time from the rank's ProfilerStep start (ms)")
+    refs = {p.reference_rank for p in panels if p.reference_rank is not None}
+    axes[-1].set_xlabel(
+        f"time from the first rank's ProfilerStep start, on rank {refs.pop()}'s clock (ms)"
+        if len(refs) == 1 and all(p.reference_rank is not None for p in panels)
+        else "time from the rank's ProfilerStep start (ms)"
+    )
     for ax in axes[:-1]:
         ax.tick_params(labelbottom=True)
 
@@ -218,12 +175,6 @@ def _model(cfg: dict) -> str:
     return "the job's own model" if k is None else transformer if cfg.get("model") == "transformer" else f"K={k} layers of {d}x{d} {batch}"
 
 
-def _luminance(colour: str) -> float:
-    """Perceived lightness of '#RRGGBB' (Rec. 601 weights), 0 to 1: bars below 0.5 take white text."""
-    r, g, b = (int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5))
-    return 0.299 * r + 0.587 * g + 0.114 * b
-
-
 def _pitch(phased: bool) -> float:
     """Height of one rank's group in lanes: compute, comm, a gap, and the phase band if any."""
     return 3.0 + (BAND_OFFSET if phased else 0.0)
@@ -249,18 +200,23 @@ def _select(mode: str, mode_json: dict, metrics: RunMetrics, *, step: int | None
 
     analysis = metrics.modes[mode].analysis if mode in metrics.modes else None
     by_rank = {r["rank"]: r for r in (analysis or {}).get("ranks", [])}
+    windows = {r["rank"]: w for r in ranks_json if (w := next((s for s in r["steps"] if s["step"] == chosen), None))}
+    # Aligned ranks (timeline.json on the reference clock) share one origin: the first of them to start the step.
+    aligned = [r["rank"] for r in ranks_json if r.get("aligned") and r["rank"] in windows]
+    origin = min((windows[k]["start_us"] for k in aligned), default=None) if len(aligned) >= 2 else None
     rank_steps = []
     for r in ranks_json:
-        window = next((s for s in r["steps"] if s["step"] == chosen), None)
+        window = windows.get(r["rank"])
         if window is None:
             continue
-        t0 = window["start_us"]
+        t0 = origin if origin is not None and r["rank"] in aligned else window["start_us"]
         relabel = {("comm", p): f"{p}/collective" for p in PHASE_COLOURS}  # ddp's all_reduce: labelled backward only
         spans = tuple(((a - t0) / 1e3, (b - t0) / 1e3, k, relabel.get((k, x), x)) for st, a, b, k, x in r["spans"] if st == chosen)
         # Runs made before the analysis kept phase windows have no "phases": no band then.
         phases = tuple(((a - t0) / 1e3, (b - t0) / 1e3, name) for st, name, a, b in r.get("phases") or () if st == chosen)
         numbers = next((s for s in by_rank.get(r["rank"], {}).get("steps", []) if s["step"] == chosen), None)
-        rank_steps.append(_RankStep(rank=r["rank"], step_us=window["step_us"], start_us=t0, spans=spans, phases=phases, numbers=numbers))
+        lead_ms = (window["start_us"] - t0) / 1e3
+        rank_steps.append(_RankStep(r["rank"], window["step_us"], window["start_us"], lead_ms, spans, phases, numbers))
 
     world = len(rank_steps)
     note = None
@@ -276,9 +232,8 @@ def _select(mode: str, mode_json: dict, metrics: RunMetrics, *, step: int | None
             f"showing {len(rank_steps)} of {world} ranks: rank {rank_steps[0].rank}, the slowest in this step "
             f"(rank {slowest}), and evenly spaced ranks"
         )
-    return _ModeStep(
-        mode=mode, step=chosen, num_steps=len(lengths), chosen_as=chosen_as, ranks=tuple(rank_steps), world_size=world, note=note
-    )
+    ref = mode_json.get("reference_rank") if origin is not None else None
+    return _ModeStep(mode, chosen, len(lengths), chosen_as, tuple(rank_steps), world, note, reference_rank=ref)
 
 
 def _colour_map(panels: list[_ModeStep]) -> dict[str, str]:
@@ -313,8 +268,10 @@ def _draw_panel(ax, panel: _ModeStep, *, colours: dict[str, str], xmax_ms: float
     for g, r in enumerate(panel.ranks):
         top = g * pitch  # compute lane at top, comm lane at top+1, the phase band above top
         step_ms = r.step_us / 1e3
-        ax.add_patch(Rectangle((0, top - 0.5), step_ms, 2, facecolor=STEP_BG_COLOUR, edgecolor="none", zorder=0))
-        ax.plot([step_ms, step_ms], [top - 0.5, top + 1.5], color="#555555", lw=0.8, zorder=3)
+        end_ms = r.lead_ms + step_ms
+        ax.add_patch(Rectangle((r.lead_ms, top - 0.5), step_ms, 2, facecolor=STEP_BG_COLOUR, edgecolor="none", zorder=0))
+        ax.plot([r.lead_ms, r.lead_ms], [top - 0.5, top + 1.5], color="#555555", lw=0.8, zorder=3)
+        ax.plot([end_ms, end_ms], [top - 0.5, top + 1.5], color="#555555", lw=0.8, zorder=3)
         shaded = iv.intersect(_union(r.spans, "comm"), _union(r.spans, "compute"))
         for a, b in zip(shaded[0].tolist(), shaded[1].tolist()):
             ax.add_patch(Rectangle((a, top - 0.5), b - a, 2, facecolor=OVERLAP_COLOUR, alpha=0.55, edgecolor="none", zorder=1))

@@ -51,7 +51,9 @@ function prepareRank(rank) {
   // Phase windows [step, phase, start_us, end_us]: absent from timelines written before the
   // analysis kept them (and from foreign traces without phase labels).
   const phases = [...(rank.phases || [])].sort((a, b) => a[2] - b[2]);
-  return { rank: rank.rank, steps: rank.steps, lanes, phases };
+  // Clock: timeline.json holds aligned ranks' times on the reference rank's clock (absent before).
+  const clock = rank.aligned ? { offsetUs: rank.clock_offset_us, uncertaintyUs: rank.clock_uncertainty_us } : null;
+  return { rank: rank.rank, steps: rank.steps, lanes, phases, clock };
 }
 
 // A lane: spans sorted by start, plus the running maximum of their ends, so that both "first
@@ -116,6 +118,9 @@ export class Timeline {
     this.bandGap = !this.hasPhases ? 0 : this.laneH >= 7 ? 2 : 1;
     this.groupH = this.bandH + this.bandGap + 3 * this.laneH + (ranks <= 16 ? 6 : 2);
     this.slowest = slowest;
+    // The reference clock is the lowest rank's (clocks.py): the lowest aligned rank.
+    const aligned = this.ranks.filter((r) => r.clock).map((r) => r.rank);
+    this.reference = aligned.length ? Math.min(...aligned) : null;
 
     this.canvas = el("canvas", { class: "po-canvas", "data-mode": mode });
     this.tip = el("div", { class: "po-tip" });
@@ -242,7 +247,10 @@ export class Timeline {
     const merged = rects < inView
       ? `Merged at pixel resolution: ${inView.toLocaleString("en-US")} spans in view drawn as ${rects.toLocaleString("en-US")} rectangles; zoom in for detail.`
       : `${inView.toLocaleString("en-US")} spans in view, each drawn.`;
-    this.note.textContent = `${this.serverNote}${merged} ◆ marks the rank the others wait for.`;
+    const clocks = this.reference != null && this.ranks.some((r) => r.clock)
+      ? ` Times are on rank ${this.reference}'s clock: each rank's clock offset, estimated from the ends of matched collectives, is taken out (hover for it).`
+      : "";
+    this.note.textContent = `${this.serverNote}${merged} ◆ marks the rank the others wait for.${clocks}`;
     this.node.dataset.drawnRects = String(rects);
     this.node.dataset.phaseWindows = String(windows);
     this.node.dataset.spansInView = String(inView);
@@ -309,6 +317,10 @@ export class Timeline {
       `rank ${r.rank} · ${kind}${lane.step[j] != null ? ` · step ${lane.step[j]}` : ""}`,
       `duration ${ms(dur)} · starts at ${ms(lane.start[j] - this.t0)}`,
     ];
+    if (r.clock && r.rank !== this.reference) {
+      const u = r.clock.uncertaintyUs == null ? "unknown" : ms(r.clock.uncertaintyUs);
+      lines.push(`clock: rank ${r.rank}'s minus rank ${this.reference}'s ${ms(r.clock.offsetUs)} (± ${u}), taken out`);
+    }
     if (kind === "comm") {
       const rankRec = (this.analysis?.ranks || []).find((a) => a.rank === r.rank);
       const c = collectiveFor(lane.label[j], rankRec?.collectives);
