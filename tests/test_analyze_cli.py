@@ -33,7 +33,7 @@ def test_tables_and_json_schema(tmp_path):
         assert title in p.stdout
     assert "14.95" in p.stdout and "19.93" in p.stdout  # overlap % of rank 0 and 1
     record = json.loads(out.read_text())
-    assert set(record) == {"ranks", "world_size", "slowest_rank", "source"}
+    assert set(record) == {"ranks", "world_size", "slowest_rank", "source", "integrity"}
     assert record["world_size"] == 128 and record["source"] == str(TRACE_FILTER)
     # The rank that waits least (rank 1: 97150 µs against rank 0's 114296 µs).
     assert record["slowest_rank"] == 1 == min(record["ranks"], key=lambda r: r["wait_us"])["rank"]
@@ -49,7 +49,7 @@ def test_tables_and_json_schema(tmp_path):
         "overlap_pct",
         "steps",
         "collectives",
-    } == {"wait_us", "transfer_us", "phases", "phase_collectives"}
+    } == {"wait_us", "transfer_us", "last_arrivals", "last_arrival_pct", "phases", "phase_collectives"}
     # HTA's test trace, a real training job, labels its phases `## forward ##`, `## backward ##`
     # and `## optimizer ##` (on the device timeline, where its kernels run).
     assert [p["phase"] for p in rank["phases"]] == ["forward", "backward", "optimizer"]

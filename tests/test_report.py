@@ -28,6 +28,7 @@ SECTIONS = (
     "yield",
     "collectives",
     "stragglers",
+    "integrity",
     "notes",
     "definitions",
 )

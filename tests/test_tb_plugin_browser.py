@@ -201,6 +201,12 @@ def test_overlap_tab_renders_offline_with_the_records_numbers(browser, tensorboa
     )
     assert "reduce_scatter" in text and "busbw GB/s" in text
     assert "with this run's 2 ranks" in text and "[4, 6]" in text  # ranks hold [1, 2] and [3, 4]
+    # The integrity panel: a line per mode when every check is ok, else the checks that are not.
+    for mode in MODES:
+        checks = metrics["modes"][mode]["analysis"]["integrity"]["checks"]
+        bad = [c for c in checks if c["status"] != "ok"]
+        assert (f"{mode}: {len(bad)} of {len(checks)} checks not ok" if bad else f"{mode}: all {len(checks)} integrity checks ok") in text
+        assert all(c["detail"] in text for c in bad)
 
     # Hover over split's comm lane of rank 0 (in page coordinates: the iframe's box plus the
     # canvas's box inside it) until a tooltip with the collective's bandwidth shows.

@@ -1,13 +1,16 @@
-"""All ranks -> one TraceAnalysis (stage 3): the world size, and each rank's collective time split
-into transfer (the fastest rank's duration of each call) and wait (the rest), with calls matched
-across ranks by (process group, kind, order)."""
+"""All ranks -> one TraceAnalysis (stage 3): the world size, each rank's clock offset against the
+reference rank (clocks.py), each rank's collective time split into transfer (the fastest rank's
+duration of each call) and wait (the rest), and the arrival order at each call on the aligned
+clock, with calls matched across ranks by (process group, kind, order), which no clock enters."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 
+from profile_overlap.analysis.clocks import ClockAlignment, align_clocks
 from profile_overlap.analysis.collectives import collective_stats
+from profile_overlap.analysis.integrity import Integrity, check_integrity
 from profile_overlap.analysis.per_rank import RankAnalysis
 
 
@@ -21,6 +24,10 @@ class RankWait:
     transfer_us: float
     matched: int
     """Calls matched on at least two ranks."""
+    last_arrivals: int = 0
+    """Matched calls this rank started last of all ranks, on the aligned clock (the one the others waited for)."""
+    last_arrival_pct: float | None = None
+    """100 · last_arrivals / matched (None without matched calls)."""
 
 
 @dataclass(frozen=True)
@@ -32,11 +39,16 @@ class TraceAnalysis:
     waits: tuple[RankWait, ...]
     slowest_rank: int | None
     """The rank the others wait for: the one with the least wait (None with fewer than two ranks)."""
+    clocks: ClockAlignment
+    """Each rank's clock offset against the reference rank; aligned time = rank's time − offset."""
+    integrity: Integrity
+    """The integrity checks of these traces (analysis/integrity.py)."""
 
 
-def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False) -> TraceAnalysis:
-    """Add the cross-rank view: world size and the wait/transfer split of every collective call,
-    matched across ranks by (process group, kind, order)."""
+def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False, duplicates: tuple[str, ...] = ()) -> TraceAnalysis:
+    """Add the cross-rank view: world size, the clock offsets, and per rank the wait/transfer split
+    and the last arrivals (aligned starts) of its collective calls, matched across ranks by
+    (process group, kind, order)."""
     assert ranks
     ranks = sorted(ranks, key=lambda r: r.rank)
     assert len({r.rank for r in ranks}) == len(ranks), "one RankAnalysis per rank"
@@ -47,10 +59,17 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False)
         for r in ranks
     ]
 
+    clocks = align_clocks({r.rank: r.instances for r in ranks})
     durations: dict[tuple, list[float]] = defaultdict(list)
+    arrivals: dict[tuple, list[tuple[float, int]]] = defaultdict(list)
     for r in ranks:
         for inst in r.instances:
-            durations[(inst.pg, inst.kind, inst.seq)].append(inst.dur_us)
+            key = (inst.pg, inst.kind, inst.seq)
+            durations[key].append(inst.dur_us)
+            if r.rank in clocks.offsets_us:
+                arrivals[key].append((clocks.aligned(r.rank, inst.start_us), r.rank))
+    # The last to start each call, on the aligned clock (the lower rank on an exact tie).
+    last_at = Counter(max(a, key=lambda x: (x[0], -x[1]))[1] for a in arrivals.values() if len(a) >= 2)
     waits = []
     for r in ranks:
         wait = transfer = 0.0
@@ -63,10 +82,27 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False)
             fastest = min(peers)
             transfer += fastest
             wait += inst.dur_us - fastest
-        waits.append(RankWait(rank=r.rank, wait_us=wait, transfer_us=transfer, matched=matched))
+        aligned = r.rank in clocks.offsets_us and matched > 0
+        waits.append(
+            RankWait(
+                rank=r.rank,
+                wait_us=wait,
+                transfer_us=transfer,
+                matched=matched,
+                last_arrivals=last_at[r.rank],
+                last_arrival_pct=100 * last_at[r.rank] / matched if aligned else None,
+            )
+        )
     with_calls = [w for w in waits if w.matched]
     # The rank the others wait for: the least wait, the lowest rank on a tie (definitions: `slowest_rank`).
     slowest = min(with_calls, key=lambda w: (w.wait_us, w.rank)).rank if len(with_calls) >= 2 else None
     return TraceAnalysis(
-        source=source, world_size=world, hta_compat=hta_compat, ranks=tuple(ranks), waits=tuple(waits), slowest_rank=slowest
+        source=source,
+        world_size=world,
+        hta_compat=hta_compat,
+        ranks=tuple(ranks),
+        waits=tuple(waits),
+        slowest_rank=slowest,
+        clocks=clocks,
+        integrity=check_integrity(ranks, duplicates=duplicates),
     )

@@ -29,6 +29,7 @@ from profile_overlap.analysis.classify import (
     phase_of,
 )
 from profile_overlap.analysis.collectives import CollectiveCall, collective_nbytes
+from profile_overlap.analysis.facts import FileFacts, cpu_unclassified, file_facts
 from profile_overlap.analysis.labels import Labeller
 from profile_overlap.analysis.trace import CPU_OP, GPU_USER_ANNOTATION, USER_ANNOTATION, Trace
 from profile_overlap.core import intervals as iv
@@ -75,6 +76,8 @@ class FileEvents:
     """...and its start and end."""
     t_min: float
     t_max: float
+    facts: FileFacts
+    """What the integrity checks need beyond the metrics (analysis/facts.py)."""
 
 
 def _short_name(name: str) -> str:
@@ -114,12 +117,18 @@ def extract(trace: Trace) -> FileEvents:
 
     if len(kernels):
         device = "cuda"
-        comm, compute, calls = _gpu_events(trace, labeller)
+        comm, compute, calls, comm_rows, compute_rows = _gpu_events(trace, labeller)
         exclude = iv.EMPTY
+        unclassified = np.zeros(0, dtype=np.int64)
     else:
         device = "cpu"
         comm, compute, calls, exclude = _cpu_events(trace, labeller, main)
-        if comm.start.size == 0:
+        comm_rows = compute_rows = np.zeros(0, dtype=np.int64)
+        unclassified = cpu_unclassified(trace, main, iv.union(comm.start, comm.end))
+        # One process without a process group (a one-rank job profiled with the trace handler) has
+        # nothing to communicate: its steps still have compute and phases, and zero communication.
+        solo = trace.world_size in (None, 1) and trace.backend is None and bool(steps)
+        if comm.start.size == 0 and not solo:
             raise UserError(
                 f"{trace.path} has no GPU kernels and no gloo communication events, so there is no "
                 "overlap to measure; profile with ProfilerActivity.CUDA on GPU runs, or use the gloo "
@@ -146,6 +155,15 @@ def extract(trace: Trace) -> FileEvents:
         phase_end=np.array([e for _, _, e in phases], dtype=np.float64),
         t_min=float(every.min()) if every.size else 0.0,
         t_max=float(every.max()) if every.size else 0.0,
+        facts=file_facts(
+            trace,
+            comm_rows=comm_rows,
+            compute_rows=compute_rows,
+            comm_dur=comm.end - comm.start,
+            compute_dur=compute.end - compute.start,
+            unclassified_rows=unclassified,
+            calls=calls,
+        ),
     )
 
 
@@ -194,7 +212,7 @@ def _gpu_events(trace: Trace, labeller: Labeller):
     end = k.ts + k.dur
     every = EventIntervals(k.ts, end, launch, labels)
     calls = _gpu_calls(trace, np.flatnonzero(comm_mask), launch, launch_tid, labeller)
-    return every.take(comm_mask), every.take(compute_mask), calls
+    return every.take(comm_mask), every.take(compute_mask), calls, np.flatnonzero(comm_mask), np.flatnonzero(compute_mask)
 
 
 def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: np.ndarray, labeller: Labeller) -> list[CollectiveCall]:

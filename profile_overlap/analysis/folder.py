@@ -99,6 +99,7 @@ def analyze_dir(
             )
         files = [f for f in files if f.rank is not None]
     by_rank: dict[int | None, list[FileEvents]] = defaultdict(list)
+    duplicates = []
     for f in sorted(files, key=lambda f: f.t_min):
         # Several files of one rank are fine when they are successive profiler spans (one file
         # per `on_trace_ready` cycle); two that cover the same time are copies or two runs.
@@ -106,6 +107,7 @@ def analyze_dir(
         if clash is None:
             by_rank[f.rank].append(f)
         else:
+            duplicates.append(f.path)
             bad(
                 f"{clash.path} and {f.path} both claim rank {f.rank} and cover the same time, so they are "
                 "not successive profiler spans of one worker; remove the duplicate or analyze each run's folder separately"
@@ -118,4 +120,4 @@ def analyze_dir(
             bad(str(err))
     if not ranks:
         raise UserError(f"no usable trace under {folder}: every rank was bad (see the warnings above)")
-    return combine(ranks, source=str(folder), hta_compat=hta_compat)
+    return combine(ranks, source=str(folder), hta_compat=hta_compat, duplicates=tuple(duplicates))

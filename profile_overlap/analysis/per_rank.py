@@ -17,6 +17,7 @@ import numpy as np
 from profile_overlap.analysis.classify import PHASES
 from profile_overlap.analysis.collectives import CollectiveInstance, CollectiveStats, collective_stats, number_calls
 from profile_overlap.analysis.events import EventIntervals, FileEvents, extract
+from profile_overlap.analysis.facts import RankFacts, rank_facts
 from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TimelineSpan, timeline_spans
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
@@ -97,6 +98,8 @@ class RankAnalysis:
     the calling thread; GPU: by their kernel's start, in the labels' device-side ranges)."""
     phase_windows: tuple[tuple[int, str, float, float], ...] = ()
     """(step, phase, start_us, end_us) of each phase range, clipped to the timeline's steps (for the figures)."""
+    facts: RankFacts | None = None
+    """What the integrity checks rest on (analysis/facts.py); None only in analyses built by hand."""
 
 
 def _measure(comm: iv.Union, compute: iv.Union) -> dict[str, float | None]:
@@ -157,6 +160,10 @@ def finish_rank(
         if note:
             notes.append(note)
 
+    # Number the calls over the whole trace, before any window: the k-th call of a kind and group
+    # is then the same call on every rank even where a step window cuts through the calls
+    # differently on each rank (gloo starts the split's all_gathers across the step boundary).
+    instances = every_call = number_calls(calls)
     if steps is not None:
         lo, hi = steps
         sel = np.ones(step_num.size, bool)
@@ -174,6 +181,7 @@ def finish_rank(
         windows = iv.union(step_start, step_end)
         in_window = iv.covers(windows, np.array([c.start_us for c in calls]))
         calls = [c for c, ok in zip(calls, in_window) if ok]
+        instances = tuple(i for i, ok in zip(instances, iv.covers(windows, np.array([i.start_us for i in instances]))) if ok)
     else:
         windows = None
 
@@ -181,6 +189,14 @@ def finish_rank(
     # No c10d time counts as compute, even of an operator that only partly overlaps a c10d op.
     exclude = iv.union(np.concatenate([f.exclude[0] for f in files]), np.concatenate([f.exclude[1] for f in files]))
     compute_u = iv.difference(iv.union(compute.start, compute.end), exclude)
+    facts = rank_facts(
+        [f.facts for f in files],
+        comm_u=comm_u,
+        compute_u=compute_u,
+        windows=windows if windows is not None else iv.union(step_start, step_end),
+        in_steps=windows is not None,
+        calls=every_call,
+    )
     if windows is not None:
         comm_u, compute_u = iv.intersect(comm_u, windows), iv.intersect(compute_u, windows)
     phase, phase_start, phase_end = (np.concatenate([getattr(f, k) for f in files]) for k in ("phase", "phase_start", "phase_end"))
@@ -195,7 +211,6 @@ def finish_rank(
         for n, s, e in zip(step_num, step_start, step_end)
     ]
 
-    instances = number_calls(calls)
     world = max((f.world_size for f in files if f.world_size), default=None)
     return RankAnalysis(
         rank=rank,
@@ -214,6 +229,7 @@ def finish_rank(
         phases=_sum_phases(step_metrics),
         phase_collectives=_phase_collectives(calls, phase, phase_start, phase_end),
         phase_windows=_phase_spans(phase, phase_start, phase_end, step_num, step_start, step_end),
+        facts=facts,
     )
 
 

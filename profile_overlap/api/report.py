@@ -13,7 +13,7 @@ from pathlib import Path
 
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.metrics import ModeSummary, RunMetrics, ensure_writable_dir
-from profile_overlap.render import modes, notes
+from profile_overlap.render import integrity, modes, notes
 from profile_overlap.render.document import Code, Inline, Items, Paragraph, Ref, Report, Section, Table, gbps, ms, pct
 from profile_overlap.render.report import banner
 from profile_overlap.render.report_tables import collectives_table, phase_blocks, straggler_blocks, timeline_blocks
@@ -40,8 +40,10 @@ def build(run: Run) -> Report:
         Section("stragglers", "Stragglers: wait vs transfer", straggler_blocks(m)),
         Section("notes", "Notes", (Items(job_notes(m, s)),)),
     )
+    sections = integrity.with_section(sections, m)
     env = m.env
-    subtitle = f"job {m.config['job']}: {env['world_size']} ranks, {env.get('backend') or '?'} on {env.get('device_type') or '?'}"
+    backend = env.get("backend") or "no process group"
+    subtitle = f"job {m.config['job']}: {_ranks(env['world_size'])}, {backend} on {env.get('device_type') or '?'}"
     return Report(title="profile_overlap report", subtitle=subtitle, banner=banner(run), sections=sections)
 
 
@@ -74,7 +76,7 @@ def verdict(m: RunMetrics, x: ModeSummary) -> Inline:
 
 
 def verdict_blocks(m: RunMetrics, s: dict[str, ModeSummary]) -> tuple:
-    blocks = [Paragraph(verdict(m, next(iter(s.values()))), tone="verdict")]
+    blocks = [Paragraph(verdict(m, next(iter(s.values()))), tone="verdict"), *integrity.verdict_paragraphs(m)]
     missing = m.config.get("missing_ranks") or []
     if missing:
         blocks.append(Paragraph((_missing_text(m),), tone="warning"))
@@ -103,7 +105,7 @@ def setup_blocks(m: RunMetrics) -> tuple:
         ("job folder", m.run_dir),
         ("started (UTC)", env.get("date") or "–"),
         ("hosts", ", ".join(env.get("hosts") or ()) or "–"),
-        ("world size", f"{env['world_size']} ranks"),
+        ("world size", _ranks(env["world_size"])),
         ("ranks profiled", profiled),
         ("backend", env.get("backend") or "–"),
         ("devices", f"{env.get('device_type')}: " + ", ".join(f"{name} ×{n}" for name, n in devices.items())),
@@ -225,3 +227,7 @@ def write(job_dir: Path, metrics: RunMetrics | None = None, *, out: Path | None 
 
         fig = timeline.figure(run.metrics, run.timeline)
     return write_files(report, run.metrics, fig, out=out, formats=formats)
+
+
+def _ranks(n: int) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"

@@ -3,9 +3,10 @@
     python -m profile_overlap analyze runs/<run>/split
     python -m profile_overlap analyze traces/ --json overlap.json --steps 3:5 --hta-compat
     python -m profile_overlap analyze traces/ --tensorboard     # then: tensorboard --logdir traces
+    python -m profile_overlap analyze traces/ --strict          # exit 1 when an integrity check fails
 
 Prints one table per rank, then the collectives, the profiler steps and the cross-rank
-wait/transfer split. Does not import torch.
+wait/transfer split, then the integrity checks (a line per check that is not ok). Does not import torch.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import write_json_atomic
+from profile_overlap.render.integrity import console_lines as integrity_lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="drop the last profiler step of each rank, as Holistic Trace Analysis's get_comm_comp_overlap does by default",
     )
     parser.add_argument("--skip-bad", action="store_true", help="warn about unreadable or non-trace files and analyze the rest")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit with status 1 when any integrity check is an error (after the normal output), for CI pipelines",
+    )
     parser.add_argument(
         "--tensorboard",
         type=Path,
@@ -142,6 +149,10 @@ def render(analysis, console) -> None:
     for r in analysis.ranks:
         for note in r.notes:
             console.print(f"note: {note}", style="yellow")
+    styles = {"error": "bold red", "warning": "yellow"}
+    for line in integrity_lines(analysis.integrity.checks):
+        status = next((s for s in styles if line.startswith(f"integrity: {s.upper()}")), None)
+        console.print(line, style=styles.get(status, ""), markup=False)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -168,4 +179,8 @@ def main(args: argparse.Namespace) -> int:
 
         out = write_plugin_data(args.dir / "overlap" if args.tensorboard is True else args.tensorboard, analysis)
         print(f"wrote {out}/metrics.json and timeline.json: `tensorboard --logdir {out.parent}` shows them in the Overlap tab")
+    errors = analysis.integrity.errors
+    if args.strict and errors:
+        print(f"analyze --strict: {len(errors)} integrity check(s) failed: {', '.join(c.name for c in errors)}", file=sys.stderr)
+        return 1
     return 0

@@ -54,6 +54,30 @@ function failures(metrics, status) {
     ...bad.map((c) => el("div", { text: `${c.name}: FAILED (${error(c)} at ${where(c)}; tolerance ${c.tolerance} relative)` })));
 }
 
+// The analysis's integrity checks (README Metrics, "Integrity checks"): a line when all are ok,
+// else each check that is not ok with what it found and what it means; errors in red.
+function integrityPanel(mode, analysis) {
+  const integrity = analysis.integrity;
+  if (!integrity) return el("p", { class: "po-muted", text: `${mode}: this record predates the integrity checks` });
+  const checks = integrity.checks || [];
+  const bad = [...checks.filter((c) => c.status === "error"), ...checks.filter((c) => c.status === "warning")];
+  const offsets = Object.entries(integrity.clock_offsets_us || {});
+  const clocks = offsets.length > 1 ? el("p", { class: "po-muted", text: `${mode}: clock offsets against the reference rank: ` +
+    offsets.map(([r, x]) => `rank ${r} ${exact(x)} ± ${exact(integrity.clock_uncertainty_us?.[r])} µs` +
+      ((integrity.clock_moved || []).includes(Number(r)) ? " (moved)" : "")).join(", ") +
+    ((integrity.clock_moved || []).length ? "; only offsets larger than their uncertainty move a rank's lanes"
+      : "; every offset lies within its uncertainty, so no rank's lanes are moved") }) : null;
+  if (!bad.length) {
+    return el("div", { class: "po-integrity", "data-mode": mode },
+      el("p", { class: "po-muted", text: `${mode}: all ${checks.length} integrity checks ok` }), clocks);
+  }
+  return el("div", { class: "po-integrity", "data-mode": mode },
+    el("p", { text: `${mode}: ${bad.length} of ${checks.length} checks not ok` }),
+    table(["check", "status", "found", "what it means"], bad.map((c) => [c.name, c.status, c.detail, c.meaning]),
+      (i) => (bad[i].status === "error" ? "po-error" : "")),
+    clocks);
+}
+
 function rankTable(mode, analysis, slow) {
   const maxComm = Math.max(...analysis.ranks.map((r) => (r.wait_us ?? 0) + (r.transfer_us ?? 0)), 1);
   const rows = analysis.ranks.map((r) => {
@@ -189,6 +213,8 @@ async function showRun(main, run, view) {
         "summed over the profiled steps." }),
       ...phases] : []),
     ...(analysed.length ? [
+      el("h3", { text: "Integrity: what the traces say about their own numbers" }),
+      ...analysed.map((m) => integrityPanel(m, metrics.modes[m].analysis)),
       el("h3", { text: "Ranks: overlap, and the wait vs transfer split (stragglers)" }),
       el("p", { class: "po-muted", text: "Each collective call is matched across ranks; transfer = the fastest rank's duration, " +
         "wait = the rest. ◆ (red row) is the rank that waits least: the others wait for it." }),

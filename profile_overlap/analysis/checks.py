@@ -1,0 +1,70 @@
+"""The integrity checks' building blocks: a Check and the set of them, their statuses, the
+numbers a check can affect, and the thresholds (defined in the README's Metrics section,
+"Integrity checks"). The checks themselves: integrity.py and integrity_events.py."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+OK, WARNING, ERROR = "ok", "warning", "error"
+STATUSES = (OK, WARNING, ERROR)
+
+OVERLAP = "overlap numbers"
+"""comm, compute, overlap and exposed communication, overlap %, per rank and per phase."""
+STEPS = "per-step numbers"
+WAIT = "wait/transfer and the slowest rank"
+BANDWIDTH = "collective bytes and bandwidth"
+
+OUTSIDE_WARNING_PCT = 5.0
+"""Share of a rank's counted communication or compute outside every step: a warning above it..."""
+OUTSIDE_ERROR_PCT = 50.0
+"""...an error from here (the totals then describe mostly something else than the steps)."""
+UNCLASSIFIED_WARNING_PCT = 1.0
+"""Unclassified time as a share of the rank's compute time above which it is a warning."""
+CUT_SHORT_RATIO = 0.5
+"""A last step shorter than this fraction of every other step of its rank looks cut short."""
+LISTED = 5
+"""Items named in a check's one-line detail (the figures hold them all)."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One integrity check: its status, a one-line detail, the figures it rests on, what it
+    means for the numbers and which numbers rest on it."""
+
+    name: str
+    status: str
+    detail: str
+    figures: dict = field(default_factory=dict)
+    meaning: str = ""
+    affects: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Integrity:
+    checks: tuple[Check, ...]
+
+    def with_status(self, status: str) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.status == status)
+
+    @property
+    def errors(self) -> tuple[Check, ...]:
+        return self.with_status(ERROR)
+
+
+def listed(items: Sequence, n: int = LISTED) -> str:
+    items = [str(x) for x in items]
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def rank_list(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + listed(ranks, 8)
+
+
+def status_of(error: bool, warning: bool) -> str:
+    return ERROR if error else WARNING if warning else OK
+
+
+def with_meaning(check: Check, meaning: str, *affects: str) -> Check:
+    return Check(check.name, check.status, check.detail, check.figures, meaning, affects)

@@ -1,0 +1,186 @@
+"""Integrity checks: the evidence every analysis carries about its own numbers (stage 3).
+
+Each check looks at one way a trace set can give wrong numbers without a warning (ranks
+missing, steps that differ, collectives that do not match, events in no class, streams that
+cannot be right, time outside the steps) and says `ok`, `warning` or `error`, with the figures
+it rests on and one line on what it means for the numbers. The README's Metrics section
+("Integrity checks") defines every check and threshold. Computed once, from the facts the
+per-file and per-rank stages keep (analysis/facts.py), when the ranks are combined.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from profile_overlap.analysis.checks import (
+    ERROR,
+    OK,
+    OVERLAP,
+    STEPS,
+    WAIT,
+    WARNING,
+    Check,
+    Integrity,
+    listed,
+    rank_list,
+    status_of,
+    with_meaning,
+)
+from profile_overlap.analysis.integrity_events import classification_checks, stream_checks, timing_checks
+from profile_overlap.analysis.per_rank import RankAnalysis
+
+__all__ = ["ERROR", "OK", "WARNING", "Check", "Integrity", "check_integrity"]
+
+
+def check_integrity(ranks: Sequence[RankAnalysis], *, duplicates: Sequence[str] = ()) -> Integrity:
+    """Every check, in the README's order. duplicates: files left out because another file
+    claimed the same rank and time (analyze --skip-bad, own jobs)."""
+    ranks = [r for r in ranks if r.facts is not None]
+    if not ranks:
+        return Integrity(())
+    checks = [
+        *_rank_checks(ranks, duplicates),
+        _steps_check(ranks),
+        *_collective_checks(ranks),
+        *classification_checks(ranks),
+        *stream_checks(ranks),
+        *timing_checks(ranks),
+    ]
+    return Integrity(tuple(checks))
+
+
+# ---------------------------------------------------------------- ranks and steps
+
+
+def _rank_checks(ranks: list[RankAnalysis], duplicates: Sequence[str]) -> list[Check]:
+    found = [r.rank for r in ranks]
+    declared = max((r.world_size for r in ranks if r.world_size), default=None)
+    figures = {"world_size": declared, "ranks_found": found}
+    if declared is None:
+        detail = f"the traces do not record the world size (no distributedInfo): {len(found)} rank(s) found, none known missing"
+        world = Check("ranks.world_size", WARNING, detail, figures)
+    else:
+        missing = sorted(set(range(declared)) - set(found))
+        extra = [r for r in found if r >= declared]
+        figures |= {"missing": missing, "beyond_world": extra}
+        if extra:
+            detail = f"{rank_list(extra)} beyond the world size {declared}: traces of different jobs in one folder?"
+        elif missing:
+            detail = f"{len(found)} of {declared} ranks found; missing {rank_list(missing)}"
+        else:
+            detail = f"all {declared} ranks found"
+        world = Check("ranks.world_size", status_of(bool(extra), bool(missing)), detail, figures)
+    world = with_meaning(world, "cross-rank numbers cover only the ranks found; per-rank numbers stand", WAIT)
+
+    files = sum(len(r.files) for r in ranks)
+    if duplicates:
+        detail = f"{len(duplicates)} file(s) left out: another file claims the same rank and time ({listed(duplicates, 2)})"
+    else:
+        detail = "one trace per rank and time" + (f" ({files} files: successive profiler spans)" if files > len(ranks) else "")
+    figures = {"left_out": list(duplicates), "files_per_rank": {r.rank: len(r.files) for r in ranks}}
+    dup = Check("ranks.duplicates", status_of(bool(duplicates), False), detail, figures)
+    dup = with_meaning(dup, "which copy of a rank is analysed is arbitrary: its numbers may belong to another run", OVERLAP, WAIT)
+
+    stepless = [r.rank for r in ranks if not r.steps]
+    steps = Check(
+        "ranks.profiler_steps",
+        status_of(False, bool(stepless)),
+        f"{rank_list(stepless)} without ProfilerStep windows" if stepless else "every rank has ProfilerStep windows",
+        {"ranks_without_steps": stepless},
+    )
+    steps = with_meaning(steps, "without prof.step() there are no per-step numbers, and the totals cover the whole trace", STEPS, OVERLAP)
+    return [world, dup, steps]
+
+
+def _steps_check(ranks: list[RankAnalysis]) -> Check:
+    per_rank = {r.rank: [s.step for s in r.steps] for r in ranks}
+    with_steps = {k: set(v) for k, v in per_rank.items() if v}
+    every = set.union(*with_steps.values()) if with_steps else set()
+    common = set.intersection(*with_steps.values()) if with_steps else set()
+    partial = sorted(every - common)
+    figures = {"steps": per_rank, "partial_steps": partial}
+    if not with_steps:
+        detail = "no rank has ProfilerStep windows"
+    elif partial:
+        where = {s: [r for r, v in with_steps.items() if s in v] for s in partial}
+        where_text = "; ".join(f"#{s}: {rank_list(rs)}" for s, rs in list(where.items())[:3])
+        detail = f"step(s) {listed(partial)} on only some ranks ({where_text})"
+    else:
+        lo, hi = min(common), max(common)
+        detail = f"every rank has the same {len(common)} step(s), #{lo}" + (f" to #{hi}" if hi != lo else "")
+    check = Check("steps.common", status_of(False, bool(partial)), detail, figures)
+    return with_meaning(check, "ranks' per-step numbers then describe different steps; means over ranks mix them", STEPS)
+
+
+# ---------------------------------------------------------------- collectives
+
+
+SAME_SIZE_KINDS = frozenset({"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "barrier"})
+"""Collectives whose size S is the same on every rank of the group (all_to_all's splits may differ)."""
+
+
+def _collective_checks(ranks: list[RankAnalysis]) -> list[Check]:
+    calls: dict[tuple[str, str], dict[int, list[int | None]]] = defaultdict(dict)
+    members: dict[str, set[int]] = defaultdict(set)
+    for r in ranks:
+        sizes: dict[tuple[str, str], list[int | None]] = defaultdict(list)
+        for inst in r.facts.calls:  # the whole trace in seq order, numbered before any step window
+            sizes[(inst.pg, inst.kind)].append(inst.nbytes)
+        for key, values in sizes.items():
+            calls[key][r.rank] = values
+            members[key[0]].add(r.rank)
+    unmatched, resized = [], []
+    for (pg, kind), per in sorted(calls.items()):
+        group = sorted(members[pg])
+        if len(group) < 2:
+            continue
+        low = min(len(per.get(rank, ())) for rank in group)
+        for rank in group:
+            n = len(per.get(rank, ()))
+            if n > low:
+                unmatched.append(
+                    {"pg": pg, "kind": kind, "rank": rank, "calls": f"#{low}" + (f"-#{n - 1}" if n - 1 > low else ""), "count": n - low}
+                )
+        first = per.get(group[0], [])[:low]
+        if kind in SAME_SIZE_KINDS and any(per.get(rank, [])[:low] != first for rank in group):
+            for seq in range(low):
+                sizes = {rank: per[rank][seq] for rank in group}
+                if len(set(sizes.values()) - {None}) > 1:
+                    resized.append({"pg": pg, "kind": kind, "call": seq, "nbytes": sizes})
+    figures = {
+        "calls": [{"pg": pg, "kind": kind, "per_rank": {k: len(v) for k, v in per.items()}} for (pg, kind), per in sorted(calls.items())],
+        "unmatched": unmatched,
+        "size_mismatch": resized,
+    }
+    if len(ranks) < 2:
+        detail = "one rank: nothing to match"
+    elif resized:
+        named = [f"{x['kind']} #{x['call']} of group {x['pg']}" for x in resized]
+        detail = f"{len(resized)} call(s) matched by order differ in size across ranks, so they are different calls: {listed(named, 3)}"
+    elif unmatched:
+        named = [f"{u['kind']} {u['calls']} of group {u['pg']} on rank {u['rank']}" for u in unmatched]
+        detail = f"{sum(u['count'] for u in unmatched)} call(s) without a peer: {listed(named, 3)}"
+    else:
+        detail = f"every rank of each group has the same calls ({len(calls)} (group, kind) pairs, equal sizes)"
+    match = with_meaning(
+        Check("collectives.matched", status_of(bool(resized), bool(unmatched)), detail, figures),
+        "calls are matched across ranks by order: a missing or different call makes wait/transfer and clock offsets pair the wrong calls",
+        WAIT,
+    )
+
+    no_group = {r.rank: r.facts.no_group_calls for r in ranks if r.facts.no_group_calls}
+    declared = max(r.facts.declared_groups for r in ranks)
+    risky = bool(no_group) and declared > 1
+    detail = (
+        f"{sum(no_group.values())} call(s) on {rank_list(list(no_group))} name no process group"
+        + (f", while the traces declare {declared} groups: all are matched as one group" if risky else " (matched as one group)")
+        if no_group
+        else "every call names its process group"
+    )
+    group = with_meaning(
+        Check("collectives.process_group", status_of(False, risky), detail, {"calls_without_group": no_group, "declared_groups": declared}),
+        "calls of different groups may be matched with each other, skewing wait/transfer",
+        WAIT,
+    )
+    return [match, group]
