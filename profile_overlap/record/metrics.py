@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profile_overlap.core.errors import UserError
+from profile_overlap.record.noise import NoiseSummary, percentile
 
 SCHEMA_VERSION = 3
 """2: the record carries its summary (records of version 1 get it when they are read).
@@ -22,7 +23,8 @@ split_blocking_step_ms, overlap_yield_ms and overlap_yield_pct. Any set of modes
 (torch's ddp and fsdp2 too): each mode's collectives per phase (ModeSummary.phase_collectives), their
 bytes against the model's parameter bytes (ModeSummary.bytes_checks) and every mode's speedup over the
 first (RunSummary.speedup_vs_first). Records of versions 1 and 2 get their summary recomputed when
-they are read (record.summary.load_metrics)."""
+they are read (record.summary.load_metrics). Keys added since, without a new version:
+--repeats (StepTimes.blocks_ms, RunMetrics.rounds, RunSummary.noise; absent from older records, read as none)."""
 
 
 @dataclass(frozen=True)
@@ -39,32 +41,25 @@ class StepTimes:
     max_ms: float | None
     method: str
     """cuda_events (GPU) or perf_counter+barrier (CPU)."""
+    blocks_ms: tuple[tuple[float, ...], ...] = ()
+    """times_ms cut into its blocks, one per round (--repeats); empty in records before --repeats."""
 
     @classmethod
-    def from_times(cls, times_ms: list[float], *, method: str) -> StepTimes:
+    def from_times(cls, times_ms: list[float], *, method: str, blocks_ms: tuple = ()) -> StepTimes:
         if not times_ms:
             return cls(times_ms=(), median_ms=None, p10_ms=None, p90_ms=None, mean_ms=None, min_ms=None, max_ms=None, method=method)
         ordered = sorted(times_ms)
         return cls(
             times_ms=tuple(times_ms),
+            blocks_ms=tuple(tuple(b) for b in blocks_ms) or (tuple(times_ms),),
             median_ms=statistics.median(ordered),
-            p10_ms=_percentile(ordered, 10),
-            p90_ms=_percentile(ordered, 90),
+            p10_ms=percentile(ordered, 10),
+            p90_ms=percentile(ordered, 90),
             mean_ms=statistics.fmean(ordered),
             min_ms=ordered[0],
             max_ms=ordered[-1],
             method=method,
         )
-
-
-def _percentile(ordered: list[float], pct: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default method)."""
-    if len(ordered) == 1:
-        return ordered[0]
-    pos = (len(ordered) - 1) * pct / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 @dataclass(frozen=True)
@@ -262,6 +257,8 @@ class RunSummary:
     """Per phase of split or split-blocking, in phase order; empty unless both were profiled with phase labels."""
     speedup_vs_first: tuple[RelativeSpeedup, ...] = ()
     """Every mode against the first, in the run's order (the first included)."""
+    noise: NoiseSummary | None = None
+    """The intervals over blocks and the rule every within_noise here follows (record/noise.py)."""
 
 
 @dataclass(frozen=True)
@@ -299,6 +296,8 @@ class RunMetrics:
     speedup: Speedup | None
     summary: RunSummary | None = None
     """None only while the record is being built (record.summary.with_summary fills it)."""
+    rounds: tuple[tuple[str, ...], ...] = ()
+    """The order the modes ran their blocks of timed steps in, one tuple per round (--repeats)."""
 
     @property
     def passed(self) -> bool:
@@ -315,7 +314,7 @@ class RunMetrics:
         modes = {
             name: ModeMetrics(
                 mode=m["mode"],
-                step_time=StepTimes(**{**m["step_time"], "times_ms": tuple(m["step_time"]["times_ms"])}),
+                step_time=_step_times(m["step_time"]),
                 memory=tuple(Memory(**x) for x in m["memory"]),
                 checks=tuple(CheckResult(**c) for c in m["checks"]),
                 trace_dir=m["trace_dir"],
@@ -335,7 +334,12 @@ class RunMetrics:
             checks=tuple(CheckResult(**c) for c in data["checks"]),
             speedup=speedup,
             summary=summary,
+            rounds=tuple(tuple(r) for r in data.get("rounds", ())),
         )
+
+
+def _step_times(d: dict) -> StepTimes:
+    return StepTimes(**{**d, "times_ms": tuple(d["times_ms"]), "blocks_ms": tuple(map(tuple, d.get("blocks_ms", ())))})
 
 
 def _spread_from_json(d: dict | None) -> Spread | None:
@@ -373,6 +377,7 @@ def _summary_from_json(d: dict) -> RunSummary:
         overlap_yield=OverlapYield(**gain) if gain else None,
         interference=tuple(PhaseInterference(**x) for x in d.get("interference", ())),
         speedup_vs_first=tuple(RelativeSpeedup(**x) for x in d.get("speedup_vs_first", ())),
+        noise=NoiseSummary.from_json(d["noise"]) if d.get("noise") else None,
     )
 
 

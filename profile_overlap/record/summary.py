@@ -3,9 +3,10 @@
 `with_summary(metrics)` fills `RunMetrics.summary` (per-mode overlap per profiled step, per phase,
 collectives over ranks and per phase, their bytes against the model's parameter bytes, memory, the
 slowest rank; every mode's speedup over the first; the headline numbers; whether sequential and
-split are within run-to-run noise; the overlap yield and the interference per phase of split
-against split-blocking) and `speedup` computes `RunMetrics.speedup`. The harness calls both before
-writing metrics.json; `load_metrics` recomputes the summary of a record of an older schema.
+split are within run-to-run noise, and the intervals over blocks that decide it (record/noise.py);
+the overlap yield and the interference per phase of split against split-blocking) and `speedup`
+computes `RunMetrics.speedup`. The harness calls both before writing metrics.json; `load_metrics`
+recomputes the summary of a record of an older schema.
 Renderers (console, reports, TensorBoard, the Overlap tab, sweeps) only read the result.
 """
 
@@ -16,6 +17,7 @@ import json
 import statistics
 from pathlib import Path
 
+from profile_overlap.record import noise
 from profile_overlap.record.metrics import (
     SCHEMA_VERSION,
     BytesCheck,
@@ -78,8 +80,44 @@ HEADLINE_NAMES = (
 
 
 def within_noise(a: StepTimes, b: StepTimes) -> bool:
-    """Each median lies inside the other's p10-p90 range (definitions: `within_noise`)."""
+    """Each median lies inside the other's p10-p90 range (definitions: `within_noise`, rule p10-p90)."""
     return a.p10_ms <= b.median_ms <= a.p90_ms and b.p10_ms <= a.median_ms <= b.p90_ms
+
+
+def blocks(st: StepTimes) -> tuple[tuple[float, ...], ...]:
+    """A mode's blocks of timed steps (records before --repeats: all their steps as one block)."""
+    return st.blocks_ms or ((st.times_ms,) if st.times_ms else ())
+
+
+def noise_summary(metrics: RunMetrics) -> noise.NoiseSummary:
+    """The intervals over blocks (record/noise.py); each None with one block per mode."""
+    timed = [n for n, m in metrics.modes.items() if m.step_time.times_ms]
+    per_mode = {n: blocks(metrics.modes[n].step_time) for n in timed}
+    num_blocks = min((len(b) for b in per_mode.values()), default=0)
+    first = next(iter(metrics.modes))
+    return noise.NoiseSummary(
+        rule=noise.PAIRED_BLOCKS if num_blocks > 1 else noise.P10_P90,
+        num_blocks=num_blocks,
+        step_time_ms={n: noise.median_interval(b) for n, b in per_mode.items()},
+        speedup_vs_first={n: noise.paired_ratio_interval(per_mode[first], per_mode[n]) for n in timed if first in per_mode and n != first},
+        speedup=noise.paired_ratio_interval(per_mode["sequential"], per_mode["split"]) if {"sequential", "split"} <= set(timed) else None,
+        overlap_yield_ms=(
+            noise.paired_difference_interval(per_mode[YIELD_BASELINE], per_mode[YIELD_MODE])
+            if {YIELD_MODE, YIELD_BASELINE} <= set(timed)
+            else None
+        ),
+    )
+
+
+def compare_runs(a: RunMetrics, b: RunMetrics) -> dict[str, noise.RunDifference]:
+    """Each mode timed in both runs: B's step time against A's, in A's order (definitions: "Comparing two runs")."""
+    timed = [n for n in a.modes if n in b.modes and a.modes[n].step_time.times_ms and b.modes[n].step_time.times_ms]
+    return {n: noise.compare_runs(blocks(a.modes[n].step_time), blocks(b.modes[n].step_time)) for n in timed}
+
+
+def _within(a: StepTimes, b: StepTimes, interval: noise.Interval | None, *, null: float = 1.0) -> bool:
+    """With repeats, the interval (of a ratio, or of a difference with null=0) contains `null`; else the p10-p90 rule."""
+    return interval.contains(null) if interval is not None else within_noise(a, b)
 
 
 def speedup(modes: dict[str, ModeMetrics]) -> Speedup | None:
@@ -225,7 +263,7 @@ def summarize_mode(mode: ModeMetrics, *, reshard: bool = True) -> ModeSummary:
     )
 
 
-def overlap_yield(metrics: RunMetrics, modes: dict[str, ModeSummary]) -> OverlapYield | None:
+def overlap_yield(metrics: RunMetrics, modes: dict[str, ModeSummary], spread: noise.NoiseSummary) -> OverlapYield | None:
     """split-blocking's median step time minus split's, also as a share of split-blocking's
     communication per step (definitions: `overlap_yield_ms`, `overlap_yield_pct`). None unless both
     modes were timed."""
@@ -239,7 +277,7 @@ def overlap_yield(metrics: RunMetrics, modes: dict[str, ModeSummary]) -> Overlap
         pct_of_comm=100 * gain_ms / comm if comm else None,
         mode=YIELD_MODE,
         baseline=YIELD_BASELINE,
-        within_noise=within_noise(*timed),
+        within_noise=_within(*timed, spread.overlap_yield_ms, null=0.0),
     )
 
 
@@ -260,7 +298,7 @@ def interference(modes: dict[str, ModeSummary]) -> tuple[PhaseInterference, ...]
     return tuple(rows)
 
 
-def speedup_vs_first(metrics: RunMetrics) -> tuple[RelativeSpeedup, ...]:
+def speedup_vs_first(metrics: RunMetrics, spread: noise.NoiseSummary) -> tuple[RelativeSpeedup, ...]:
     """Every mode against the run's first: first median step time / this mode's (definitions: `speedup_vs_first`)."""
     names = list(metrics.modes)
     first = metrics.modes[names[0]].step_time
@@ -273,7 +311,7 @@ def speedup_vs_first(metrics: RunMetrics) -> tuple[RelativeSpeedup, ...]:
                 mode=name,
                 baseline=names[0],
                 speedup=first.median_ms / this.median_ms if timed else None,
-                within_noise=within_noise(first, this) if timed and name != names[0] else None,
+                within_noise=_within(first, this, spread.speedup_vs_first.get(name)) if timed and name != names[0] else None,
             )
         )
     return tuple(rows)
@@ -311,16 +349,18 @@ def summarize(metrics: RunMetrics) -> RunSummary:
     modes = {name: summarize_mode(metrics.modes[name], reshard=reshard) for name in names}
     main = "split" if "split" in modes else names[0]
     timed = [metrics.modes[n].step_time for n in ("sequential", "split") if n in metrics.modes and metrics.modes[n].step_time.times_ms]
-    noise = within_noise(*timed) if len(timed) == 2 else None
-    gain = overlap_yield(metrics, modes)
+    spread = noise_summary(metrics)
+    same = _within(*timed, spread.speedup) if len(timed) == 2 else None
+    gain = overlap_yield(metrics, modes, spread)
     return RunSummary(
         modes=modes,
         headline_mode=main,
         headline=_headline(metrics, modes, main, gain),
-        within_noise=noise,
+        within_noise=same,
         overlap_yield=gain,
         interference=interference(modes),
-        speedup_vs_first=speedup_vs_first(metrics),
+        speedup_vs_first=speedup_vs_first(metrics, spread),
+        noise=spread,
     )
 
 

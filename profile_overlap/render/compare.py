@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
+from profile_overlap.record import noise
 from profile_overlap.record.folder import Run
-from profile_overlap.record.summary import HEADLINE_NAMES, within_noise
+from profile_overlap.record.summary import HEADLINE_NAMES, compare_runs
 from profile_overlap.render.document import Code, Paragraph, Ref, Report, Section, Table, ms
 from profile_overlap.render.modes import speedup_cell
 from profile_overlap.render.report import reproduce_command
@@ -40,18 +42,18 @@ def build_compare(a: Run, b: Run) -> Report:
     statements = []
     only = {side: [n for n in names if n in mine and n not in theirs] for side, mine, theirs in (("A", sa, sb), ("B", sb, sa))}
     alone = "; ".join(f"only in {side}: {', '.join(modes)}" for side, modes in only.items() if modes)
-    for mode in names:
-        if mode not in sa or mode not in sb:
-            continue
-        ta, tb = a.metrics.modes[mode].step_time, b.metrics.modes[mode].step_time
-        if not ta.times_ms or not tb.times_ms:
-            continue
-        statements.append(_statement(mode, ta, tb))
+    for mode, diff in compare_runs(a.metrics, b.metrics).items():
+        statements.append(_statement(mode, diff, a.metrics.modes[mode].step_time, b.metrics.modes[mode].step_time))
     spread = Table(
         header=(("",), *((n,) for n in names)),
         rows=(
             (("A: median (p10 – p90) ms",), *((_spread(a, n),) for n in names)),
             (("B: median (p10 – p90) ms",), *((_spread(b, n),) for n in names)),
+            *(
+                ((f"{side}: ", Ref("95% interval", "step_time_ci_ms"), " of the median (ms)"), *((_interval(r, n),) for n in names))
+                for side, r in (("A", a), ("B", b))
+                if _has_blocks(r)
+            ),
             (("B / A",), *((_ratio(a, b, n),) for n in names)),
             (("A: ", Ref("speedup", "speedup_vs_first"), f" vs {next(iter(sa))}"), *((_vs_first(a, n),) for n in names)),
             (("B: ", Ref("speedup", "speedup_vs_first"), f" vs {next(iter(sb))}"), *((_vs_first(b, n),) for n in names)),
@@ -105,28 +107,50 @@ def build_compare(a: Run, b: Run) -> Report:
     )
 
 
-def _statement(mode: str, ta, tb) -> tuple:
-    """One mode's step time in B against A, honest about run-to-run noise."""
-    if within_noise(ta, tb):
-        return (
-            f"{mode}: no measurable difference. B's median step ",
-            Ref(f"{ms(tb.median_ms)} ms", "step_time_ms"),
-            f" lies inside A's p10–p90 ({ms(ta.p10_ms)} – {ms(ta.p90_ms)} ms) and A's median ",
-            Ref(f"{ms(ta.median_ms)} ms", "step_time_ms"),
-            f" inside B's ({ms(tb.p10_ms)} – {ms(tb.p90_ms)} ms): the difference is ",
-            Ref("within run-to-run noise", "within_noise"),
-            ".",
-        )
-    word = "faster" if tb.median_ms < ta.median_ms else "slower"
-    return (
-        f"{mode}: B is {word}: median step ",
+def _statement(mode: str, diff: noise.RunDifference, ta, tb) -> tuple:
+    """One mode's step time in B against A, honest about run-to-run noise (definitions: "Comparing two runs")."""
+    steps = (
+        "median step ",
         Ref(f"{ms(tb.median_ms)} ms", "step_time_ms"),
         " vs ",
         Ref(f"{ms(ta.median_ms)} ms", "step_time_ms"),
-        f" ({tb.median_ms / ta.median_ms:.3f}× A), outside each other's p10–p90 range, so more than ",
-        Ref("run-to-run noise", "within_noise"),
-        ".",
+        " (",
+        Ref(f"{diff.ratio:.3f}× A", "run_ratio"),
     )
+    word = "faster" if diff.ratio < 1 else "slower"
+    if diff.rule == noise.SINGLE_RUNS:
+        bound = Ref(f"{diff.smallest_change:.0%}", "single_run_bound")
+        why = " (the spread between single runs measured on the development machine, with these runs' own step-to-step spread)"
+        if not diff.different:
+            return (
+                f"{mode}: no measurable difference with one run each: ",
+                *steps,
+                "). One run each cannot tell a change below ",
+                bound,
+                " from ",
+                Ref("run-to-run noise", "within_noise"),
+                why,
+                "; run both with --repeats 5 to tell smaller changes.",
+            )
+        return (
+            f"{mode}: B is {word}: ",
+            *steps,
+            "), more than the ",
+            bound,
+            " one run each can tell from ",
+            Ref("run-to-run noise", "within_noise"),
+            why,
+            "; --repeats 5 on both would give a firmer verdict.",
+        )
+    interval = (
+        Ref(f"{diff.interval.low:.3f}–{diff.interval.high:.3f}×", "run_ratio"),
+        f", from {len(ta.blocks_ms)} and {len(tb.blocks_ms)} blocks and the spread between runs",
+    )
+    if not diff.different:
+        verdict = (", which contains 1): the difference is ", Ref("within run-to-run noise", "within_noise"), ".")
+        return (f"{mode}: no measurable difference: ", *steps, "; 95% interval ", *interval, *verdict)
+    verdict = (", which excludes 1), so more than ", Ref("run-to-run noise", "within_noise"), ".")
+    return (f"{mode}: B is {word}: ", *steps, "; 95% interval ", *interval, *verdict)
 
 
 def _spread(run: Run, mode: str) -> str:
@@ -134,6 +158,15 @@ def _spread(run: Run, mode: str) -> str:
         return "–"
     t = run.metrics.modes[mode].step_time
     return f"{ms(t.median_ms)} ({ms(t.p10_ms)} – {ms(t.p90_ms)})" if t.times_ms else "not timed"
+
+
+def _has_blocks(run: Run) -> bool:
+    return bool(run.metrics.summary.noise) and run.metrics.summary.noise.num_blocks > 1
+
+
+def _interval(run: Run, mode: str) -> str:
+    x = run.metrics.summary.noise.step_time_ms.get(mode) if mode in run.metrics.modes else None
+    return f"{ms(x.low)} – {ms(x.high)}" if x else "–"
 
 
 def _ratio(a: Run, b: Run, mode: str) -> str:
@@ -151,6 +184,8 @@ def compare_record(a: Run, b: Run) -> dict:
         "a": {"run_dir": str(a.dir), "headline": ha},
         "b": {"run_dir": str(b.dir), "headline": hb},
         "delta": {k: (hb[k] - ha[k] if ha.get(k) is not None and hb.get(k) is not None else None) for k in HEADLINE_NAMES},
+        # Per mode timed in both: run_ratio, its interval (runs with repeats), the rule and the verdict.
+        "step_time": {mode: dataclasses.asdict(diff) for mode, diff in compare_runs(a.metrics, b.metrics).items()},
     }
 
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from profile_overlap.core import rank_output
 from profile_overlap.core.files import REPORT_HTML
 from profile_overlap.record.metrics import RunMetrics
-from profile_overlap.render import modes
+from profile_overlap.render import integrity, modes
 
 
 def _fmt(value: float | None, spec: str = ".2f", unit: str = "") -> str:
@@ -69,7 +69,11 @@ def summary_table(metrics: RunMetrics) -> Table:
     for row in summary_rows(metrics):
         table.add_row(*row)
     if any(x.within_noise for x in metrics.summary.speedup_vs_first):
-        table.caption = f"*: within run-to-run noise of {next(iter(metrics.summary.modes))}'s step time"
+        noise = metrics.summary.noise
+        rule = "each median inside the other's p10-p90"
+        if noise and noise.num_blocks > 1:
+            rule = f"the speedup's 95% interval over {noise.num_blocks} paired blocks contains 1"
+        table.caption = f"*: within run-to-run noise of {next(iter(metrics.summary.modes))}'s step time ({rule})"
     return table
 
 
@@ -98,6 +102,18 @@ def phase_table(metrics: RunMetrics) -> Table | None:
         first = i == 0 or rows[i - 1][0] != row[0]
         table.add_row(row[0] if first else "", *row[1:], end_section=last)
     return table
+
+
+def noise_line(metrics: RunMetrics) -> str | None:
+    """With --repeats: the 95% intervals over the blocks of each mode's median step time and speedup; else None."""
+    noise = metrics.summary.noise
+    if not noise or noise.num_blocks < 2:
+        return None
+    steps = ", ".join(f"{mode} {x.low:.2f}-{x.high:.2f}" for mode, x in noise.step_time_ms.items() if x)
+    line = f"95% intervals over {noise.num_blocks} blocks per mode: median step ms {steps}"
+    first = next(iter(metrics.summary.modes))
+    speedups = ", ".join(f"{mode} {x.low:.3f}-{x.high:.3f}x" for mode, x in noise.speedup_vs_first.items() if x)
+    return line + (f"; speedup vs {first} (paired by round) {speedups}" if speedups else "")
 
 
 def yield_line(metrics: RunMetrics) -> str | None:
@@ -162,6 +178,9 @@ def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> No
         sp = metrics.speedup
         predicted = f"; ideal from the sequential mode's comm and compute: {sp.predicted:.2f}x" if sp.predicted else ""
         console.print(f"split speedup over sequential (median step time): [bold]{sp.measured:.2f}x[/bold]{predicted}")
+    line = noise_line(metrics)
+    if line:
+        console.print(line)
     phases = phase_table(metrics)
     if phases is not None:
         console.print(phases)
@@ -173,6 +192,7 @@ def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> No
     for check in metrics.all_checks():
         colour = "green" if check.passed else "red"
         console.print(f"[{colour}]{check.describe()}[/{colour}]")
+    integrity.print_console(metrics, console)
     console.print(f"run folder: {metrics.run_dir}")
     run_dir = Path(metrics.run_dir)
     if (run_dir / REPORT_HTML).exists():

@@ -64,6 +64,17 @@ def versus_first(m: RunMetrics) -> Inline | None:
     return (*text, ".")
 
 
+def noise_reason(m: RunMetrics, interval, *, within: bool, unit: str = "×") -> Inline:
+    """The rule behind a within_noise verdict between two modes of the run (definitions: `within_noise`): with
+    --repeats, the paired 95% interval over the blocks (of a speedup, unit ×, or of a difference in ms, which
+    contains 0 when within noise); else each median against the other's p10–p90 range."""
+    if interval is None:
+        return (", each inside the other's p10–p90 range" if within else ", outside each other's p10–p90 range",)
+    show = (lambda x: f"{x:.3f}×") if unit == "×" else (lambda x: f"{ms(x)} ms")
+    blocks = f" over {m.summary.noise.num_blocks} paired blocks {'contains' if within else 'excludes'} {'1' if unit == '×' else '0'}"
+    return (", whose ", Ref(f"95% interval {show(interval.low)} – {show(interval.high)}", "speedup_ci"), blocks)
+
+
 def speedup_cell(m: RunMetrics, mode: str) -> str:
     """'1.09×', '0.98×*' (within run-to-run noise of the first mode) or '–'."""
     x = next((r for r in m.summary.speedup_vs_first if r.mode == mode), None)

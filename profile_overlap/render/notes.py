@@ -167,6 +167,8 @@ def stragglers(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     if worst is None:
         return None
     share, name, r, slow = worst
+    late = {x["rank"]: x for x in m.modes[name].analysis["ranks"]}[slow].get("last_arrival_pct")  # absent from older records
+    arrival = ("; it arrived last at ", Ref(f"{pct(late)}%", "last_arrival_pct"), " of the calls") if late is not None else ()
     hosts = {x["rank"]: x["host"] for x in m.env.get("ranks", [])}
     shared = m.env.get("num_nodes") == 1 and m.env.get("device_type") == "cpu"
     advice = (
@@ -183,6 +185,7 @@ def stragglers(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
         str(slow),
         " (",
         Ref("the slowest rank", "slowest_rank"),
+        *arrival,
         "). ",
         advice,
     )
@@ -206,7 +209,8 @@ def noisy_steps(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
         Ref(f"{ms(st.p10_ms)} – {ms(st.p90_ms)} ms", "step_time_ms"),
         f", {(st.p90_ms - st.p10_ms) / st.median_ms:.0%} of its median ",
         Ref(f"{ms(st.median_ms)} ms", "step_time_ms"),
-        f". Differences smaller than that are not meaningful; use more --steps (now {m.config['steps']}) or a quieter machine.",
+        f". Differences smaller than that are not meaningful; use more --steps (now {m.config['steps']}), --repeats 5 (intervals "
+        "over blocks of steps, modes alternating) or a quieter machine.",
         tail,
     )
 

@@ -20,7 +20,7 @@ import json
 from profile_overlap.core.dtypes import DTYPE_BYTES
 from profile_overlap.record.folder import Run
 from profile_overlap.record.metrics import CheckResult, ModeSummary, RunMetrics
-from profile_overlap.render import modes, notes
+from profile_overlap.render import integrity, modes, notes, whatif
 from profile_overlap.render.document import (
     Code,
     Inline,
@@ -71,8 +71,10 @@ def build(run: Run) -> Report:
         Section("yield", "What overlapping won: overlap yield and interference", yield_blocks(m)),
         Section("collectives", "Collectives", (collectives_table(s),)),
         Section("stragglers", "Stragglers: wait vs transfer", straggler_blocks(m)),
+        *whatif.report_sections(run.dir),
         Section("notes", "Notes", (Items(notes.notes(m, s)),)),
     )
+    sections = integrity.with_section(sections, m)
     cfg, env = m.config, m.env
     subtitle = f"{cfg['mode']} run {run.name}: {env['world_size']} ranks, {env['backend']} on {env['device_type']}, {env['date']}"
     return Report(title="profile_overlap report", subtitle=subtitle, banner=banner(run), sections=sections)
@@ -81,7 +83,7 @@ def build(run: Run) -> Report:
 def verdict_blocks(run: Run) -> tuple:
     """The headline sentence, then every mode against the first where the headline does not say it all."""
     m, s = run.metrics, run.metrics.summary.modes
-    blocks = [Paragraph(verdict(m, s), tone="verdict_failed" if run.failed else "verdict")]
+    blocks = [Paragraph(verdict(m, s), tone="verdict_failed" if run.failed else "verdict"), *integrity.verdict_paragraphs(m)]
     others = modes.versus_first(m)
     if others is not None and m.passed and m.speedup and set(s) - {"sequential", "split"}:
         blocks.append(Paragraph(others))
@@ -162,13 +164,15 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
         " of communication per step behind compute",
     )
     speed = m.speedup.measured
+    interval = m.summary.noise.speedup if m.summary.noise else None
     if m.summary.within_noise:
         return (
             "split and sequential took the same time, ",
             Ref("within run-to-run noise", "within_noise"),
             " (median step ",
             *steps,
-            ", each inside the other's p10–p90 range): ",
+            *modes.noise_reason(m, interval, within=True),
+            "): ",
             *hid,
             *_slower_reason(m, seq, split),
             "; each rank did hold 1/",
@@ -183,6 +187,7 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
             Ref(times(speed), "speedup"),
             " faster than sequential (median step ",
             *steps,
+            *modes.noise_reason(m, interval, within=False),
             "): ",
             *hid,
             ", and each rank held 1/",
@@ -196,6 +201,7 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
         Ref(times(1 / speed), "speedup"),
         " slower than sequential (median step ",
         *steps,
+        *modes.noise_reason(m, interval, within=False),
         "): ",
         *hid,
         *_slower_reason(m, seq, split),

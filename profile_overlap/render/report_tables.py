@@ -19,7 +19,7 @@ from profile_overlap.render.document import (
     times,
     us,
 )
-from profile_overlap.render.modes import speedup_cell
+from profile_overlap.render.modes import noise_reason, speedup_cell
 
 
 def side_by_side(m: RunMetrics, s: dict[str, ModeSummary]) -> Table:
@@ -208,7 +208,8 @@ def yield_blocks(m: RunMetrics) -> tuple:
             text += [", ", Ref(f"{pct(y.pct_of_comm)}%", "overlap_yield_pct"), f" of {y.baseline}'s ", Ref(f"{ms(comm)} ms", "comm_ms")]
             text.append(" of communication per step")
         if y.within_noise:
-            text += [", but each median lies inside the other's p10–p90 range: ", Ref("within run-to-run noise", "within_noise")]
+            interval = m.summary.noise.overlap_yield_ms if m.summary.noise else None
+            text += [*noise_reason(m, interval, within=True, unit="ms"), ": ", Ref("within run-to-run noise", "within_noise")]
         blocks.append(Paragraph((*text, "."), tone="verdict"))
         blocks.append(
             Paragraph(
@@ -316,12 +317,26 @@ def straggler_blocks(m: RunMetrics) -> tuple:
                     (ms(r["wait_us"] / 1e3),),
                     (ms(r["transfer_us"] / 1e3),),
                     (pct(share),),
+                    (pct(r.get("last_arrival_pct")),),
                     ("slowest: the others wait for it" if r["rank"] == slow else "",),
                 )
             )
             if r["rank"] == slow:
                 hi.add(i)
         most = max(ranks, key=lambda r: r["wait_us"] or 0)
+        # Records written before clock alignment have no arrival order.
+        late = max((r for r in ranks if r.get("last_arrival_pct") is not None), key=lambda r: r["last_arrival_pct"], default=None)
+        arrival = (
+            (
+                " On the aligned clocks, rank ",
+                str(late["rank"]),
+                " arrived last at ",
+                Ref(f"{pct(late['last_arrival_pct'])}%", "last_arrival_pct"),
+                " of the collective calls.",
+            )
+            if late
+            else ()
+        )
         blocks.append(
             Paragraph(
                 (
@@ -332,6 +347,7 @@ def straggler_blocks(m: RunMetrics) -> tuple:
                     " waited longest, ",
                     Ref(f"{ms(most['wait_us'] / 1e3)} ms", "wait_us"),
                     " over the profiled steps.",
+                    *arrival,
                 )
             )
         )
@@ -343,12 +359,16 @@ def straggler_blocks(m: RunMetrics) -> tuple:
                     (Ref("wait", "wait_us"), " (ms)"),
                     (Ref("transfer", "transfer_us"), " (ms)"),
                     (Ref("wait share", "wait_share_pct"), " (%)"),
+                    (Ref("arrived last", "last_arrival_pct"), " (%)"),
                     ("",),
                 ),
                 rows=tuple(rows),
-                numeric=(True, False, True, True, True, False),
+                numeric=(True, False, True, True, True, True, False),
                 highlight=frozenset(hi),
-                caption=(f"{name}: collective time of each rank over the profiled steps, split into waiting for peers and moving data.",),
+                caption=(
+                    f"{name}: collective time of each rank over the profiled steps, split into waiting for peers and moving data, "
+                    "and how often the rank started a call last of all ranks (on clocks aligned to the reference rank's).",
+                ),
             )
         )
     return tuple(blocks)

@@ -140,7 +140,11 @@ class Config(JobSection):
     dtype: Dtype = flag("float32", group=WORKLOAD)
     """Parameter and gradient dtype (Adam's moments are float32 whatever it is)."""
     steps: int = flag(10, group=STEPS)
-    """Timed, unprofiled steps per mode (step-time statistics come from these)."""
+    """Timed, unprofiled steps per mode and block (step-time statistics come from these)."""
+    repeats: int = flag(1, metavar="R", group=STEPS)
+    """R: blocks of --steps timed steps per mode, in R rounds; each round runs one block of every mode, the order
+    rotating, so step times and speedups get 95% intervals over the blocks (1: one block per mode; use 5 or more:
+    with fewer blocks the intervals are too narrow)."""
     warmup_steps: int = flag(2, group=STEPS)
     """Untimed steps per mode before timing; the AllReduce == AllGather(ReduceScatter) check runs on them."""
     profile_steps: int = flag(2, group=STEPS)
@@ -170,6 +174,7 @@ class Config(JobSection):
             ("--dim", self.dim),
             ("--batch", self.batch),
             ("--steps", self.steps),
+            ("--repeats", self.repeats),
             ("--heads", self.heads),
             ("--seq-len", self.seq_len),
         ):

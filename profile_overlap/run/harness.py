@@ -4,12 +4,18 @@ Per mode: `warmup_steps` untimed steps (AllReduce == AllGather(ReduceScatter) is
 their real gradients), `steps` timed unprofiled steps, then one profiler warmup step and
 `profile_steps` profiled steps. Every mode runs the same steps on the same data, so compare mode
 can check that both end with equal parameters.
+
+With `repeats` R > 1 every mode's state is built and warmed up first, then R rounds each run one
+block of `steps` timed steps per mode, the order rotating (see `rounds`), then each mode's profiled
+steps: drift lands on every mode alike, and the blocks give intervals (record/noise.py).
 """
 
 from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -44,55 +50,87 @@ from profile_overlap.run.verify import DecompositionChecker, compare_params, ran
 DTYPES = {name: torch_dtype(name) for name in DTYPE_BYTES}
 
 
-def run_mode(
-    mode: str, *, config: Config, device: torch.device, run_dir: Path
-) -> tuple[ModeMetrics, TraceAnalysis | None, list[torch.Tensor]]:
+@dataclass
+class ModeRun:
+    """One mode on this rank while the job runs: its state, its next step and what it measured."""
+
+    mode: str
+    state: object
+    step_fn: Callable
+    step: int = 0
+    checks: list = field(default_factory=list)
+    blocks: list[list[float]] = field(default_factory=list)
+    """This rank's step times (ms) of each block of timed steps."""
+
+    @property
+    def failed(self) -> bool:
+        """The AllReduce == AllGather(ReduceScatter) check failed on the warmup steps: nothing is timed."""
+        return bool(self.checks) and not self.checks[0].passed
+
+
+def prepare_mode(mode: str, *, config: Config, device: torch.device) -> ModeRun:
+    """Build the mode's state and run its warmup steps, checking the decomposition on each."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    dtype = DTYPES[config.dtype]
     build = engines.build_state if mode in ENGINES else pipelines.build_state
-    state = build(mode, config=config, rank=rank, world_size=world, device=device, dtype=dtype)
-    step_fn = engines.engine_step if mode in ENGINES else pipelines.PIPELINES[mode]
+    state = build(mode, config=config, rank=rank, world_size=world, device=device, dtype=DTYPES[config.dtype])
+    run = ModeRun(mode, state, engines.engine_step if mode in ENGINES else pipelines.PIPELINES[mode])
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-
     checker = DecompositionChecker(state)
-    step = 0
     state.check = checker.check_bucket
     for _ in range(config.warmup_steps):
-        step_fn(state, step)
-        step += 1
+        run.step_fn(state, run.step)
+        run.step += 1
     state.check = None
-    checks = [checker.result()] if checker.steps else []
-    if checks and not checks[0].passed:
-        state.finish()
-        return *_mode_metrics(mode, state, checks=checks, times=[], trace=None, run_dir=run_dir, device=device), state.params
+    run.checks = [checker.result()] if checker.steps else []
+    return run
 
-    times = timed_steps(step_fn, state, first_step=step, num_steps=config.steps, device=device)
-    step += config.steps
 
+def timed_block(run: ModeRun, *, config: Config, device: torch.device, alone: bool) -> None:
+    """One block of `config.steps` timed steps. Unless the mode runs `alone` (one block right after its
+    warmup), the block starts with one untimed step and ends by waiting for the collectives still in
+    flight: another mode's block just left the caches cold and must find nothing of this mode running."""
+    if not alone:
+        run.step_fn(run.state, run.step)
+        run.step += 1
+    run.blocks.append(timed_steps(run.step_fn, run.state, first_step=run.step, num_steps=config.steps, device=device))
+    run.step += config.steps
+    if not alone:
+        run.state.finish()
+
+
+def rounds(modes: list[str], repeats: int) -> list[tuple[str, ...]]:
+    """The order of each round's blocks: rotated by one mode per round (A B, B A, A B ...; A B C, B C A,
+    C A B ...), so that over the rounds every mode runs in every position and drift favours none."""
+    return [tuple(modes[r % len(modes) :] + modes[: r % len(modes)]) for r in range(repeats)] if modes else []
+
+
+def finish_mode(run: ModeRun, *, config: Config, device: torch.device, run_dir: Path) -> tuple[ModeMetrics, TraceAnalysis | None]:
+    """Profile the mode (unless it failed or --no-profile), check that every rank agrees, build its record."""
     trace = None
-    if config.profile:
-        trace_dir = run_dir / mode
+    if config.profile and not run.failed:
+        trace_dir = run_dir / run.mode
         trace_dir.mkdir(exist_ok=True)
-        worker = f"{socket.gethostname()}_{rank}"
-        trace = profiled_steps(step_fn, state, first_step=step, config=config, trace_dir=trace_dir, worker=worker, device=device)
-        step += config.profile_steps + 1
+        worker = f"{socket.gethostname()}_{dist.get_rank()}"
+        trace = profiled_steps(
+            run.step_fn, run.state, first_step=run.step, config=config, trace_dir=trace_dir, worker=worker, device=device
+        )
+        run.step += config.profile_steps + 1
+    run.state.finish()
+    if not run.failed:
+        run.checks.append(ranks_agree(run.state.params, name=f"{run.mode}: parameters equal on every rank", dtype=DTYPES[config.dtype]))
+    return _mode_metrics(run, trace=trace, run_dir=run_dir, device=device)
 
-    state.finish()
-    checks.append(ranks_agree(state.params, name=f"{mode}: parameters equal on every rank", dtype=dtype))
-    return *_mode_metrics(mode, state, checks=checks, times=times, trace=trace, run_dir=run_dir, device=device), state.params
 
-
-def _mode_metrics(
-    mode: str, state, *, checks, times, trace, run_dir: Path, device: torch.device
-) -> tuple[ModeMetrics, TraceAnalysis | None]:
+def _mode_metrics(run: ModeRun, *, trace, run_dir: Path, device: torch.device) -> tuple[ModeMetrics, TraceAnalysis | None]:
     """Build this mode's record. Step times and memory (a few numbers per rank) go to every rank;
     the trace analyses go to rank 0 only, which alone writes and renders the record, so traffic
     grows linearly with the number of ranks. On other ranks `analysis` is None (they only use the
     checks, which every rank already holds)."""
     world = dist.get_world_size()
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    mine = {"times": times, "memory": Memory(rank=state.rank, peak_allocated_bytes=peak, **state.memory_bytes())}
+    state = run.state
+    mine = {"blocks": run.blocks, "memory": Memory(rank=state.rank, peak_allocated_bytes=peak, **state.memory_bytes())}
     gathered: list = [None] * world
     dist.all_gather_object(gathered, mine)
     combined = None
@@ -106,13 +144,13 @@ def _mode_metrics(
         if analyses is not None:
             combined = combine(analyses, source=str(trace.parent))
     # A step takes as long as its slowest rank.
-    step_times = [max(r["times"][i] for r in gathered) for i in range(len(times))]
+    blocks = [[max(r["blocks"][b][i] for r in gathered) for i in range(len(block))] for b, block in enumerate(run.blocks)]
     method = "cuda_events" if device.type == "cuda" else "perf_counter+barrier"
     return ModeMetrics(
-        mode=mode,
-        step_time=StepTimes.from_times(step_times, method=method),
+        mode=run.mode,
+        step_time=StepTimes.from_times([t for block in blocks for t in block], method=method, blocks_ms=tuple(blocks)),
         memory=tuple(r["memory"] for r in gathered),
-        checks=tuple(checks),
+        checks=tuple(run.checks),
         trace_dir=str(trace.parent.relative_to(run_dir)) if trace else None,
         analysis=to_json(combined) if combined else None,
         model_param_bytes=sum(p.numel() * p.element_size() for p in state.model.parameters()),
@@ -149,19 +187,36 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
     final_params: dict[str, list[torch.Tensor]] = {}
     if rank == 0:
         rank_output.say(f"profile_overlap {config.mode}: {env['world_size']} ranks, {backend} ({device.type}); run folder {run_dir}")
-    for index, mode in enumerate(config.modes, start=1):
-        started = time.perf_counter()
-        modes[mode], analyses[mode], final_params[mode] = run_mode(mode, config=config, device=device, run_dir=run_dir)
-        if rank == 0:
-            warmup = f"{config.warmup_steps} warmup step{'s' if config.warmup_steps != 1 else ''}"
-            done = [warmup if mode in ENGINES else f"{warmup} verified"]
-            if modes[mode].checks and not modes[mode].checks[0].passed:
-                done = ["verification FAILED on the warmup steps, so nothing was timed"]
-            else:
-                done.append(f"{len(modes[mode].step_time.times_ms)} timed")
-            if modes[mode].trace_dir:
-                done.append(f"{config.profile_steps} profiled and analysed")
-            rank_output.say(f"  [{index}/{len(config.modes)}] {mode}: {', '.join(done)} ({time.perf_counter() - started:.1f} s)")
+    count = len(config.modes)
+    if config.repeats == 1:
+        # Each mode in turn: warmup, one block of timed steps, profiled steps.
+        for index, mode in enumerate(config.modes, start=1):
+            started = time.perf_counter()
+            run = prepare_mode(mode, config=config, device=device)
+            if not run.failed:
+                timed_block(run, config=config, device=device, alone=True)
+            modes[mode], analyses[mode] = finish_mode(run, config=config, device=device, run_dir=run_dir)
+            final_params[mode] = run.state.params
+            _progress(f"[{index}/{count}] {mode}", _warmup_done(run, config) + _timed_done(modes[mode], config), started)
+    else:
+        # Every mode's state at once, then R rounds of one block per mode, then the profiled steps.
+        runs = {}
+        for index, mode in enumerate(config.modes, start=1):
+            started = time.perf_counter()
+            runs[mode] = prepare_mode(mode, config=config, device=device)
+            _progress(f"[{index}/{count}] {mode}", _warmup_done(runs[mode], config), started)
+        order = rounds([m for m in config.modes if not runs[m].failed], config.repeats)
+        for index, modes_in_order in enumerate(order, start=1):
+            started = time.perf_counter()
+            for mode in modes_in_order:
+                timed_block(runs[mode], config=config, device=device, alone=False)
+            _progress(f"round {index}/{len(order)}", [f"{config.steps} timed steps of {', '.join(modes_in_order)}"], started)
+        for index, (mode, run) in enumerate(runs.items(), start=1):
+            started = time.perf_counter()
+            modes[mode], analyses[mode] = finish_mode(run, config=config, device=device, run_dir=run_dir)
+            final_params[mode] = run.state.params
+            if not run.failed:
+                _progress(f"[{index}/{count}] {mode}", _timed_done(modes[mode], config), started)
     cross = []
     trained = [m for m in config.modes if modes[m].step_time.times_ms]  # the same on every rank
     for other in trained[1:]:
@@ -177,6 +232,7 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
             modes=modes,
             checks=tuple(cross),
             speedup=summary.speedup(modes),
+            rounds=tuple(order) if config.repeats > 1 else (tuple(m for m in config.modes if modes[m].step_time.times_ms),),
         )
     )
     if rank == 0:
@@ -194,3 +250,26 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
             run_status.write(run_dir, "succeeded")
     dist.barrier()
     return metrics
+
+
+def _warmup_done(run: ModeRun, config: Config) -> list[str]:
+    if run.failed:
+        return ["verification FAILED on the warmup steps, so nothing was timed"]
+    warmup = f"{config.warmup_steps} warmup step{'s' if config.warmup_steps != 1 else ''}"
+    return [warmup if run.mode in ENGINES else f"{warmup} verified"]
+
+
+def _timed_done(mode: ModeMetrics, config: Config) -> list[str]:
+    done = []
+    if mode.step_time.times_ms:
+        blocks = len(mode.step_time.blocks_ms)
+        done.append(f"{len(mode.step_time.times_ms)} timed" + (f" in {blocks} blocks" if blocks > 1 else ""))
+    if mode.trace_dir:
+        done.append(f"{config.profile_steps} profiled and analysed")
+    return done
+
+
+def _progress(what: str, done: list[str], started: float) -> None:
+    """One console line from rank 0: what finished, and how long it took."""
+    if dist.get_rank() == 0:
+        rank_output.say(f"  {what}: {', '.join(done)} ({time.perf_counter() - started:.1f} s)")
