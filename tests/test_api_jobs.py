@@ -148,6 +148,13 @@ def test_without_torch_distributed_a_second_job_in_the_same_log_dir(ddp_job, tmp
     assert layout.read_states(second)[0]["world_size"] == 1 and layout.read_states(second)[0]["backend"] is None
     assert (second / layout.STATE_DIR / "rank0.done").is_file()
     assert layout.find_job_dir(log_dir) == second
+    # A one-rank job communicates nothing; it still gets its record and a report that says so.
+    record = json.loads((second / "metrics.json").read_text())
+    (rank,) = record["modes"]["job"]["analysis"]["ranks"]
+    assert rank["comm_us"] == 0 and rank["compute_us"] > 0 and rank["overlap_pct"] is None
+    report = (second / "report.md").read_text()
+    assert "_job " in report and ": 1 rank, no process group on cpu_" in report
+    assert "the job ran no collective: there is no communication to hide" in report
 
 
 def test_a_full_disk_drops_the_trace_and_training_goes_on(tmp_path):
