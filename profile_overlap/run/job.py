@@ -155,7 +155,15 @@ def process_group(config: Config):
         except ValueError as err:
             raise UserError(str(err)) from None
         yield backend, device
-    finally:
+    except BaseException:
+        # A failure, its status written: the rank still owes its one-line error (printed by
+        # cli.main). The launcher SIGTERMs the other ranks the moment one exits, and a rank killed
+        # during destroy_process_group would end without a word, so SIGTERM waits until the
+        # process exits (the launcher sends SIGKILL if it ever has to wait too long).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        dist.destroy_process_group()
+        raise
+    else:
         # Status is written: a SIGTERM from here on (the launcher stopping us) just ends the process.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         dist.destroy_process_group()
