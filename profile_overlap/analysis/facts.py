@@ -38,33 +38,10 @@ Named = tuple[tuple[str, int, float], ...]
 
 @dataclass(frozen=True)
 class FileFacts:
-    """One file's facts (see RankFacts for the meaning of each)."""
+    """What the integrity checks need from one trace file, beyond its metrics."""
 
     first_event_us: float
-    last_event_us: float
-    unclassified: Named
-    unclassified_us: float
-    comm_like: Named
-    collective_ops: int
-    comm_events: int
-    no_group_calls: int
-    declared_groups: int
-    comm_streams: tuple[str, ...]
-    compute_streams: tuple[str, ...]
-    default_stream_comm: int
-    stream_overlaps: int
-    stream_overlap_max_us: float
-    negative: int
-    zero: int
-    ignored: Named = ()
-
-
-@dataclass(frozen=True)
-class RankFacts:
-    """What the integrity checks need from one rank, beyond its metrics."""
-
-    first_event_us: float
-    """Start of the rank's earliest event of any kind (the profiler's start, near enough)."""
+    """Start of the earliest event of any kind (the profiler's start, near enough)."""
     last_event_us: float
     unclassified: Named
     """Events counted as neither communication, compute nor ignored (CPU: operators off the main
@@ -91,6 +68,14 @@ class RankFacts:
     """Communication and compute events with a negative duration..."""
     zero: int
     """...and with a zero duration."""
+    ignored: Named = ()
+    """GPU kernels ignored by rule (memcpy, memset, sync), the longest by name: neither comm nor compute."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankFacts(FileFacts):
+    """A rank's files pooled (rank_facts), and what only the whole rank can tell."""
+
     in_steps: bool
     """The rank's totals were measured inside its ProfilerStep windows only (runs, jobs, --steps)."""
     outside_comm_us: float
@@ -102,8 +87,6 @@ class RankFacts:
     all_compute_us: float
     calls: tuple[CollectiveInstance, ...] = ()
     """Every collective call of the trace, numbered before any step window (what cross-rank matching uses)."""
-    ignored: Named = ()
-    """GPU kernels ignored by rule (memcpy, memset, sync), the longest by name: neither comm nor compute."""
 
 
 def _named(names: Sequence[str], codes: np.ndarray, dur: np.ndarray, rows: np.ndarray) -> Named:
