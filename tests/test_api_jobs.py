@@ -87,7 +87,7 @@ def test_tensorboard_draws_overlap_over_training_steps(ddp_job):
 
 def test_the_job_gets_its_record_report_and_overlap_tab(ddp_job):
     from profile_overlap.api.job import build_job_record
-    from profile_overlap.record.summary import load_metrics
+    from profile_overlap.record.load import load_metrics
     from profile_overlap.tb_plugin.plugin import find_runs
 
     job_dir, proc = ddp_job

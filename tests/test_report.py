@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from profile_overlap.record.summary import load_metrics
+from profile_overlap.record.load import load_metrics
 from profile_overlap.render import document, write
 
 from conftest import cli

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from profile_overlap.core.errors import UserError
-from profile_overlap.record.summary import load_metrics
+from profile_overlap.record.load import load_metrics
 from profile_overlap.render import console
 from profile_overlap.render import tensorboard as tb
 

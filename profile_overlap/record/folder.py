@@ -9,8 +9,8 @@ from pathlib import Path
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, STATUS_JSON, TIMELINE_JSON
+from profile_overlap.record.load import load_metrics
 from profile_overlap.record.metrics import RunMetrics
-from profile_overlap.record.summary import load_metrics
 
 
 @dataclass(frozen=True)
@@ -50,13 +50,7 @@ def load_run(run_dir: Path) -> Run:
         raise UserError(
             f"run {run_dir.name} {state.upper()} before writing metrics.json ({reason}): nothing to report; fix the cause and rerun"
         )
-    try:
-        metrics = load_metrics(metrics_path)
-    except (ValueError, KeyError, TypeError) as err:
-        raise UserError(
-            f"{metrics_path} is not a metrics record this version can read ({type(err).__name__}: {err}): "
-            "rerun, or report with the version that made it"
-        ) from None
+    metrics = load_metrics(metrics_path)
     timeline_path = run_dir / TIMELINE_JSON
     timeline = _read_json(timeline_path) if timeline_path.is_file() else None
     return Run(dir=run_dir, metrics=metrics, timeline=timeline, status=status)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 from profile_overlap.record import noise
+from profile_overlap.record.analysis import as_json
 from profile_overlap.record.folder import Run
+from profile_overlap.record.metrics import Env
 from profile_overlap.record.summary import HEADLINE_NAMES, compare_runs
 from profile_overlap.render.document import Code, Paragraph, Ref, Report, Section, Table, ms
 from profile_overlap.render.modes import speedup_cell
@@ -185,16 +186,25 @@ def compare_record(a: Run, b: Run) -> dict:
         "b": {"run_dir": str(b.dir), "headline": hb},
         "delta": {k: (hb[k] - ha[k] if ha.get(k) is not None and hb.get(k) is not None else None) for k in HEADLINE_NAMES},
         # Per mode timed in both: run_ratio, its interval (runs with repeats), the rule and the verdict.
-        "step_time": {mode: dataclasses.asdict(diff) for mode, diff in compare_runs(a.metrics, b.metrics).items()},
+        "step_time": {mode: as_json(diff) for mode, diff in compare_runs(a.metrics, b.metrics).items()},
     }
 
 
-def _env_view(env: dict) -> dict:
-    """The environment keys that can explain a difference (not dates, pids or the command's folder)."""
-    keep = ("python", "torch", "cuda", "nccl", "gloo", "backend", "device_type", "world_size", "num_nodes", "hosts")
-    view = {k: env.get(k) for k in keep}
-    view["devices"] = sorted({r["device"] for r in env.get("ranks", [])})
-    return view
+def _env_view(env: Env) -> dict[str, object]:
+    """The environment facts that can explain a difference (not dates, pids or the command's folder)."""
+    return {
+        "python": env.python,
+        "torch": env.torch,
+        "cuda": env.cuda,
+        "nccl": env.nccl,
+        "gloo": env.gloo,
+        "backend": env.backend,
+        "device_type": env.device_type,
+        "world_size": env.world_size,
+        "num_nodes": env.num_nodes,
+        "hosts": list(env.hosts),
+        "devices": sorted({str(r.device) for r in env.ranks}),
+    }
 
 
 def _show(v) -> str:

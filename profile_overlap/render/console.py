@@ -163,7 +163,7 @@ def make_console() -> Console:
 def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> None:
     console = console or make_console()
     cfg, env = metrics.config, metrics.env
-    where = f"{env['world_size']} ranks, {env['backend']} ({env['device_type']})"
+    where = f"{env.world_size} ranks, {env.backend} ({env.device_type})"
     console.print(f"[bold]profile_overlap[/bold] {cfg['mode']} on {where}, {workload_text(cfg)}")
     console.print(summary_table(metrics))
 

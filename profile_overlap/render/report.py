@@ -20,7 +20,7 @@ import json
 from profile_overlap.core.dtypes import DTYPE_BYTES
 from profile_overlap.record.folder import Run
 from profile_overlap.record.metrics import CheckResult, ModeSummary, RunMetrics
-from profile_overlap.render import integrity, modes, notes, whatif
+from profile_overlap.render import integrity, modes, notes, notes_job, report_job, whatif
 from profile_overlap.render.document import (
     Code,
     Inline,
@@ -44,39 +44,38 @@ from profile_overlap.render.report_tables import (
     yield_blocks,
 )
 
-# ---------------------------------------------------------------- per-mode numbers
-
-
-# ---------------------------------------------------------------- headline metrics (gate, compare)
-
-
-# ---------------------------------------------------------------- number formatting
-
-
-# ---------------------------------------------------------------- the single-run report
-
 
 def build(run: Run) -> Report:
+    """The report of a run, or of a record of traces alone (RunMetrics.job: a job, a bare folder):
+    the same sections where the record holds their numbers, a job's own verdict, setup and notes."""
     m = run.metrics
     s = m.summary.modes
-
+    job = m.job
     sections = (
-        Section("verdict", "Verdict", verdict_blocks(run)),
-        Section("setup", "Setup", setup_blocks(run)),
-        Section("verification", "Verification", verification_blocks(m)),
-        Section("comparison", comparison_title(s), (side_by_side(m, s),)),
+        Section("verdict", "Verdict", report_job.verdict_blocks(m, job) if job else verdict_blocks(run)),
+        Section("setup", "Setup", report_job.setup_blocks(m, job) if job else setup_blocks(run)),
+        *(() if job else (Section("verification", "Verification", verification_blocks(m)),)),
+        (
+            Section("overlap", "Overlap per profiled step", (report_job.overview(m, s),))
+            if job
+            else Section("comparison", comparison_title(s), (side_by_side(m, s),))
+        ),
         Section("timeline", "Overlap timeline", timeline_blocks(run)),
-        Section("phases", "Phases: where communication hides", phase_blocks(m, s)),
+        Section("phases", "Phases: where communication hides", phase_blocks(m, s) + (report_job.phase_hint(s) if job else ())),
         Section("attribution", "Communication by phase", modes.attribution_blocks(m, s)),
-        Section("yield", "What overlapping won: overlap yield and interference", yield_blocks(m)),
+        *(() if job else (Section("yield", "What overlapping won: overlap yield and interference", yield_blocks(m)),)),
         Section("collectives", "Collectives", (collectives_table(s),)),
         Section("stragglers", "Stragglers: wait vs transfer", straggler_blocks(m)),
         *whatif.report_sections(run.dir),
-        Section("notes", "Notes", (Items(notes.notes(m, s)),)),
+        Section("notes", "Notes", (Items(notes_job.notes(m, job) if job else notes.notes(m, s)),)),
     )
     sections = integrity.with_section(sections, m)
-    cfg, env = m.config, m.env
-    subtitle = f"{cfg['mode']} run {run.name}: {env['world_size']} ranks, {env['backend']} on {env['device_type']}, {env['date']}"
+    env = m.env
+    subtitle = (
+        report_job.subtitle(m, job)
+        if job
+        else f"{m.config['mode']} run {run.name}: {env.world_size} ranks, {env.backend} on {env.device_type}, {env.date}"
+    )
     return Report(title="profile_overlap report", subtitle=subtitle, banner=banner(run), sections=sections)
 
 
@@ -147,7 +146,7 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
             ]
         return (*text, "; run with --mode compare (and --modes to choose them) to set it beside other modes.")
     seq, split = s["sequential"], s["split"]
-    n = m.env["world_size"]
+    n = m.env.world_size
     memory = (
         Ref(f"{mib(split.optimizer_state_bytes)} MiB", "optimizer_state_bytes"),
         " instead of ",
@@ -217,7 +216,7 @@ def _slower_reason(m: RunMetrics, seq: ModeSummary, split: ModeSummary) -> Inlin
     """Why the split did not win, from the numbers: it communicated longer than sequential."""
     if split.comm_ms is None or seq.comm_ms is None or split.comm_ms <= seq.comm_ms:
         return ()
-    why = "; gloo runs reduce_scatter as a full all_reduce" if m.env.get("backend") == "gloo" else ""
+    why = "; gloo runs reduce_scatter as a full all_reduce" if m.env.backend == "gloo" else ""
     return (
         ", and communicated longer than sequential (",
         Ref(f"{ms(split.comm_ms)} ms", "comm_ms"),
@@ -231,12 +230,12 @@ def setup_blocks(run: Run) -> tuple:
     m = run.metrics
     cfg, env = m.config, m.env
     devices: dict[str, int] = {}
-    for r in env.get("ranks", []):
-        devices[r["device"]] = devices.get(r["device"], 0) + 1
+    for r in env.ranks:
+        devices[str(r.device)] = devices.get(str(r.device), 0) + 1
     device_text = ", ".join(f"{name} ×{count}" for name, count in devices.items())
     state = run.status or {"state": "succeeded" if m.passed else "failed", "time": None, "reason": None}
     rows = [
-        ("date (UTC)", env["date"]),
+        ("date (UTC)", str(env.date)),
         (
             "status",
             state["state"]
@@ -244,12 +243,12 @@ def setup_blocks(run: Run) -> tuple:
             + (f": {state['reason']}" if state.get("reason") else ""),
         ),
         ("run folder", m.run_dir),
-        ("hosts", f"{', '.join(env['hosts'])} ({env['num_nodes']} node{'s' if env['num_nodes'] != 1 else ''})"),
-        ("world size", f"{env['world_size']} ranks"),
-        ("backend", env["backend"]),
-        ("devices", f"{env['device_type']}: {device_text}"),
-        ("python / torch", f"{env['python']} / {env['torch']}"),
-        ("CUDA / NCCL / gloo", " / ".join(str(env.get(k) or "–") for k in ("cuda", "nccl", "gloo"))),
+        ("hosts", f"{', '.join(env.hosts)} ({env.num_nodes} node{'s' if env.num_nodes != 1 else ''})"),
+        ("world size", f"{env.world_size} ranks"),
+        ("backend", str(env.backend)),
+        ("devices", f"{env.device_type}: {device_text}"),
+        ("python / torch", f"{env.python} / {env.torch}"),
+        ("CUDA / NCCL / gloo", " / ".join(str(v or "–") for v in (env.cuda, env.nccl, env.gloo))),
         ("step timing", next(iter(m.modes.values())).step_time.method),
     ]
     steps = f" Per mode: {cfg['warmup_steps']} warmup steps (verified), {cfg['steps']} timed steps, {cfg['profile_steps']} profiled steps."
@@ -286,17 +285,18 @@ def setup_blocks(run: Run) -> tuple:
 
 def reproduce_command(m: RunMetrics) -> str:
     env = m.env
-    command = env["command"]
-    if env.get("launcher") != "torchrun":
+    command = env.command or ""
+    if env.launcher != "torchrun":
         return command
     # The recorded command is the worker's: `python -m profile_overlap ARGS`; torchrun's own flags
     # are not visible to the workers, so the node layout is restated from the record.
     args = command.split(" -m profile_overlap", 1)[1].strip() if " -m profile_overlap" in command else command
-    per_node = env["world_size"] // max(env["num_nodes"], 1)
-    if env["num_nodes"] == 1:
+    num_nodes = env.num_nodes or 1
+    per_node = env.world_size // num_nodes
+    if num_nodes == 1:
         return f"torchrun --standalone --nproc-per-node {per_node} -m profile_overlap {args}".strip()
     return (
-        f"torchrun --nnodes {env['num_nodes']} --nproc-per-node {per_node} --rdzv-backend c10d --rdzv-endpoint HOST:PORT "
+        f"torchrun --nnodes {num_nodes} --nproc-per-node {per_node} --rdzv-backend c10d --rdzv-endpoint HOST:PORT "
         f"-m profile_overlap {args}   # on every node; HOST:PORT: the first node's address and a free port"
     )
 
@@ -344,12 +344,3 @@ def verification_blocks(m: RunMetrics) -> tuple:
         else f"{len([c for _, c in checks if not c.passed])} of {len(checks)} checks FAILED."
     )
     return (Paragraph((summary,), tone="ok" if m.passed else "failed"), table)
-
-
-# ---------------------------------------------------------------- the two-run comparison
-
-
-# ---------------------------------------------------------------- writing
-
-
-# ---------------------------------------------------------------- the definitions appendix

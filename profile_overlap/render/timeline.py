@@ -27,6 +27,7 @@ from matplotlib.patches import Patch, Rectangle
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import replace_atomically
+from profile_overlap.record.analysis import StepRecord
 from profile_overlap.record.metrics import RunMetrics
 from profile_overlap.render.timeline_style import (  # noqa: F401  (re-exported: the figure's colours)
     BAND_HEIGHT,
@@ -59,7 +60,7 @@ class _RankStep:
     """(start_ms, end_ms, kind, label) on the panel's axis."""
     phases: tuple[tuple[float, float, str], ...]
     """(start_ms, end_ms, phase) of the step's phase windows, on the panel's axis."""
-    numbers: dict | None
+    numbers: StepRecord | None
     """This rank's step in the analysis record (step_us, comm_us, overlap_pct, ...)."""
 
 
@@ -126,8 +127,8 @@ def figure(
     cfg = metrics.config
     fig.suptitle(
         f"Communication / compute overlap, one profiled step {'per mode' if len(panels) > 1 else 'of ' + panels[0].mode}  ·  {run}\n"
-        f"{metrics.env.get('world_size', '?')} ranks, {metrics.env.get('backend', '?')} on "
-        f"{metrics.env.get('device_type', '?')}, {_model(cfg)}",
+        f"{metrics.env.world_size} ranks, {metrics.env.backend or '?'} on "
+        f"{metrics.env.device_type or '?'}, {_model(cfg)}",
         fontsize=12,
         fontweight="bold",
         x=0.01,
@@ -199,7 +200,7 @@ def _select(mode: str, mode_json: dict, metrics: RunMetrics, *, step: int | None
         raise UserError(f"profiled step {step} is not in mode {mode}; choose one of {sorted(lengths)}")
 
     analysis = metrics.modes[mode].analysis if mode in metrics.modes else None
-    by_rank = {r["rank"]: r for r in (analysis or {}).get("ranks", [])}
+    by_rank = {r.rank: r for r in analysis.ranks} if analysis else {}
     windows = {r["rank"]: w for r in ranks_json if (w := next((s for s in r["steps"] if s["step"] == chosen), None))}
     # Aligned ranks (timeline.json on the reference clock) share one origin: the first of them to start the step.
     aligned = [r["rank"] for r in ranks_json if r.get("aligned") and r["rank"] in windows]
@@ -214,7 +215,8 @@ def _select(mode: str, mode_json: dict, metrics: RunMetrics, *, step: int | None
         spans = tuple(((a - t0) / 1e3, (b - t0) / 1e3, k, relabel.get((k, x), x)) for st, a, b, k, x in r["spans"] if st == chosen)
         # Runs made before the analysis kept phase windows have no "phases": no band then.
         phases = tuple(((a - t0) / 1e3, (b - t0) / 1e3, name) for st, name, a, b in r.get("phases") or () if st == chosen)
-        numbers = next((s for s in by_rank.get(r["rank"], {}).get("steps", []) if s["step"] == chosen), None)
+        record = by_rank.get(r["rank"])
+        numbers = next((s for s in record.steps if s.step == chosen), None) if record else None
         lead_ms = (window["start_us"] - t0) / 1e3
         rank_steps.append(_RankStep(r["rank"], window["step_us"], window["start_us"], lead_ms, spans, phases, numbers))
 
@@ -332,18 +334,16 @@ def _draw_phases(ax, phases: tuple[tuple[float, float, str], ...], *, top: float
             ax.text((a + b) / 2, y, text, ha="center", va="center", fontsize=7, color="#222222", zorder=4, clip_on=True)
 
 
-def _annotate(ax, n: dict, *, y: float) -> None:
+def _annotate(ax, n: StepRecord, *, y: float) -> None:
     """The record's numbers for this rank's step, right of the lanes; per phase where the record has them."""
-    pct = "-" if n.get("overlap_pct") is None else f"{n['overlap_pct']:.0f}%"
+    pct = "-" if n.overlap_pct is None else f"{n.overlap_pct:.0f}%"
     lines = [
-        f"step {_fmt_ms(n['step_us'])} ms, overlap {pct}",
-        f"comm {_fmt_ms(n['comm_us'])} ms, exposed {_fmt_ms(n['exposed_comm_us'])} ms",
+        f"step {_fmt_ms(n.step_us)} ms, overlap {pct}",
+        f"comm {_fmt_ms(n.comm_us)} ms, exposed {_fmt_ms(n.exposed_comm_us)} ms",
     ]
-    phases = [p for p in n.get("phases") or () if p.get("comm_us")]
+    phases = [p for p in n.phases if p.comm_us]
     if phases:
-        lines.append(
-            "exposed: " + ", ".join(f"{PHASE_SHORT.get(p['phase'], p['phase'])} {_fmt_ms(p['exposed_comm_us'])}" for p in phases) + " ms"
-        )
+        lines.append("exposed: " + ", ".join(f"{PHASE_SHORT.get(p.phase, p.phase)} {_fmt_ms(p.exposed_comm_us)}" for p in phases) + " ms")
     ax.annotate(
         "\n".join(lines),
         xy=(1.0, y),

@@ -152,16 +152,16 @@ def measure_mode(run: Run, mode: str) -> Measured:
         shares = [[x / sum(c) for x in c] for c in cut_sets]
         medians = [statistics.median(s[i] for s in shares) for i in range(len(shares[0]))]
         cuts = tuple(x / sum(medians) for x in medians)
-    analysis = run.metrics.modes[mode].analysis or {}
+    analysis = run.metrics.modes[mode].analysis
     # Per step, the ranks' mean ProfilerStep window: every rank runs the same steps in the same wall
     # time, but each marks its step boundaries at its own moment, and a boundary that is late on
     # one rank moves time from that step into the next. The slowest rank per step would take the
     # longer side of every such shift.
     by_step: dict[int, list[float]] = {}
-    for r in analysis.get("ranks", []):
-        for s in r["steps"]:
-            if s["step_us"]:
-                by_step.setdefault(s["step"], []).append(s["step_us"])
+    for r in analysis.ranks if analysis else ():
+        for s in r.steps:
+            if s.step_us:
+                by_step.setdefault(s.step, []).append(s.step_us)
     profiled = _median(statistics.fmean(v) for v in by_step.values())
     return Measured(
         mode=mode,
@@ -252,7 +252,7 @@ def step_graph(
 
 def fit_source(fit: str, run: Run, measured: dict[str, Measured], *, latency_us: float) -> tuple[float, float]:
     """(α µs, B GB/s) from a bench-collectives result (its bench.json or folder) or, with "run", the run's own collectives."""
-    n0 = run.metrics.env["world_size"]
+    n0 = run.metrics.env.world_size
     if fit == "run":
         samples = [(c.kind, n0, c.nbytes, c.dur_us) for m in measured.values() for c in m.calls if c.nbytes]
     else:
@@ -289,7 +289,7 @@ def whatif(
         if not any(x.phase_us.values()):
             notes.append(f"{m}: its traces carry no phase labels, so all of its compute is replayed before the forward")
     units = find_units(measured, notes)
-    n0 = int(run.metrics.env["world_size"])
+    n0 = run.metrics.env.world_size
     if fit:
         latency_us, gbps = fit_source(fit, run, measured, latency_us=latency_us)
         link_gbps = (round(gbps, 6),)
