@@ -21,7 +21,7 @@ from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.load import load_metrics
 from profile_overlap.record.metrics import SCHEMA_VERSION, Env, ModeMetrics, RunMetrics, StepTimes
 from profile_overlap.record.summary import HEADLINE_NAMES, speedup, with_summary
-from profile_overlap.render import console, document, write
+from profile_overlap.render import console, numbers, write
 from profile_overlap.render.compare import build_compare
 from profile_overlap.render.markdown import render as render_md
 from profile_overlap.render.report import build
@@ -245,7 +245,7 @@ def test_report_states_phases_yield_and_interference(three_mode_golden):
     assert "| backward | 5.00 | 6.00 | +20.0 |" in md and "| forward | 4.00 | 4.00 | +0.0 |" in md
     assert "Overlap slows compute down: split's backward compute" in md  # the note
     # The speedup rows stay under split, with a third column beside it.
-    assert f"| [speedup](#step-time-and-speedup) measured (×) |  | {document.times(run.metrics.speedup.measured)} |  |" in md
+    assert f"| [speedup](#step-time-and-speedup) measured (×) |  | {numbers.times(run.metrics.speedup.measured)} |  |" in md
 
 
 def test_console_and_compare_take_three_modes(three_mode_golden):
@@ -304,10 +304,10 @@ def test_console_and_report_show_yield_and_interference_per_phase(compare_run_2)
     assert "backward communication behind backward compute" in md.split("## Phases: where communication hides")[1]
     section = md.split("## What overlapping won: overlap yield and interference")[1].split("## Collectives")[0]
     y = metrics.summary.overlap_yield
-    assert f"[{document.ms(abs(y.ms))} ms](#overlap-yield-and-interference) per step" in section
+    assert f"[{numbers.ms(abs(y.ms))} ms](#overlap-yield-and-interference) per step" in section
     for x in metrics.summary.interference:
         pct = "–" if x.pct is None else f"{x.pct:+.1f}"
-        assert f"| {x.phase} | {document.ms(x.baseline_compute_ms)} | {document.ms(x.compute_ms)} | {pct} |" in section
+        assert f"| {x.phase} | {numbers.ms(x.baseline_compute_ms)} | {numbers.ms(x.compute_ms)} | {pct} |" in section
 
 
 def test_tensorboard_event_files_hold_the_phase_scalars(compare_run_2):

@@ -122,11 +122,9 @@ def test_scalars_for_both_modes_match_the_record(server):
     assert {"mean/busbw_gbps/reduce_scatter", "mean/busbw_gbps/all_gather"} <= set(tags[f"{server.run}/split"])
 
     # The overlaid series are the record's numbers, per profiled step.
-    ranks = metrics.modes["split"].analysis["ranks"]
+    ranks = metrics.modes["split"].analysis.ranks
     points = server.json("data/plugin/scalars/scalars", run=f"{server.run}/split", tag="max/exposed_comm_ms")
-    expected = {
-        s["step"]: max(x["exposed_comm_us"] for r in ranks for x in r["steps"] if x["step"] == s["step"]) / 1e3 for s in ranks[0]["steps"]
-    }
+    expected = {s.step: max(x.exposed_comm_us for r in ranks for x in r.steps if x.step == s.step) / 1e3 for s in ranks[0].steps}
     assert {p[1]: round(p[2], 3) for p in points} == {k: round(v, 3) for k, v in expected.items()}
     timed = server.json("data/plugin/scalars/scalars", run=f"{server.run}/sequential", tag="step_time/timed_ms")
     assert [round(p[2], 3) for p in timed] == [round(t, 3) for t in metrics.modes["sequential"].step_time.times_ms]

@@ -33,7 +33,7 @@ def decode_metrics(data: bytes, *, path: Path | str) -> RunMetrics:
         metrics = msgspec.json.decode(data, type=RunMetrics)
     except msgspec.ValidationError as err:
         raise UserError(
-            f"{path}: field {_field(err)} ({err}): not a metrics record this version can read; rerun, or fix the field"
+            f"{path}: field {_field(err)}: {_problem(err)}; not a metrics record this version can read: rerun, or fix that field"
         ) from None
     except msgspec.DecodeError as err:
         raise UserError(f"{path} is not valid JSON ({err}): the record is damaged; rerun") from None

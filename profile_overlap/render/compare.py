@@ -9,8 +9,9 @@ from profile_overlap.record.analysis import as_json
 from profile_overlap.record.folder import Run
 from profile_overlap.record.metrics import Env
 from profile_overlap.record.summary import HEADLINE_NAMES, compare_runs
-from profile_overlap.render.document import Code, Paragraph, Ref, Report, Section, Table, ms
+from profile_overlap.render.document import Code, Paragraph, Ref, Report, Section, Table
 from profile_overlap.render.modes import speedup_cell
+from profile_overlap.render.numbers import ms, significant
 from profile_overlap.render.report import reproduce_command
 
 
@@ -24,7 +25,7 @@ def build_compare(a: Run, b: Run) -> Report:
             continue
         delta = "–" if x is None or y is None else f"{y - x:+,.3g}"
         ratio = "–" if not x or y is None else f"{y / x:.3f}"
-        rows.append(((name,), (_num(x),), (_num(y),), (delta,), (ratio,)))
+        rows.append(((name,), (significant(x),), (significant(y),), (delta,), (ratio,)))
     headline_table = Table(
         header=(("headline metric",), (f"A: {a.name}",), (f"B: {b.name}",), (Ref("B − A", "delta"),), ("B / A",)),
         rows=tuple(rows),
@@ -209,7 +210,3 @@ def _env_view(env: Env) -> dict[str, object]:
 
 def _show(v) -> str:
     return "–" if v is None else v if isinstance(v, str) else json.dumps(v)
-
-
-def _num(x: float | None) -> str:
-    return "–" if x is None else f"{x:,.4g}"

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from profile_overlap.record.metrics import RunMetrics
 from profile_overlap.record.summary import ModeSummary
-from profile_overlap.render.document import Inline, Ref, mib, ms, pct, times
+from profile_overlap.render.document import Inline, Ref
 from profile_overlap.render.modes import bytes_inline, expectation
+from profile_overlap.render.numbers import mib, ms, pct, times
 
 # Thresholds, with the reason each is where it is.
 GLOO_RS_AS_ALL_REDUCE = 0.7

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from profile_overlap.record.metrics import JobFacts, ModeSummary, RunMetrics
-from profile_overlap.render.document import Inline, Ref, ms, pct
+from profile_overlap.render.document import Inline, Ref
 from profile_overlap.render.notes import EXPOSED_OVER_COMPUTE, NOISY_SPREAD, WELL_HIDDEN_PCT, stragglers
+from profile_overlap.render.numbers import ms, pct
 from profile_overlap.render.report_job import missing_text
 
 

@@ -21,20 +21,8 @@ from profile_overlap.core.dtypes import DTYPE_BYTES
 from profile_overlap.record.folder import Run
 from profile_overlap.record.metrics import CheckResult, ModeSummary, RunMetrics
 from profile_overlap.render import integrity, modes, notes, notes_job, report_job, whatif
-from profile_overlap.render.document import (
-    Code,
-    Inline,
-    Items,
-    Paragraph,
-    Ref,
-    Report,
-    Section,
-    Table,
-    mib,
-    ms,
-    pct,
-    times,
-)
+from profile_overlap.render.document import Code, Inline, Items, Paragraph, Ref, Report, Section, Table
+from profile_overlap.render.numbers import mib, ms, pct, times
 from profile_overlap.render.report_tables import (
     collectives_table,
     phase_blocks,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from profile_overlap.record.metrics import JobFacts, ModeSummary, RunMetrics
 from profile_overlap.render import integrity
-from profile_overlap.render.document import Code, Inline, Paragraph, Ref, Table, gbps, ms, pct
+from profile_overlap.render.document import Code, Inline, Paragraph, Ref, Table
+from profile_overlap.render.numbers import gbps, ms, pct
 
 
 def subtitle(m: RunMetrics, job: JobFacts) -> str:

@@ -6,20 +6,9 @@ from __future__ import annotations
 
 from profile_overlap.record.folder import Run
 from profile_overlap.record.metrics import ModeSummary, RunMetrics
-from profile_overlap.render.document import (
-    Figure,
-    Inline,
-    Paragraph,
-    Ref,
-    Table,
-    gbps,
-    mib,
-    ms,
-    pct,
-    times,
-    us,
-)
+from profile_overlap.render.document import Figure, Inline, Paragraph, Ref, Table
 from profile_overlap.render.modes import noise_reason, speedup_cell
+from profile_overlap.render.numbers import gbps, mib, ms, pct, times, us
 
 
 def side_by_side(m: RunMetrics, s: dict[str, ModeSummary]) -> Table:

@@ -29,6 +29,7 @@ from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import replace_atomically
 from profile_overlap.record.analysis import StepRecord
 from profile_overlap.record.metrics import RunMetrics
+from profile_overlap.render.numbers import us_as_ms
 from profile_overlap.render.timeline_style import (  # noqa: F401  (re-exported: the figure's colours)
     BAND_HEIGHT,
     BAND_OFFSET,
@@ -258,10 +259,6 @@ def _union(spans: tuple[tuple[float, float, str, str], ...], kind: str) -> iv.Un
     return iv.union([a for a, _, k, _ in spans if k == kind], [b for _, b, k, _ in spans if k == kind])
 
 
-def _fmt_ms(us: float | None) -> str:
-    return "-" if us is None else f"{us / 1e3:.1f}"
-
-
 def _draw_panel(ax, panel: _ModeStep, *, colours: dict[str, str], xmax_ms: float, phased: bool) -> None:
     lane_h = 0.8
     pitch = _pitch(phased)
@@ -338,12 +335,12 @@ def _annotate(ax, n: StepRecord, *, y: float) -> None:
     """The record's numbers for this rank's step, right of the lanes; per phase where the record has them."""
     pct = "-" if n.overlap_pct is None else f"{n.overlap_pct:.0f}%"
     lines = [
-        f"step {_fmt_ms(n.step_us)} ms, overlap {pct}",
-        f"comm {_fmt_ms(n.comm_us)} ms, exposed {_fmt_ms(n.exposed_comm_us)} ms",
+        f"step {us_as_ms(n.step_us)} ms, overlap {pct}",
+        f"comm {us_as_ms(n.comm_us)} ms, exposed {us_as_ms(n.exposed_comm_us)} ms",
     ]
     phases = [p for p in n.phases if p.comm_us]
     if phases:
-        lines.append("exposed: " + ", ".join(f"{PHASE_SHORT.get(p.phase, p.phase)} {_fmt_ms(p.exposed_comm_us)}" for p in phases) + " ms")
+        lines.append("exposed: " + ", ".join(f"{PHASE_SHORT.get(p.phase, p.phase)} {us_as_ms(p.exposed_comm_us)}" for p in phases) + " ms")
     ax.annotate(
         "\n".join(lines),
         xy=(1.0, y),

@@ -88,7 +88,7 @@ def _fmt(x: float | None, spec: str) -> str:
 def explain_crossover(record: dict) -> list[str]:
     """One sentence per series, from the component times of the points around the crossover: where
     the second mode (split by default) starts to beat the first (sequential)."""
-    from profile_overlap.render.document import times
+    from profile_overlap.render.numbers import times
 
     vary = list(record["vary"].items())
     x_name = vary[0][0]
@@ -133,7 +133,7 @@ def workload(p: dict) -> str:
 
 def _vs_cell(p: dict, mode: str) -> str:
     """A point's speedup of `mode` over the first mode: '1.20×', '0.98×*' (within run-to-run noise) or '–'."""
-    from profile_overlap.render.document import times
+    from profile_overlap.render.numbers import times
 
     m = p.get(mode, {})
     return times(m.get("speedup_vs_first")) + ("*" if m.get("within_noise_vs_first") else "")
@@ -154,7 +154,7 @@ def table_columns(record: dict) -> list[str]:
 
 def table_rows(record: dict) -> list[tuple[str, ...]]:
     """The points table's cells (report and console), in table_columns order after the knobs."""
-    from profile_overlap.render.document import ms, pct, times
+    from profile_overlap.render.numbers import ms, pct, times
 
     modes = modes_of(record)
     rows = []
@@ -176,7 +176,7 @@ def table_rows(record: dict) -> list[tuple[str, ...]]:
 
 def mode_rows(record: dict) -> list[tuple[str, ...]]:
     """One row per point and mode (knobs, mode, step ms, speedup vs first, overlap %, exposed comm ms): any number of modes."""
-    from profile_overlap.render.document import ms, pct
+    from profile_overlap.render.numbers import ms, pct
 
     rows = []
     for p in record["points"]:
@@ -199,7 +199,8 @@ def write_reports(sweep_dir: Path, record: dict) -> None:
     from profile_overlap.render import document, timeline
     from profile_overlap.render import html as report_html
     from profile_overlap.render import markdown as report_md
-    from profile_overlap.render.document import Figure, Paragraph, Ref, Section, Table, times
+    from profile_overlap.render.document import Figure, Paragraph, Ref, Section, Table
+    from profile_overlap.render.numbers import times
 
     fig = figure(record)
     vary = list(record["vary"].items())
