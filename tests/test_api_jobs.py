@@ -97,7 +97,7 @@ def test_the_job_gets_its_record_report_and_overlap_tab(ddp_job):
     assert find_runs(job_dir.parent) == [job_dir]  # the Overlap tab lists the job
     metrics = load_metrics(job_dir / "metrics.json")
     assert metrics.job.profiled_ranks == (0, 1) and metrics.job.profiled_steps == 6
-    assert metrics.env["world_size"] == 2 and metrics.env["backend"] == "gloo" and "own_ddp_job.py" in metrics.env["command"]
+    assert metrics.env.world_size == 2 and metrics.env.backend == "gloo" and "own_ddp_job.py" in metrics.env.command
     job_summary = metrics.summary.modes["job"]
     assert [p.phase for p in job_summary.phases] == ["forward", "backward", "optimizer"]
     assert {(c.phase, c.kind) for c in job_summary.phase_collectives} == {("backward", "all_reduce")}

@@ -21,6 +21,7 @@ from profile_overlap.record.analysis import (
 from profile_overlap.record.build import build_record
 from profile_overlap.record.integrity import IntegrityCheck, IntegrityRecord
 from profile_overlap.record.metrics import Env, JobFacts, ModeMetrics, RunMetrics, StepTimes
+from profile_overlap.record.timeline import PhaseWindow, Timeline, TimelineMode, TimelineRank, TimelineSpan, TimelineStep
 
 TIMELINE_SCHEMA = (
     "spans are [step, start_us, end_us, kind (comm|compute), label]; phases are [step, phase, start_us, end_us]; "
@@ -28,11 +29,11 @@ TIMELINE_SCHEMA = (
 )
 
 
-def timeline_record(analyses: dict[str, TraceAnalysis | None]) -> dict:
+def timeline_of(analyses: dict[str, TraceAnalysis | None]) -> Timeline:
     """timeline.json: per mode and rank, the profiled steps' windows and their compute and
     communication spans (merged at display resolution by the analysis), for the figures. Each
     aligned rank's times are on the reference rank's clock (clocks.py), so ranks compare in time."""
-    record = {}
+    modes = {}
     for mode, result in analyses.items():
         if result is None:
             continue
@@ -42,18 +43,27 @@ def timeline_record(analyses: dict[str, TraceAnalysis | None]) -> dict:
             off = clocks.offset(r.rank)
             unc = clocks.uncertainty_us.get(r.rank)
             ranks.append(
-                {
-                    "rank": r.rank,
-                    "aligned": r.rank in clocks.offsets_us,
-                    "clock_offset_us": round(off, 3),
-                    "clock_uncertainty_us": None if unc is None or math.isinf(unc) else round(unc, 3),
-                    "steps": [{"step": s.step, "start_us": round(s.start_us - off, 3), "step_us": s.step_us} for s in r.steps],
-                    "spans": [[sp.step, round(sp.start_us - off, 3), round(sp.end_us - off, 3), sp.kind, sp.label] for sp in r.timeline],
-                    "phases": [[step, phase, round(a - off, 3), round(b - off, 3)] for step, phase, a, b in r.phase_windows],
-                }
+                TimelineRank(
+                    rank=r.rank,
+                    aligned=r.rank in clocks.offsets_us,
+                    clock_offset_us=round(off, 3),
+                    clock_uncertainty_us=None if unc is None or math.isinf(unc) else round(unc, 3),
+                    steps=tuple(TimelineStep(step=s.step, start_us=round(s.start_us - off, 3), step_us=s.step_us) for s in r.steps),
+                    spans=tuple(
+                        TimelineSpan(sp.step, round(sp.start_us - off, 3), round(sp.end_us - off, 3), sp.kind, sp.label)
+                        for sp in r.timeline
+                    ),
+                    phases=tuple(PhaseWindow(step, phase, round(a - off, 3), round(b - off, 3)) for step, phase, a, b in r.phase_windows),
+                )
             )
-        record[mode] = {"reference_rank": clocks.reference_rank, "ranks": ranks}
-    return {"schema": TIMELINE_SCHEMA, "modes": record}
+        modes[mode] = TimelineMode(reference_rank=clocks.reference_rank, ranks=tuple(ranks))
+    return Timeline(schema=TIMELINE_SCHEMA, modes=modes)
+
+
+def timeline_record(analyses: dict[str, TraceAnalysis | None]) -> dict[str, Any]:
+    """timeline.json as JSON has it (timeline_of)."""
+    plain: dict[str, Any] = as_json(timeline_of(analyses))
+    return plain
 
 
 def _num(x: float | None, digits: int = 3) -> float | None:

@@ -88,7 +88,7 @@ def _env(states: dict[int, dict[str, Any]], result: TraceAnalysis, world: int) -
     fields = ("rank", "host", "pid", "local_rank", "node_rank", "device")
     ranks = tuple(msgspec.convert({k: s.get(k) for k in fields}, RankEnv) for _, s in sorted(states.items()))
     if not ranks:
-        ranks = tuple(RankEnv(rank=r.rank, device=r.device) for r in result.ranks)
+        ranks = tuple(RankEnv(rank=r.rank, host="?", device=r.device) for r in result.ranks)
     backend = first.get("backend") or next((r.backend for r in result.ranks if r.backend), None)
     return Env(
         date=min((s["started"] for s in states.values() if s.get("started")), default=None),
@@ -103,7 +103,7 @@ def _env(states: dict[int, dict[str, Any]], result: TraceAnalysis, world: int) -
         device_type=first.get("device_type") or result.ranks[0].device,
         world_size=world,
         num_nodes=len({r.node_rank for r in ranks}) if states else None,
-        hosts=tuple(sorted({r.host for r in ranks if r.host != "?"})),
+        hosts=tuple(sorted({r.host for r in ranks if r.host is not None and r.host != "?"})),
         ranks=ranks,
     )
 

@@ -278,8 +278,8 @@ class RankEnv(msgspec.Struct, frozen=True, kw_only=True):
     """Where one rank ran."""
 
     rank: int
-    host: str = "?"
-    """"?" where unknown (a folder of others' traces)."""
+    host: str | None = None
+    """"?" in a folder of others' traces; None where a rank did not record it."""
     pid: int | None = None
     local_rank: int | None = None
     node_rank: int | None = None
@@ -309,9 +309,6 @@ class Env(msgspec.Struct, frozen=True, kw_only=True):
     num_nodes: int | None = None
     hosts: tuple[str, ...] = ()
     ranks: tuple[RankEnv, ...] = ()
-
-    def host_of(self, rank: int) -> str | None:
-        return next((r.host for r in self.ranks if r.rank == rank), None)
 
 
 class JobFacts(msgspec.Struct, frozen=True, kw_only=True):

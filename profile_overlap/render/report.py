@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 
 from profile_overlap.core.dtypes import DTYPE_BYTES
-from profile_overlap.record.folder import Run
+from profile_overlap.record.folder import Run, RunStatus
 from profile_overlap.record.metrics import CheckResult, ModeSummary, RunMetrics
 from profile_overlap.render import integrity, modes, notes, notes_job, report_job, whatif
 from profile_overlap.render.document import Code, Inline, Items, Paragraph, Ref, Report, Section, Table
@@ -84,10 +84,10 @@ def comparison_title(s: dict[str, ModeSummary]) -> str:
 
 
 def banner(run: Run) -> Paragraph | None:
-    state = (run.status or {}).get("state")
+    state = run.status.state if run.status else None
     failed = [c for c in run.metrics.all_checks() if not c.passed]
     if failed or state in ("failed", "interrupted"):
-        reason = (run.status or {}).get("reason") or "; ".join(c.describe() for c in failed)
+        reason = (run.status.reason if run.status else None) or "; ".join(c.describe() for c in failed)
         word = "INTERRUPTED" if state == "interrupted" else "FAILED"
         return Paragraph((f"{word}: this run did not pass. {reason}. Its timings are shown for diagnosis only.",), tone="failed")
     if state == "running":
@@ -221,14 +221,12 @@ def setup_blocks(run: Run) -> tuple:
     for r in env.ranks:
         devices[str(r.device)] = devices.get(str(r.device), 0) + 1
     device_text = ", ".join(f"{name} ×{count}" for name, count in devices.items())
-    state = run.status or {"state": "succeeded" if m.passed else "failed", "time": None, "reason": None}
+    state = run.status or RunStatus(state="succeeded" if m.passed else "failed")
     rows = [
         ("date (UTC)", str(env.date)),
         (
             "status",
-            state["state"]
-            + (f" at {state['time']}" if state.get("time") else "")
-            + (f": {state['reason']}" if state.get("reason") else ""),
+            state.state + (f" at {state.time}" if state.time else "") + (f": {state.reason}" if state.reason else ""),
         ),
         ("run folder", m.run_dir),
         ("hosts", f"{', '.join(env.hosts)} ({env.num_nodes} node{'s' if env.num_nodes != 1 else ''})"),

@@ -72,7 +72,7 @@ def side_by_side(m: RunMetrics, s: dict[str, ModeSummary]) -> Table:
 
 
 def timeline_blocks(run: Run) -> tuple:
-    if not run.timeline or not run.timeline.get("modes"):
+    if not run.timeline or not run.timeline.modes:
         return (Paragraph(("This run was not profiled (--no-profile), so there is no timeline.",)),)
     return (
         Figure(

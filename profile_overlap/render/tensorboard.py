@@ -12,7 +12,6 @@ from a finished folder as cheaply as at the end of a run.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +30,7 @@ from profile_overlap.core.files import METRICS_JSON, TIMELINE_JSON
 from profile_overlap.record.analysis import PhaseRecord, StepRecord, as_json
 from profile_overlap.record.load import load_metrics
 from profile_overlap.record.metrics import RunMetrics
+from profile_overlap.record.timeline import Timeline, load_timeline
 from profile_overlap.render import console
 
 EVENT_SUFFIX = ".profile_overlap"
@@ -86,7 +86,7 @@ def write_run(run_dir: Path | str, metrics: RunMetrics | None = None) -> list[Pa
             raise UserError(f"{path} not found; pass a finished run folder (runs/<run>)")
         metrics = load_metrics(path)
     spans_path = run_dir / TIMELINE_JSON
-    spans = json.loads(spans_path.read_text()) if spans_path.exists() else None
+    spans = load_timeline(spans_path) if spans_path.exists() else None
     wall_s = time.time()
     written = []
     for i, mode in enumerate(metrics.modes):
@@ -107,9 +107,9 @@ def write_run(run_dir: Path | str, metrics: RunMetrics | None = None) -> list[Pa
     return written
 
 
-def _timeline_png(metrics: RunMetrics, spans: dict | None, mode: str) -> bytes | None:
+def _timeline_png(metrics: RunMetrics, spans: Timeline | None, mode: str) -> bytes | None:
     """This mode's timeline, on the time axis of all modes: the Images dashboard shows the modes side by side."""
-    if not spans or mode not in spans.get("modes", {}):
+    if not spans or mode not in spans.modes:
         return None
     from profile_overlap.render import timeline  # matplotlib: only when there is something to draw
 

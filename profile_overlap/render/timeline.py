@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
@@ -29,6 +30,7 @@ from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import replace_atomically
 from profile_overlap.record.analysis import StepRecord
 from profile_overlap.record.metrics import RunMetrics
+from profile_overlap.record.timeline import Timeline, TimelineMode, as_timeline
 from profile_overlap.render.numbers import us_as_ms
 from profile_overlap.render.timeline_style import (  # noqa: F401  (re-exported: the figure's colours)
     BAND_HEIGHT,
@@ -79,7 +81,12 @@ class _ModeStep:
 
 
 def figure(
-    metrics: RunMetrics, timeline: dict, *, step: int | None = None, max_ranks: int = 16, modes: tuple[str, ...] | None = None
+    metrics: RunMetrics,
+    timeline: Timeline | dict[str, Any],
+    *,
+    step: int | None = None,
+    max_ranks: int = 16,
+    modes: tuple[str, ...] | None = None,
 ) -> Figure:
     """One profiled step per mode, modes stacked on a shared time axis: ms from the first rank's
     ProfilerStep start on the reference rank's clock (timeline.json carries aligned times), or from
@@ -87,14 +94,15 @@ def figure(
     profiled step to draw in every mode; by default each mode's median-length step. More than
     `max_ranks` ranks are sampled (rank 0, the slowest rank, and evenly spaced ones between), and
     the figure says so. `modes`: draw only these (one figure per mode, e.g. for TensorBoard),
-    keeping the time axis of all modes so that figures drawn separately still compare."""
+    keeping the time axis of all modes so that figures drawn separately still compare. A dict is
+    timeline.json as parsed, converted to the typed Timeline once, here."""
     if max_ranks < 2:
         raise UserError(f"max_ranks must be at least 2 (got {max_ranks})")
-    modes_json = timeline.get("modes") or {}
-    names = [m for m in metrics.modes if m in modes_json] + [m for m in modes_json if m not in metrics.modes]  # the run's order
+    in_file = as_timeline(timeline).modes
+    names = [m for m in metrics.modes if m in in_file] + [m for m in in_file if m not in metrics.modes]  # the run's order
     if not names:
         raise UserError("timeline.json holds no profiled steps; rerun with profiling on (drop --no-profile)")
-    panels = [_select(name, modes_json[name], metrics, step=step, max_ranks=max_ranks) for name in names]
+    panels = [_select(name, in_file[name], metrics, step=step, max_ranks=max_ranks) for name in names]
     # The time axis, colours and lane layout come from every mode, so that figures drawn separately still compare.
     xmax_ms = max(r.lead_ms + r.step_us / 1e3 for p in panels for r in p.ranks)
     colours = _colour_map(panels)
@@ -182,13 +190,13 @@ def _pitch(phased: bool) -> float:
     return 3.0 + (BAND_OFFSET if phased else 0.0)
 
 
-def _select(mode: str, mode_json: dict, metrics: RunMetrics, *, step: int | None, max_ranks: int) -> _ModeStep:
-    ranks_json = sorted(mode_json["ranks"], key=lambda r: r["rank"])
+def _select(mode: str, drawn: TimelineMode, metrics: RunMetrics, *, step: int | None, max_ranks: int) -> _ModeStep:
+    in_order = sorted(drawn.ranks, key=lambda r: r.rank)
     # A step's length is its slowest rank's, as for the unprofiled step times.
     lengths: dict[int, float] = {}
-    for r in ranks_json:
-        for s in r["steps"]:
-            lengths[s["step"]] = max(lengths.get(s["step"], 0.0), s["step_us"])
+    for r in in_order:
+        for s in r.steps:
+            lengths[s.step] = max(lengths.get(s.step, 0.0), s.step_us)
     if not lengths:
         raise UserError(f"timeline.json has no profiled steps for mode {mode}; rerun with --profile-steps 1 or more")
     if step is None:
@@ -202,24 +210,28 @@ def _select(mode: str, mode_json: dict, metrics: RunMetrics, *, step: int | None
 
     analysis = metrics.modes[mode].analysis if mode in metrics.modes else None
     by_rank = {r.rank: r for r in analysis.ranks} if analysis else {}
-    windows = {r["rank"]: w for r in ranks_json if (w := next((s for s in r["steps"] if s["step"] == chosen), None))}
+    windows = {r.rank: w for r in in_order if (w := next((s for s in r.steps if s.step == chosen), None))}
     # Aligned ranks (timeline.json on the reference clock) share one origin: the first of them to start the step.
-    aligned = [r["rank"] for r in ranks_json if r.get("aligned") and r["rank"] in windows]
-    origin = min((windows[k]["start_us"] for k in aligned), default=None) if len(aligned) >= 2 else None
+    aligned = [r.rank for r in in_order if r.aligned and r.rank in windows]
+    origin = min((windows[k].start_us for k in aligned), default=None) if len(aligned) >= 2 else None
     rank_steps = []
-    for r in ranks_json:
-        window = windows.get(r["rank"])
+    for r in in_order:
+        window = windows.get(r.rank)
         if window is None:
             continue
-        t0 = origin if origin is not None and r["rank"] in aligned else window["start_us"]
+        t0 = origin if origin is not None and r.rank in aligned else window.start_us
         relabel = {("comm", p): f"{p}/collective" for p in PHASE_COLOURS}  # ddp's all_reduce: labelled backward only
-        spans = tuple(((a - t0) / 1e3, (b - t0) / 1e3, k, relabel.get((k, x), x)) for st, a, b, k, x in r["spans"] if st == chosen)
-        # Runs made before the analysis kept phase windows have no "phases": no band then.
-        phases = tuple(((a - t0) / 1e3, (b - t0) / 1e3, name) for st, name, a, b in r.get("phases") or () if st == chosen)
-        record = by_rank.get(r["rank"])
+        spans = tuple(
+            ((sp.start_us - t0) / 1e3, (sp.end_us - t0) / 1e3, sp.kind, relabel.get((sp.kind, sp.label), sp.label))
+            for sp in r.spans
+            if sp.step == chosen
+        )
+        # Runs made before the analysis kept phase windows have no phases: no band then.
+        phases = tuple(((w.start_us - t0) / 1e3, (w.end_us - t0) / 1e3, w.phase) for w in r.phases if w.step == chosen)
+        record = by_rank.get(r.rank)
         numbers = next((s for s in record.steps if s.step == chosen), None) if record else None
-        lead_ms = (window["start_us"] - t0) / 1e3
-        rank_steps.append(_RankStep(r["rank"], window["step_us"], window["start_us"], lead_ms, spans, phases, numbers))
+        lead_ms = (window.start_us - t0) / 1e3
+        rank_steps.append(_RankStep(r.rank, window.step_us, window.start_us, lead_ms, spans, phases, numbers))
 
     world = len(rank_steps)
     note = None
@@ -235,7 +247,7 @@ def _select(mode: str, mode_json: dict, metrics: RunMetrics, *, step: int | None
             f"showing {len(rank_steps)} of {world} ranks: rank {rank_steps[0].rank}, the slowest in this step "
             f"(rank {slowest}), and evenly spaced ranks"
         )
-    ref = mode_json.get("reference_rank") if origin is not None else None
+    ref = drawn.reference_rank if origin is not None else None
     return _ModeStep(mode, chosen, len(lengths), chosen_as, tuple(rank_steps), world, note, reference_rank=ref)
 
 

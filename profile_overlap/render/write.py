@@ -86,7 +86,7 @@ def write_compare(a_dir: Path, b_dir: Path, *, out: Path | None = None, formats:
 
 
 def _figure(run: Run):
-    if not run.timeline or not run.timeline.get("modes"):
+    if not run.timeline or not run.timeline.modes:
         return None
     from profile_overlap.render import timeline
 
