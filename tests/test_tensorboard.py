@@ -209,7 +209,7 @@ def test_profiler_plugin_lists_both_modes_with_rank_workers_and_logs_no_errors(s
     wait_for(server, lambda: len(server.json("data/plugin/pytorch_profiler/runs")["runs"]) == len(MODES))
     runs = server.json("data/plugin/pytorch_profiler/runs")["runs"]
     assert runs == [f"{server.run}/{mode}" for mode in MODES]
-    host = load_metrics(server.run_dir / "metrics.json").env["hosts"][0]
+    host = load_metrics(server.run_dir / "metrics.json").env.hosts[0]
     for run in runs:
         assert "Overview" in server.json("data/plugin/pytorch_profiler/views", run=run)
         workers = server.json("data/plugin/pytorch_profiler/workers", run=run, view="Overview")

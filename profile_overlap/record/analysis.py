@@ -14,7 +14,7 @@ import msgspec
 from profile_overlap.record.integrity import IntegrityRecord
 
 
-def as_json(record: msgspec.Struct) -> Any:
+def as_json(record: object) -> Any:
     """A typed record as JSON has it: dicts, lists, str, numbers, None (what json.loads gives back)."""
     return msgspec.json.decode(msgspec.json.encode(record, enc_hook=_builtin))
 

@@ -102,44 +102,52 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
     """The headline, one sentence, every number linked to its definition."""
     failed = [c for c in m.all_checks() if not c.passed]
     if failed:
-        worst = failed[0]
-        if worst.max_abs_err is None:
-            return (
-                f"The run FAILED verification: {worst.name} produced values that are ",
-                Ref("not finite", "max_abs_err"),
-                f" (NaN or infinity, first at rank {worst.worst_rank}), so the timings cannot be compared.",
-            )
-        return (
-            f"The run FAILED verification: {worst.name} differs by ",
-            Ref(f"{worst.max_abs_err:.3g}", "max_abs_err"),
-            " against a tolerance of ",
-            Ref(f"{worst.tolerance:.3g}", "tolerance"),
-            ", so the two modes did not compute the same thing and their timings cannot be compared.",
-        )
+        return _failed_verdict(failed[0])
     if len(s) > 1 and not m.speedup:
-        return modes.versus_first(m)
+        return modes.versus_first(m) or ()
     if len(s) == 1:
-        name = m.summary.headline_mode
-        one = s[name]
-        text: list = [f"{name} only: median step ", Ref(f"{ms(m.modes[name].step_time.median_ms)} ms", "step_time_ms")]
-        if one.comm_ms:
-            text += [
-                ", with ",
-                Ref(f"{ms(one.overlap_ms)} ms", "overlap_ms"),
-                " of its ",
-                Ref(f"{ms(one.comm_ms)} ms", "comm_ms"),
-                " of communication per step hidden behind compute (",
-                Ref(f"{pct(one.overlap_pct)}%", "mode_overlap_pct"),
-                ")",
-            ]
-        return (*text, "; run with --mode compare (and --modes to choose them) to set it beside other modes.")
-    seq, split = s["sequential"], s["split"]
-    n = m.env.world_size
-    memory = (
-        Ref(f"{mib(split.optimizer_state_bytes)} MiB", "optimizer_state_bytes"),
-        " instead of ",
-        Ref(f"{mib(seq.optimizer_state_bytes)} MiB", "optimizer_state_bytes"),
+        return _one_mode_verdict(m, s)
+    return _split_verdict(m, s)
+
+
+def _failed_verdict(worst: CheckResult) -> Inline:
+    """The first failed check: the timings cannot be compared."""
+    if worst.max_abs_err is None:
+        return (
+            f"The run FAILED verification: {worst.name} produced values that are ",
+            Ref("not finite", "max_abs_err"),
+            f" (NaN or infinity, first at rank {worst.worst_rank}), so the timings cannot be compared.",
+        )
+    return (
+        f"The run FAILED verification: {worst.name} differs by ",
+        Ref(f"{worst.max_abs_err:.3g}", "max_abs_err"),
+        " against a tolerance of ",
+        Ref(f"{worst.tolerance:.3g}", "tolerance"),
+        ", so the two modes did not compute the same thing and their timings cannot be compared.",
     )
+
+
+def _one_mode_verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
+    """A one-mode run: its median step and how much of its communication hid."""
+    name = m.summary.headline_mode
+    one = s[name]
+    text: list = [f"{name} only: median step ", Ref(f"{ms(m.modes[name].step_time.median_ms)} ms", "step_time_ms")]
+    if one.comm_ms:
+        text += [
+            ", with ",
+            Ref(f"{ms(one.overlap_ms)} ms", "overlap_ms"),
+            " of its ",
+            Ref(f"{ms(one.comm_ms)} ms", "comm_ms"),
+            " of communication per step hidden behind compute (",
+            Ref(f"{pct(one.overlap_pct)}%", "mode_overlap_pct"),
+            ")",
+        ]
+    return (*text, "; run with --mode compare (and --modes to choose them) to set it beside other modes.")
+
+
+def _split_verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
+    """split against sequential: the same, faster or slower, with the hidden communication and the memory."""
+    seq, split = s["sequential"], s["split"]
     seq_t, split_t = m.modes["sequential"].step_time, m.modes["split"].step_time
     steps = (Ref(f"{ms(split_t.median_ms)} ms", "step_time_ms"), " vs ", Ref(f"{ms(seq_t.median_ms)} ms", "step_time_ms"))
     hid = (
@@ -150,54 +158,34 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
         Ref(f"{ms(split.comm_ms)} ms", "comm_ms"),
         " of communication per step behind compute",
     )
-    speed = m.speedup.measured
+    memory = (
+        str(m.env.world_size),
+        " of the optimizer state (",
+        Ref(f"{mib(split.optimizer_state_bytes)} MiB", "optimizer_state_bytes"),
+        " instead of ",
+        Ref(f"{mib(seq.optimizer_state_bytes)} MiB", "optimizer_state_bytes"),
+        ").",
+    )
     interval = m.summary.noise.speedup if m.summary.noise else None
+    speed = m.speedup.measured if m.speedup else 1.0
     if m.summary.within_noise:
+        head: Inline = ("split and sequential took the same time, ", Ref("within run-to-run noise", "within_noise"), " (median step ")
         return (
-            "split and sequential took the same time, ",
-            Ref("within run-to-run noise", "within_noise"),
-            " (median step ",
+            *head,
             *steps,
             *modes.noise_reason(m, interval, within=True),
             "): ",
             *hid,
             *_slower_reason(m, seq, split),
             "; each rank did hold 1/",
-            str(n),
-            " of the optimizer state (",
             *memory,
-            ").",
         )
+    noise = modes.noise_reason(m, interval, within=False)
     if speed >= 1:
-        return (
-            "split was ",
-            Ref(times(speed), "speedup"),
-            " faster than sequential (median step ",
-            *steps,
-            *modes.noise_reason(m, interval, within=False),
-            "): ",
-            *hid,
-            ", and each rank held 1/",
-            str(n),
-            " of the optimizer state (",
-            *memory,
-            ").",
-        )
-    return (
-        "split was ",
-        Ref(times(1 / speed), "speedup"),
-        " slower than sequential (median step ",
-        *steps,
-        *modes.noise_reason(m, interval, within=False),
-        "): ",
-        *hid,
-        *_slower_reason(m, seq, split),
-        "; each rank did hold 1/",
-        str(n),
-        " of the optimizer state (",
-        *memory,
-        ").",
-    )
+        head = ("split was ", Ref(times(speed), "speedup"), " faster than sequential (median step ")
+        return (*head, *steps, *noise, "): ", *hid, ", and each rank held 1/", *memory)
+    head = ("split was ", Ref(times(1 / speed), "speedup"), " slower than sequential (median step ")
+    return (*head, *steps, *noise, "): ", *hid, *_slower_reason(m, seq, split), "; each rank did hold 1/", *memory)
 
 
 def _slower_reason(m: RunMetrics, seq: ModeSummary, split: ModeSummary) -> Inline:
