@@ -23,7 +23,8 @@ class TimelineStep(msgspec.Struct, frozen=True, kw_only=True):
 class TimelineSpan(msgspec.Struct, frozen=True, array_like=True):
     """[step, start_us, end_us, kind (comm|compute), label] in timeline.json."""
 
-    step: int
+    step: int | None
+    """None for a span outside every profiled step."""
     start_us: float
     end_us: float
     kind: str

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.table import Table
+
 from profile_overlap.render.integrity import console_lines as integrity_lines
 from profile_overlap.render.numbers import grouped, nbytes
 
@@ -16,8 +18,17 @@ if TYPE_CHECKING:
 
 def render(analysis: TraceAnalysis, console: Console) -> None:
     """Tables from the analysis record; nothing is recomputed here."""
-    from rich.table import Table
+    console.print(rank_table(analysis))
+    console.print(collectives_table(analysis))
+    steps = step_table(analysis)
+    if steps.row_count:
+        console.print(steps)
+    else:
+        console.print("No ProfilerStep#N annotations: per-step metrics need prof.step() in the training loop.")
+    print_notes(analysis, console)
 
+
+def rank_table(analysis: TraceAnalysis) -> Table:
     waits = {w.rank: w for w in analysis.waits}
     title = f"Overlap per rank: {analysis.source} (world size {analysis.world_size})"
     if analysis.hta_compat:
@@ -39,8 +50,10 @@ def render(analysis: TraceAnalysis, console: Console) -> None:
             grouped(w.wait_us if w and w.matched else None),
             grouped(w.transfer_us if w and w.matched else None),
         )
-    console.print(t)
+    return t
 
+
+def collectives_table(analysis: TraceAnalysis) -> Table:
     t = Table(title="Collectives per rank (totals; algbw = S/t, busbw = algbw * factor(kind, n), as nccl-tests)", title_justify="left")
     for col in ("rank", "kind", "count", "n", "bytes", "dur_us", "algbw GB/s", "busbw GB/s"):
         t.add_column(col, justify="left" if col == "kind" else "right")
@@ -56,8 +69,10 @@ def render(analysis: TraceAnalysis, console: Console) -> None:
                 grouped(c.algbw_gbps, 2),
                 grouped(c.busbw_gbps, 2),
             )
-    console.print(t)
+    return t
 
+
+def step_table(analysis: TraceAnalysis) -> Table:
     t = Table(title="Profiler steps (each metric clipped to the ProfilerStep#N window)", title_justify="left")
     for col in ("rank", "step", "step_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap %"):
         t.add_column(col, justify="right")
@@ -73,11 +88,11 @@ def render(analysis: TraceAnalysis, console: Console) -> None:
                 grouped(s.exposed_comm_us),
                 grouped(s.overlap_pct, 2),
             )
-    if t.row_count:
-        console.print(t)
-    else:
-        console.print("No ProfilerStep#N annotations: per-step metrics need prof.step() in the training loop.")
+    return t
 
+
+def print_notes(analysis: TraceAnalysis, console: Console) -> None:
+    """The wait/transfer sentence, each rank's notes and the integrity checks that are not ok."""
     if analysis.slowest_rank is not None:
         console.print(
             f"Wait vs transfer: each collective call is matched across ranks by process group, kind and order; "
@@ -89,5 +104,5 @@ def render(analysis: TraceAnalysis, console: Console) -> None:
             console.print(f"note: {note}", style="yellow")
     styles = {"error": "bold red", "warning": "yellow"}
     for line in integrity_lines(analysis.integrity.checks):
-        status = next((s for s in styles if line.startswith(f"integrity: {s.upper()}")), None)
-        console.print(line, style=styles.get(status, ""), markup=False)
+        style = next((styles[s] for s in styles if line.startswith(f"integrity: {s.upper()}")), "")
+        console.print(line, style=style, markup=False)

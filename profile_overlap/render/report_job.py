@@ -36,7 +36,7 @@ def verdict(m: RunMetrics, job: JobFacts, x: ModeSummary) -> Inline:
         Ref(f"{ms(x.exposed_comm_ms)} ms", "exposed_comm_ms"),
         " was exposed",
     ]
-    if st.median_ms:
+    if st.median_ms and x.exposed_comm_ms is not None:
         text.append(f", {pct(100 * x.exposed_comm_ms / st.median_ms)}% of the step")
     busy = [p for p in x.phases if p.exposed_comm_ms > 0]
     if busy:

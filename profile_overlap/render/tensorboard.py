@@ -148,8 +148,8 @@ def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_te
         names = list(dict.fromkeys(p.phase for s in rows for p in s.phases))
         for phase in names:
             entries = [next((p for p in s.phases if p.phase == phase), None) for s in rows]
-            for name, number in PHASE_NUMBERS.items():
-                total = sum((number(e) or 0.0) for e in entries if e is not None)
+            for name, phase_number in PHASE_NUMBERS.items():
+                total = sum((phase_number(e) or 0.0) for e in entries if e is not None)
                 yield _scalar(f"phase/{phase}/{name}", total / len(rows) / 1e3), step
 
     # Bus bandwidth is recorded over all profiled steps together: one point, at the last profiled step.
