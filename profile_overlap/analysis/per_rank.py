@@ -18,6 +18,7 @@ from profile_overlap.analysis.classify import PHASES
 from profile_overlap.analysis.collectives import CollectiveInstance, CollectiveStats, collective_stats, number_calls
 from profile_overlap.analysis.events import EventIntervals, FileEvents, extract
 from profile_overlap.analysis.facts import RankFacts, rank_facts
+from profile_overlap.analysis.replay import ReplayStep, replay_steps
 from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TimelineSpan, timeline_spans
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
@@ -100,6 +101,8 @@ class RankAnalysis:
     """(step, phase, start_us, end_us) of each phase range, clipped to the timeline's steps (for the figures)."""
     facts: RankFacts | None = None
     """What the integrity checks rest on (analysis/facts.py); None only in analyses built by hand."""
+    replay: tuple[ReplayStep, ...] = ()
+    """Per profiled step, what whatif replays (analysis/replay.py)."""
 
 
 def _measure(comm: iv.Union, compute: iv.Union) -> dict[str, float | None]:
@@ -212,6 +215,7 @@ def finish_rank(
     ]
 
     world = max((f.world_size for f in files if f.world_size), default=None)
+    kept = set(step_num.tolist())
     return RankAnalysis(
         rank=rank,
         device=device,
@@ -230,6 +234,7 @@ def finish_rank(
         phase_collectives=_phase_collectives(calls, phase, phase_start, phase_end),
         phase_windows=_phase_spans(phase, phase_start, phase_end, step_num, step_start, step_end),
         facts=facts,
+        replay=tuple(s for f in files for s in replay_steps(f) if s.step in kept),
     )
 
 

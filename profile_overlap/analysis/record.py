@@ -7,14 +7,18 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from profile_overlap.analysis.classify import PHASES
 from profile_overlap.analysis.cross_rank import RankWait, TraceAnalysis
 from profile_overlap.analysis.per_rank import PhaseMetrics, RankAnalysis
+from profile_overlap.analysis.replay import ReplayStep
 from profile_overlap.record.analysis import (
     AnalysisRecord,
     CollectiveRecord,
     PhaseCollectiveRecord,
     PhaseRecord,
     RankRecord,
+    ReplayCallRecord,
+    ReplayStepRecord,
     StepRecord,
     as_json,
 )
@@ -166,6 +170,17 @@ def _rank(r: RankAnalysis, w: RankWait | None) -> RankRecord:
         transfer_us=_num(w.transfer_us) if w else None,
         last_arrivals=w.last_arrivals if w else None,
         last_arrival_pct=_num(w.last_arrival_pct) if w else None,
+        replay=tuple(_replay(s) for s in r.replay),
+    )
+
+
+def _replay(s: ReplayStep) -> ReplayStepRecord:
+    return ReplayStepRecord(
+        step=s.step,
+        pre_us=_round(s.pre_us),
+        phase_us={name: _round(x) for name, x in zip(PHASES, s.phase_us)},
+        calls=tuple(ReplayCallRecord(kind=c.kind, nbytes=c.nbytes, phase=c.phase, share_us=_round(c.share_us)) for c in s.calls),
+        backward_cuts_us=None if s.backward_cuts_us is None else tuple(_round(x) for x in s.backward_cuts_us),
     )
 
 

@@ -74,6 +74,30 @@ class CollectiveRecord(msgspec.Struct, frozen=True, kw_only=True):
     busbw_gbps: float | None
 
 
+class ReplayCallRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One collective call of a profiled step, in issue order (analysis/replay.py)."""
+
+    kind: str
+    nbytes: int | None
+    phase: str
+    """The phase whose window holds the call's issue, or "other"."""
+    share_us: float
+    """Its share of the time communication was busy: calls in flight together share it."""
+
+
+class ReplayStepRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One profiled step of one rank as `whatif` replays it (definitions: "What if")."""
+
+    step: int
+    pre_us: float
+    """Busy time (the step minus its exposed communication) outside every phase window."""
+    phase_us: dict[str, float]
+    """Busy time inside each phase's window."""
+    calls: tuple[ReplayCallRecord, ...]
+    backward_cuts_us: tuple[float, ...] | None
+    """The backward's busy time per unit (forward order), cut at the reduce_scatter launches; None without them."""
+
+
 class RankRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One rank's metrics over its profiled steps (definitions: "Per rank")."""
 
@@ -95,6 +119,8 @@ class RankRecord(msgspec.Struct, frozen=True, kw_only=True):
     last_arrivals: int | None = None
     """The matched calls this rank arrived at last; absent before the integrity checks."""
     last_arrival_pct: float | None = None
+    replay: tuple[ReplayStepRecord, ...] = ()
+    """Per profiled step, what whatif replays; absent from records written before whatif read it here."""
 
 
 class AnalysisRecord(msgspec.Struct, frozen=True, kw_only=True):
