@@ -105,6 +105,41 @@ class RankAnalysis:
     """Per profiled step, what whatif replays (analysis/replay.py)."""
 
 
+def _rank_of(files: Sequence[FileEvents]) -> tuple[int, list[str]]:
+    """The rank of successive profiler spans of one worker (disjoint in time), with notes on where it came from."""
+    rank = files[0].rank
+    assert all(f.rank == rank for f in files)
+    for a, b in zip(files, files[1:]):
+        if b.t_min < a.t_max:
+            raise UserError(
+                f"{a.path} and {b.path} both claim rank {rank} and cover the same time, so they are not "
+                "successive profiler spans of one worker; remove the duplicate or analyze each run's folder separately"
+            )
+    if rank is None:
+        assert len(files) == 1
+        return 0, [f"{files[0].path}: no distributedInfo.rank and no number in the file name; taken as rank 0"]
+    if files[0].rank_source == "file name":
+        return rank, [f"rank {rank} taken from the file name {Path(files[0].path).name} (the trace has no distributedInfo.rank)"]
+    return rank, []
+
+
+def _selected_steps(step_num: np.ndarray, steps: tuple[int | None, int | None], *, rank: int) -> np.ndarray:
+    """Which ProfilerSteps --steps A:B keeps (A <= step < B; an open end keeps all that side)."""
+    lo, hi = steps
+    sel = np.ones(step_num.size, bool)
+    if lo is not None:
+        sel &= step_num >= lo
+    if hi is not None:
+        sel &= step_num < hi
+    if not sel.any():
+        have = ", ".join(str(n) for n in step_num) or "none"
+        raise UserError(
+            f"rank {rank} has no ProfilerStep in --steps {lo if lo is not None else ''}:{hi if hi is not None else ''} "
+            f"(its steps: {have}); pick steps the traces contain"
+        )
+    return sel
+
+
 def _measure(comm: iv.Union, compute: iv.Union) -> dict[str, float | None]:
     """The overlap metrics of a comm and a compute union, by their field names in StepMetrics and RankAnalysis."""
     comm_us = iv.length(comm)
@@ -134,21 +169,7 @@ def finish_rank(
     spans of the same worker (disjoint in time); their events are pooled."""
     assert files
     files = sorted(files, key=lambda f: f.t_min)
-    rank = files[0].rank
-    assert all(f.rank == rank for f in files)
-    for a, b in zip(files, files[1:]):
-        if b.t_min < a.t_max:
-            raise UserError(
-                f"{a.path} and {b.path} both claim rank {rank} and cover the same time, so they are not "
-                "successive profiler spans of one worker; remove the duplicate or analyze each run's folder separately"
-            )
-    notes = []
-    if rank is None:
-        assert len(files) == 1
-        rank = 0
-        notes.append(f"{files[0].path}: no distributedInfo.rank and no number in the file name; taken as rank 0")
-    elif files[0].rank_source == "file name":
-        notes.append(f"rank {rank} taken from the file name {Path(files[0].path).name} (the trace has no distributedInfo.rank)")
+    rank, notes = _rank_of(files)
     device = files[0].device
     labels, remap = _pool_labels(files)
     comm = _cat([f.comm for f in files], remap)
@@ -168,18 +189,7 @@ def finish_rank(
     # differently on each rank (gloo starts the split's all_gathers across the step boundary).
     instances = every_call = number_calls(calls)
     if steps is not None:
-        lo, hi = steps
-        sel = np.ones(step_num.size, bool)
-        if lo is not None:
-            sel &= step_num >= lo
-        if hi is not None:
-            sel &= step_num < hi
-        if not sel.any():
-            have = ", ".join(str(n) for n in step_num) or "none"
-            raise UserError(
-                f"rank {rank} has no ProfilerStep in --steps {lo if lo is not None else ''}:{hi if hi is not None else ''} "
-                f"(its steps: {have}); pick steps the traces contain"
-            )
+        sel = _selected_steps(step_num, steps, rank=rank)
         step_num, step_start, step_end = step_num[sel], step_start[sel], step_end[sel]
         windows = iv.union(step_start, step_end)
         in_window = iv.covers(windows, np.array([c.start_us for c in calls]))
