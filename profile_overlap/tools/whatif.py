@@ -20,12 +20,13 @@ step time), and with ring α-β costs at each target point.
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from profile_overlap.analysis.classify import PHASES
 from profile_overlap.analysis.folder import analyze_dir, find_trace_files
@@ -36,6 +37,7 @@ from profile_overlap.record.analysis import AnalysisRecord
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.whatif import SCHEMA, WHATIF_JSON, Crossover, SelfReplay, WhatifPoint, WhatifResult
 from profile_overlap.tools import whatif_model as model
+from profile_overlap.tools.bench_record import BenchResult
 
 SAME_BODY = ("sequential", "split", "split-blocking", "ddp")
 """Modes that run the same forward and backward operators (fsdp2 adds its gathers' copies)."""
@@ -207,9 +209,9 @@ def fit_source(fit: str, run: Run, measured: dict[str, Measured], *, latency_us:
         path = Path(fit)
         path = path / "bench.json" if path.is_dir() else path
         try:
-            bench = json.loads(path.read_text())
-            samples = [(k, bench["world_size"], row["nbytes"], r["time_us"]) for row in bench["rows"] for k, r in row["results"].items()]
-        except (OSError, ValueError, KeyError, TypeError) as err:
+            bench = msgspec.json.decode(path.read_bytes(), type=BenchResult)
+            samples = [(k, bench.world_size, row.nbytes, r.time_us) for row in bench.rows for k, r in row.results.items()]
+        except (OSError, msgspec.DecodeError) as err:
             raise UserError(f"--fit {fit}: not a bench-collectives result ({err}); give its bench.json or run folder, or `run`") from None
     try:
         return model.fit_alpha_beta(samples, latency_us=latency_us)
