@@ -145,7 +145,7 @@ def test_without_torch_distributed_a_second_job_in_the_same_log_dir(ddp_job, tmp
     (second,) = [p for p in log_dir.iterdir() if p.name != ddp_job[0].name]
     assert len(list(second.glob("*_0.*.pt.trace.json.gz"))) == 1  # its own cycle, nothing of the other job
     assert len(list((log_dir / ddp_job[0].name).glob("*.pt.trace.json.gz"))) == 6
-    assert layout.read_states(second)[0]["world_size"] == 1 and layout.read_states(second)[0]["backend"] is None
+    assert layout.read_states(second)[0].world_size == 1 and layout.read_states(second)[0].backend is None
     assert (second / layout.STATE_DIR / "rank0.done").is_file()
     assert layout.find_job_dir(log_dir) == second
     # A one-rank job communicates nothing; it still gets its record and a report that says so.

@@ -12,9 +12,6 @@ windows, the slowest rank per step; there is no memory or verification for a job
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import msgspec
 
 from profile_overlap.analysis.cross_rank import TraceAnalysis
 from profile_overlap.analysis.folder import analyze_dir
@@ -51,7 +48,7 @@ def job_record(job_dir: Path, result: TraceAnalysis, *, cycle: int | None = None
     for r in result.ranks:
         for s in r.steps:
             slowest[s.step] = max(slowest.get(s.step, 0.0), s.step_us / 1e3)
-    world = max([result.world_size, *(s.get("world_size", 1) for s in states.values())])
+    world = max([result.world_size, *(s.world_size for s in states.values())])
     found = sorted(r.rank for r in result.ranks)
     facts = JobFacts(
         kind=JOB,
@@ -81,26 +78,28 @@ def job_record(job_dir: Path, result: TraceAnalysis, *, cycle: int | None = None
     )
 
 
-def _env(states: dict[int, dict[str, Any]], result: TraceAnalysis, world: int) -> Env:
+def _env(states: dict[int, layout.RankState], result: TraceAnalysis, world: int) -> Env:
     """What the ranks recorded about themselves (state files); from the traces alone for a folder of
     others' traces."""
-    first = states[min(states)] if states else {}
-    fields = ("rank", "host", "pid", "local_rank", "node_rank", "device")
-    ranks = tuple(msgspec.convert({k: s.get(k) for k in fields}, RankEnv) for _, s in sorted(states.items()))
+    first = states[min(states)] if states else layout.RankState(rank=0)
+    ranks = tuple(
+        RankEnv(rank=s.rank, host=s.host, pid=s.pid, local_rank=s.local_rank, node_rank=s.node_rank, device=s.device)
+        for _, s in sorted(states.items())
+    )
     if not ranks:
         ranks = tuple(RankEnv(rank=r.rank, host="?", device=r.device) for r in result.ranks)
-    backend = first.get("backend") or next((r.backend for r in result.ranks if r.backend), None)
+    backend = first.backend or next((r.backend for r in result.ranks if r.backend), None)
     return Env(
-        date=min((s["started"] for s in states.values() if s.get("started")), default=None),
-        command=first.get("command"),
+        date=min((s.started for s in states.values() if s.started), default=None),
+        command=first.command,
         launcher=LAUNCHER,
-        python=first.get("python"),
-        torch=first.get("torch"),
-        cuda=first.get("cuda"),
-        nccl=first.get("nccl"),
-        gloo=first.get("gloo"),
+        python=first.python,
+        torch=first.torch,
+        cuda=first.cuda,
+        nccl=first.nccl,
+        gloo=first.gloo,
         backend=backend,
-        device_type=first.get("device_type") or result.ranks[0].device,
+        device_type=first.device_type or result.ranks[0].device,
         world_size=world,
         num_nodes=len({r.node_rank for r in ranks}) if states else None,
         hosts=tuple(sorted({r.host for r in ranks if r.host is not None and r.host != "?"})),

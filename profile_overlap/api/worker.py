@@ -98,7 +98,7 @@ class RankWorker:
         paths: dict[int, Path] = {}
         while True:
             states, done = layout.read_states(self.job_dir), layout.done_ranks(self.job_dir)
-            traces = {r: layout.traces_of(self.job_dir, s["worker"]) for r, s in states.items() if r != self.rank}
+            traces = {r: layout.traces_of(self.job_dir, s.worker) for r, s in states.items() if r != self.rank}
             paths = {r: t[cycle - 1] for r, t in traces.items() if len(t) >= cycle}
             if all(r in paths or r in done for r in traces) or time.monotonic() > started + LIVE_WAIT_S:
                 break
