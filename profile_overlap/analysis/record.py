@@ -4,7 +4,7 @@ metrics.json) and timeline.json (`timeline_record`). Keys only ever get added (o
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from profile_overlap.analysis.classify import PHASES
@@ -33,7 +33,7 @@ TIMELINE_SCHEMA = (
 )
 
 
-def timeline_of(analyses: dict[str, TraceAnalysis | None]) -> Timeline:
+def timeline_of(analyses: Mapping[str, TraceAnalysis | None]) -> Timeline:
     """timeline.json: per mode and rank, the profiled steps' windows and their compute and
     communication spans (merged at display resolution by the analysis), for the figures. Each
     aligned rank's times are on the reference rank's clock (clocks.py), so ranks compare in time."""
@@ -64,7 +64,7 @@ def timeline_of(analyses: dict[str, TraceAnalysis | None]) -> Timeline:
     return Timeline(schema=TIMELINE_SCHEMA, modes=modes)
 
 
-def timeline_record(analyses: dict[str, TraceAnalysis | None]) -> dict[str, Any]:
+def timeline_record(analyses: Mapping[str, TraceAnalysis | None]) -> dict[str, Any]:
     """timeline.json as JSON has it (timeline_of)."""
     plain: dict[str, Any] = as_json(timeline_of(analyses))
     return plain

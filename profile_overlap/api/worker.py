@@ -151,8 +151,8 @@ class RankWorker:
             say(f"profile_overlap: left out of the record: {message}")
         x = metrics.summary.modes[layout.JOB_MODE]
         numbers = "" if x.overlap_pct is None else f"overlap {x.overlap_pct:.1f}%, exposed comm {x.exposed_comm_ms:.2f} ms per step; "
-        missing = metrics.job.missing_ranks if metrics.job else ()
-        absent = f"ranks missing: {', '.join(map(str, missing))}; " if missing else ""
+        missing_ranks = metrics.job.missing_ranks if metrics.job else ()
+        absent = f"ranks missing: {', '.join(map(str, missing_ranks))}; " if missing_ranks else ""
         say(f"profile_overlap: job {self.job_dir.name}: {numbers}{absent}report {self.job_dir / 'report.html'}")
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ class StepTimes(msgspec.Struct, frozen=True, kw_only=True):
     """times_ms cut into its blocks, one per round (--repeats); empty in records before --repeats."""
 
     @classmethod
-    def from_times(cls, times_ms: list[float], *, method: str, blocks_ms: tuple[tuple[float, ...], ...] = ()) -> StepTimes:
+    def from_times(cls, times_ms: Sequence[float], *, method: str, blocks_ms: Sequence[Sequence[float]] = ()) -> StepTimes:
         if not times_ms:
             return cls(times_ms=(), median_ms=None, p10_ms=None, p90_ms=None, mean_ms=None, min_ms=None, max_ms=None, method=method)
         ordered = sorted(times_ms)

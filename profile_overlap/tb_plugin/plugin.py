@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from tensorboard.backend import http_util
@@ -73,9 +74,9 @@ def find_runs(logdir: Path) -> list[Path]:
     return sorted(runs)
 
 
-def describe_run(logdir: Path, run_dir: Path) -> dict:
+def describe_run(logdir: Path, run_dir: Path) -> dict[str, Any]:
     """One row of the run picker, read from the run's own files."""
-    entry = {
+    entry: dict[str, Any] = {
         "run": run_dir.relative_to(logdir).as_posix(),
         "modes": [],
         "world_size": None,
