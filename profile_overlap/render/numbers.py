@@ -40,9 +40,9 @@ def significant(x: float | None) -> str:
     return "–" if x is None else f"{x:,.4g}"
 
 
-def fixed(x: float | None, spec: str = ".2f", unit: str = "") -> str:
-    """Console: `x` in `spec`, with `unit`; "-" when unknown."""
-    return "-" if x is None else f"{x:{spec}}{unit}"
+def fixed(x: float | None, spec: str = ".2f", unit: str = "", *, missing: str = "-") -> str:
+    """`x` in `spec`, with `unit`; `missing` ("-" on the console, "–" in a report) when unknown."""
+    return missing if x is None else f"{x:{spec}}{unit}"
 
 
 def grouped(x: float | None, digits: int = 1) -> str:
