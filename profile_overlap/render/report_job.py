@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profile_overlap.record.metrics import JobFacts, ModeSummary, RunMetrics
+from profile_overlap.record.metrics import JOB, JobFacts, ModeSummary, RunMetrics
 from profile_overlap.render import integrity
 from profile_overlap.render.document import Code, Inline, Paragraph, Ref, Table
 from profile_overlap.render.numbers import gbps, ms, pct
@@ -14,7 +14,8 @@ from profile_overlap.render.numbers import gbps, ms, pct
 
 def subtitle(m: RunMetrics, job: JobFacts) -> str:
     env = m.env
-    return f"job {Path(job.source).name}: {_ranks(env.world_size)}, {env.backend or 'no process group'} on {env.device_type or '?'}"
+    what = "job" if job.kind == JOB else "traces"
+    return f"{what} {Path(job.source).name}: {_ranks(env.world_size)}, {env.backend or 'no process group'} on {env.device_type or '?'}"
 
 
 def verdict(m: RunMetrics, job: JobFacts, x: ModeSummary) -> Inline:
@@ -89,12 +90,15 @@ def setup_blocks(m: RunMetrics, job: JobFacts) -> tuple:
         Paragraph(
             (
                 "Your own training job, profiled with profile_overlap.trace_handler (or profile): every rank traced its "
-                "profiler cycles into this folder, and the record is their analysis, as `profile_overlap analyze` does it.",
+                "profiler cycles into this folder, and the record is their analysis, as `profile_overlap analyze` does it."
+                if job.kind == JOB
+                else "A folder of PyTorch profiler traces, analysed by `profile_overlap analyze --tensorboard`: the traces say "
+                "nothing of the job's environment, its step times or its correctness.",
             )
         ),
         Table(header=(("",), ("",)), rows=tuple(((k,), (v,)) for k, v in rows), numeric=(False, False)),
     ]
-    if env.command:
+    if env.command and job.kind == JOB:
         blocks += [
             Paragraph(
                 ("The command, as rank 0 saw it (torchrun's other flags, such as --standalone or --nnodes, never reach the ranks):",)

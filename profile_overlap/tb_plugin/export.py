@@ -16,7 +16,7 @@ from profile_overlap.analysis.record import timeline_record, traced_record
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, TIMELINE_JSON
 from profile_overlap.core.io import write_json_atomic
-from profile_overlap.record.metrics import FOLDER, FOLDER_MODE, Env, JobFacts, RunMetrics, StepTimes
+from profile_overlap.record.metrics import FOLDER, FOLDER_MODE, Env, JobFacts, RankEnv, RunMetrics, StepTimes
 
 FOREIGN_MODE = FOLDER_MODE
 """The one mode of a record written for foreign traces (our runs have sequential / split)."""
@@ -39,7 +39,13 @@ def plugin_metrics(result: TraceAnalysis, *, out_dir: Path) -> RunMetrics:
         facts=facts,
         run_dir=str(out_dir),
         config={"source": result.source, "hta_compat": result.hta_compat},
-        env=Env(command="profile_overlap analyze --tensorboard", world_size=result.world_size),
+        env=Env(
+            command="profile_overlap analyze --tensorboard",
+            backend=next((r.backend for r in result.ranks if r.backend), None),
+            device_type=result.ranks[0].device if result.ranks else None,
+            world_size=result.world_size,
+            ranks=tuple(RankEnv(rank=r.rank, host="?", device=r.device) for r in result.ranks),
+        ),
     )
 
 
