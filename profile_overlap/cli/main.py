@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "explain": ("profile_overlap.cli.explain", "the AllReduce == AllGather(ReduceScatter) worked example, no process group"),
     "tensorboard": ("profile_overlap.cli.tensorboard", "TensorBoard on loopback over the run folders: scalars, timeline, summary, hparams"),
+    "perfetto": (
+        "profile_overlap.cli.perfetto",
+        "all ranks of a run, job or trace folder in one Perfetto trace on the aligned clock, with the overlap drawn in (--open)",
+    ),
     "whatif": (
         "profile_overlap.cli.whatif",
         "predict every mode's step at other world sizes and link bandwidths from a measured run (ring alpha-beta replay)",
