@@ -28,7 +28,7 @@ from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.core.io import replace_atomically
 from profile_overlap.tools import perfetto_tracks as pt
 from profile_overlap.tools.perfetto_lanes import assign_lanes
-from profile_overlap.tools.perfetto_read import Event, FileScan, TrackKey, rewrite, scan
+from profile_overlap.tools.perfetto_read import Event, FileScan, TrackKey, rewrite, scan, to_ns
 from profile_overlap.tools.perfetto_source import Source
 
 MODE_GAP_NS = 10_000_000
@@ -67,8 +67,8 @@ class _Rank:
     tracks: dict[TrackKey, int] = field(default_factory=dict)
     names: dict[TrackKey, str] = field(default_factory=dict)
     process_names: dict[str, str] = field(default_factory=dict)
-    scans: list[tuple[FileScan, int, tuple[int, int] | None]] = field(default_factory=list)
-    """(scan, shift ns, window ns) per file."""
+    scans: list[tuple[FileScan, int, int, tuple[int, int] | None]] = field(default_factory=list)
+    """(scan, origin µs, shift ns, window ns) per file."""
     drawn: list[tuple[str, pt.RankTracks]] = field(default_factory=list)
     """(mode, tracks) per mode."""
 
@@ -115,18 +115,26 @@ def write_perfetto(source: Source, out: Path, *, steps=None, warn=None) -> Perfe
         for r in a.ranks:
             rk = ranks.setdefault(r.rank, _Rank(r.rank, r.rank + 1, source.hosts.get(r.rank)))
             shift_ns = round(a.clocks.offset(r.rank) * 1000) - mshift
+            origin = math.floor(r.facts.first_event_us) if r.facts is not None else 0
             window = None
             if cut and r.steps:
                 window = (
-                    round(min(s.start_us for s in r.steps) * 1000) - shift_ns,
-                    round(max(s.start_us + s.step_us for s in r.steps) * 1000) - shift_ns,
+                    to_ns(min(s.start_us for s in r.steps), origin, shift_ns),
+                    to_ns(max(s.start_us + s.step_us for s in r.steps), origin, shift_ns),
                 )
             for path in r.files:
                 fs = scan(
-                    Path(path), rk.tracks, rk.names, rk.process_names, shift_ns=shift_ns, window_ns=window, next_flow_id=flow_ids.__next__
+                    Path(path),
+                    rk.tracks,
+                    rk.names,
+                    rk.process_names,
+                    origin_us=origin,
+                    shift_ns=shift_ns,
+                    window_ns=window,
+                    next_flow_id=flow_ids.__next__,
                 )
-                rk.scans.append((fs, shift_ns, window))
-            tracks = pt.rank_tracks(r, lambda us, s=shift_ns: round(us * 1000) - s, mode)
+                rk.scans.append((fs, origin, shift_ns, window))
+            tracks = pt.rank_tracks(r, lambda us, o=origin, s=shift_ns: to_ns(us, o, s), mode)
             base[r.rank] = sum(len(t.slices) for _, t in rk.drawn)
             rk.drawn.append((mode, tracks))
             drawn[r.rank] = tracks
@@ -159,9 +167,9 @@ class _Layout:
 def _layout(rk: _Rank) -> _Layout:
     ours = {name: rk.tracks.setdefault((OURS, name), len(rk.tracks)) for name in pt.TRACKS}
     synth = [s for _, t in rk.drawn for s in t.slices]
-    tracks = [fs.x_track[fs.x_keep] for fs, _, _ in rk.scans] + [np.array([ours[s.track] for s in synth], dtype=np.int32)]
-    starts = [fs.x_start_ns[fs.x_keep] for fs, _, _ in rk.scans] + [np.array([s.start_ns for s in synth], dtype=np.int64)]
-    durs = [fs.x_dur_ns[fs.x_keep] for fs, _, _ in rk.scans] + [np.array([s.dur_ns for s in synth], dtype=np.int64)]
+    tracks = [fs.x_track[fs.x_keep] for fs, *_ in rk.scans] + [np.array([ours[s.track] for s in synth], dtype=np.int32)]
+    starts = [fs.x_start_ns[fs.x_keep] for fs, *_ in rk.scans] + [np.array([s.start_ns for s in synth], dtype=np.int64)]
+    durs = [fs.x_dur_ns[fs.x_keep] for fs, *_ in rk.scans] + [np.array([s.dur_ns for s in synth], dtype=np.int64)]
     track = np.concatenate(tracks).astype(np.int32)
     flat = np.zeros(len(rk.tracks), dtype=bool)
     flat[[ours[n] for n in pt.FLAT]] = True
@@ -188,12 +196,12 @@ def _layout(rk: _Rank) -> _Layout:
         if taken[name] > 1:  # two processes of the rank name a thread alike
             name = f"{rk.process_names.get(keys[code][0]) or keys[code][0]}: {name}"
         names.append((tid_of[(code, lane)], name if lane == 0 else f"{name} ({lane + 1})"))
-    n_orig = sum(int(fs.x_keep.sum()) for fs, _, _ in rk.scans)
+    n_orig = sum(int(fs.x_keep.sum()) for fs, *_ in rk.scans)
     return _Layout(tid_of, names, lanes, int((lanes[:n_orig] > 0).sum()))
 
 
 def _write(source, out, analyses, mode_shift_ns, ranks: dict[int, _Rank], arrows, flow_ids, cut) -> PerfettoFile:
-    firsts = [fs.t_min_ns for rk in ranks.values() for fs, _, _ in rk.scans if fs.t_min_ns is not None]
+    firsts = [fs.t_min_ns for rk in ranks.values() for fs, *_ in rk.scans if fs.t_min_ns is not None]
     firsts += [min(s.start_ns for s in t.slices) for rk in ranks.values() for _, t in rk.drawn if t.slices]
     base = (min(firsts) // 1000) * 1000 if firsts else 0
     layouts = {rank: _layout(rk) for rank, rk in ranks.items()}
@@ -214,7 +222,7 @@ def _write(source, out, analyses, mode_shift_ns, ranks: dict[int, _Rank], arrows
         for i, (tid, name) in enumerate(lay.names):
             head += [_meta(rk.pid, tid, "thread_name", name), _meta(rk.pid, tid, "thread_sort_index", i)]
         ours = {name: rk.tracks[(OURS, name)] for name in pt.TRACKS}
-        n_orig = sum(int(fs.x_keep.sum()) for fs, _, _ in rk.scans)
+        n_orig = sum(int(fs.x_keep.sum()) for fs, *_ in rk.scans)
         synth = [s for _, t in rk.drawn for s in t.slices]
         for i, (s, lane) in enumerate(zip(synth, lay.lanes[n_orig:].tolist())):
             tid = lay.tid_of[(ours[s.track], lane)]
@@ -223,7 +231,9 @@ def _write(source, out, analyses, mode_shift_ns, ranks: dict[int, _Rank], arrows
         for _, t in rk.drawn:
             for ts, level in t.counter:
                 body.append(
-                    Event(ph="C", name=pt.IN_FLIGHT, pid=rk.pid, ts=(ts - base) / 1000, args=msgspec.Raw(_ENC.encode({"calls": level})))
+                    Event(
+                        ph="C", name=pt.IN_FLIGHT, pid=rk.pid, ts=(ts - base) / 1000, args=msgspec.Raw(_ENC.encode({"collectives": level}))
+                    )
                 )
     synth = {rank: [s for _, t in rk.drawn for s in t.slices] for rank, rk in ranks.items()}
     flows: list[Event] = []
@@ -273,12 +283,12 @@ def _write(source, out, analyses, mode_shift_ns, ranks: dict[int, _Rank], arrows
         path=out,
         modes=tuple(m for m, _ in analyses),
         ranks=tuple(sorted(ranks)),
-        slices=sum(int(fs.x_keep.sum()) for rk in ranks.values() for fs, _, _ in rk.scans),
+        slices=sum(int(fs.x_keep.sum()) for rk in ranks.values() for fs, *_ in rk.scans),
         moved=sum(lay.moved for lay in layouts.values()),
         arrows=drawn_arrows,
-        dropped_flows=sum(fs.dropped_flows for rk in ranks.values() for fs, _, _ in rk.scans),
+        dropped_flows=sum(fs.dropped_flows for rk in ranks.values() for fs, *_ in rk.scans),
         size_bytes=out.stat().st_size,
-        traces_bytes=sum(fs.path.stat().st_size for rk in ranks.values() for fs, _, _ in rk.scans),
+        traces_bytes=sum(fs.path.stat().st_size for rk in ranks.values() for fs, *_ in rk.scans),
     )
 
 
@@ -337,7 +347,7 @@ def _record(source: Source, analyses, mode_shift_ns, base_ns: int) -> dict:
 def _rewrite_rank(rk: _Rank, lay: _Layout, base: int, emit) -> None:
     """Every file of the rank, its slices on the tid of their lane."""
     done = 0
-    for fs, shift_ns, window in rk.scans:
+    for fs, origin, shift_ns, window in rk.scans:
         kept = int(fs.x_keep.sum())
         x_tid = np.zeros(fs.x_keep.size, dtype=np.int64)
         lanes = lay.lanes[done : done + kept]
@@ -356,6 +366,7 @@ def _rewrite_rank(rk: _Rank, lay: _Layout, base: int, emit) -> None:
             x_tid=x_tid,
             flow_tid=flow_tid,
             track_tid=track_tid,
+            origin_us=origin,
             shift_ns=shift_ns,
             base_ns=base,
             window_ns=window,

@@ -73,8 +73,10 @@ class FileScan:
     """The earliest time of any event kept (None: none kept)."""
 
 
-def to_ns(ts_us: float, shift_ns: int) -> int:
-    return round(ts_us * 1000) - shift_ns
+def to_ns(ts_us: float, origin_us: int, shift_ns: int) -> int:
+    """A time in µs -> whole ns less shift_ns. Through a whole-µs origin near it: a trace on the
+    epoch clock (1.7e15 µs) times 1000 is beyond what a float holds to the ns."""
+    return round((ts_us - origin_us) * 1000) + origin_us * 1000 - shift_ns
 
 
 def scan(
@@ -83,13 +85,14 @@ def scan(
     names: dict[TrackKey, str],
     process_names: dict[str, str],
     *,
+    origin_us: int,
     shift_ns: int,
     window_ns: tuple[int, int] | None,
     next_flow_id: Callable[[], int],
 ) -> FileScan:
     """Pass 1. `tracks`, `names` and `process_names` are the rank's, filled in here; shift_ns: what
     to subtract from round(ts · 1000) to put the file on the merged clock; window_ns: keep only
-    events that overlap it."""
+    events that overlap it; origin_us: a whole µs near the file's times (see to_ns)."""
     starts, durs, codes = [], [], []
     flows: dict[tuple[str, str], list[bool]] = {}
     flow_ends: list[tuple[int, int]] = []
@@ -103,11 +106,11 @@ def scan(
             if ph == "X":
                 key = (str(e.pid), str(e.tid))
                 codes.append(tracks.setdefault(key, len(tracks)))
-                starts.append(to_ns(e.ts or 0.0, shift_ns))
+                starts.append(to_ns(e.ts or 0.0, origin_us, shift_ns))
                 durs.append(round((e.dur or 0.0) * 1000))
             elif ph in FLOW_PHASES:
                 key = (str(e.pid), str(e.tid))
-                t = to_ns(e.ts or 0.0, shift_ns)
+                t = to_ns(e.ts or 0.0, origin_us, shift_ns)
                 fk = (e.cat, str(e.id))
                 inside = lo is None or lo <= t <= hi
                 ends = flows.setdefault(fk, [False, False, True])
@@ -125,7 +128,7 @@ def scan(
                         process_names[str(e.pid)] = meta.name
             elif ph and ph != "M" and e.ts is not None:
                 tracks.setdefault((str(e.pid), str(e.tid)), len(tracks))
-                t = to_ns(e.ts, shift_ns)
+                t = to_ns(e.ts, origin_us, shift_ns)
                 if (lo is None or lo <= t <= hi) and (t_min[0] is None or t < t_min[0]):
                     t_min[0] = t
 
@@ -156,6 +159,7 @@ def rewrite(
     x_tid: np.ndarray,
     flow_tid: list[int],
     track_tid: dict[TrackKey, int],
+    origin_us: int,
     shift_ns: int,
     base_ns: int,
     window_ns: tuple[int, int] | None,
@@ -189,7 +193,7 @@ def rewrite(
             elif ph == "M" or e.ts is None:
                 continue  # track names and order are the merged file's own
             else:
-                t = to_ns(e.ts, shift_ns)
+                t = to_ns(e.ts, origin_us, shift_ns)
                 if lo is not None and not lo <= t <= hi:
                     continue
                 e.pid, e.tid = pid, track_tid[(str(e.pid), str(e.tid))]

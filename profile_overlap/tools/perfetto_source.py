@@ -54,13 +54,13 @@ def find_source(path: Path, *, mode: str | None = None) -> Source:
         source = _recorded(path)
     elif (path / layout.STATE_DIR).is_dir():
         source = Source("job", path, (ModeTraces(layout.JOB_MODE, path),), _hosts_of_states(path))
+    elif any(d.is_dir() and ((d / layout.STATE_DIR).is_dir() or (d / METRICS_JSON).is_file()) for d in path.iterdir()):
+        return find_source(layout.find_job_dir(path), mode=mode)  # a log_dir (or runs/): its latest job
     elif find_trace_files(path):
         source = Source("traces", path, (ModeTraces(path.resolve().name, path),), _hosts_of_names(path))
     else:
-        job = layout.find_job_dir(path)  # a log_dir: its latest job, or the one-line error
-        if job == path:
-            raise UserError(f"no *.json or *.json.gz trace files under {path}: point perfetto at a run, a job or a folder of traces")
-        return find_source(job, mode=mode)
+        layout.find_job_dir(path)  # the one-line error for a folder with neither traces nor jobs
+        raise UserError(f"no *.json or *.json.gz trace files under {path}: point perfetto at a run, a job or a folder of traces")
     if mode is None:
         return source
     chosen = tuple(m for m in source.modes if m.mode == mode)

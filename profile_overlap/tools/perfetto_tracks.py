@@ -19,7 +19,8 @@ TRACKS = (STEPS, PHASES, COLLECTIVES, COMPUTE, HIDDEN, EXPOSED)
 """The analysis tracks of a rank, in the order they are shown (above the trace's own threads)."""
 FLAT = frozenset({STEPS, COLLECTIVES, COMPUTE, HIDDEN, EXPOSED})
 """Tracks whose slices never nest: arrows point at them, and a slice there stands alone."""
-IN_FLIGHT = "collectives in flight"
+IN_FLIGHT = "in flight"
+"""The counter of collective calls in flight; Perfetto names its track "in flight collectives"."""
 
 
 @dataclass(frozen=True)
