@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,28 @@ def test_a_job_from_trace_handler_opens_with_its_hosts_and_every_profiled_step(d
     assert all(partial_overlaps(events) == 0 for events in m.slices.values())
     # The merged file sits among the job's traces and is not read as one of them.
     assert analyze_dir(job_dir).world_size == 2 and len(analyze_dir(job_dir).ranks) == 2
+
+
+@pytest.mark.slow
+def test_report_writes_it_when_asked_and_the_report_and_the_tab_offer_it(compare_run_2, tmp_path, capsys):
+    from tensorboard.plugins import base_plugin
+    from werkzeug.test import Client
+
+    from profile_overlap.tb_plugin.plugin import OverlapPlugin
+
+    logdir = tmp_path / "logdir"
+    shutil.copytree(compare_run_2, logdir / "with")
+    shutil.copytree(compare_run_2, logdir / "without")
+    assert "Open in Perfetto" not in (logdir / "with" / "report.md").read_text()
+    assert cli_main(["report", str(logdir / "with"), "--perfetto", "--format", "md"]) == 0
+    assert f"wrote {logdir / 'with' / 'perfetto.json.gz'}" in capsys.readouterr().out
+    assert "Open in Perfetto: perfetto.json.gz" in (logdir / "with" / "report.md").read_text()
+    assert load_merged(logdir / "with" / "perfetto.json.gz").processes[1].startswith("rank 0")
+    # The tab lists it and serves it byte for byte; a run without one gets a one-line 404.
+    apps = OverlapPlugin(base_plugin.TBContext(logdir=str(logdir))).get_plugin_apps()
+    runs = {r["run"]: r for r in json.loads(Client(apps["/runs"]).get("/runs").data)["runs"]}
+    assert runs["with"]["perfetto"] is True and runs["without"]["perfetto"] is False
+    reply = Client(apps["/perfetto"]).get("/perfetto?run=with")
+    assert reply.status_code == 200 and reply.data == (logdir / "with" / "perfetto.json.gz").read_bytes()
+    missing = Client(apps["/perfetto"]).get("/perfetto?run=without")
+    assert missing.status_code == 404 and "profile_overlap perfetto RUN writes it" in json.loads(missing.data)["error"]
