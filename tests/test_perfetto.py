@@ -150,6 +150,7 @@ def test_bad_input_gets_one_line_and_exit_2(tmp_path, capsys):
         "--mode split is not in": [str(DATA / "gloo_2rank"), "--mode", "split"],
         "does not exist; create it": [str(DATA / "gloo_2rank"), "--out", str(tmp_path / "no" / "such" / "x.json.gz")],
         "is a folder": [str(DATA / "gloo_2rank"), "--out", str(tmp_path)],
+        "exists and is not a merged trace of ours": [str(DATA / "gloo_2rank"), "--out", str(tmp_path / "file.txt")],
     }
     if os.geteuid() != 0:  # root writes anywhere
         (tmp_path / "ro").mkdir(mode=0o500)
@@ -157,6 +158,7 @@ def test_bad_input_gets_one_line_and_exit_2(tmp_path, capsys):
     for needle, args in cases.items():
         code, out, err = _cli(args, capsys)
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (needle, err)
+    assert (tmp_path / "file.txt").read_text() == "x"
 
 
 def test_a_bare_trace_folder_is_written_to_the_current_folder_and_open_without_the_ui_says_how(tmp_path, capsys, monkeypatch):
@@ -165,6 +167,7 @@ def test_a_bare_trace_folder_is_written_to_the_current_folder_and_open_without_t
     code, out, err = _cli([str(DATA / "gloo_2rank"), "--open"], capsys)
     assert code == 0, err
     assert (tmp_path / "gloo_2rank.perfetto.json.gz").is_file()
+    assert _cli([str(DATA / "gloo_2rank")], capsys)[0] == 0  # its own file it replaces
     assert "wrote" in out and "https://ui.perfetto.dev" in out and "profile-overlap[perfetto]" in out
 
 

@@ -77,3 +77,7 @@ def _check_writable(out: Path) -> None:
 
     if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
         raise UserError(f"cannot write {out}: permission denied; pick a writable --out")
+    from profile_overlap.tools.perfetto import is_merged
+
+    if out.exists() and not is_merged(out):
+        raise UserError(f"{out} exists and is not a merged trace of ours: it is left as it is; remove it or pick another --out")

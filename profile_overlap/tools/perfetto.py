@@ -25,6 +25,7 @@ import numpy as np
 
 from profile_overlap.analysis.cross_rank import TraceAnalysis
 from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import replace_atomically
 from profile_overlap.tools import perfetto_tracks as pt
 from profile_overlap.tools.perfetto_lanes import assign_lanes
@@ -38,6 +39,8 @@ RUN_PID = 0
 OURS = "profile_overlap"
 """The pid part of the analysis tracks' keys in a rank's track table."""
 GZIP_LEVEL = 6
+HEAD = b'{"traceEvents":[\n{"ph":"M","name":"process_name","pid":0,"tid":0,"args":{"name":"modes"}}'
+"""How every merged file begins (its first event names the modes process): how `is_merged` knows one."""
 _ENC = msgspec.json.Encoder()
 
 
@@ -278,7 +281,10 @@ def _write(source, out, analyses, mode_shift_ns, ranks: dict[int, _Rank], arrows
             emit(flows)
             f.write(b'\n],"profile_overlap":' + _ENC.encode(meta) + b"}\n")
 
-    replace_atomically(out, write)
+    try:
+        replace_atomically(out, write)
+    except OSError as err:
+        raise UserError(f"cannot write {out}: {err.strerror}; pick a writable --out with room for the file") from None
     return PerfettoFile(
         path=out,
         modes=tuple(m for m, _ in analyses),
@@ -372,3 +378,12 @@ def _rewrite_rank(rk: _Rank, lay: _Layout, base: int, emit) -> None:
             window_ns=window,
             emit=emit,
         )
+
+
+def is_merged(path: Path) -> bool:
+    """Whether `path` is a file this command wrote (which it may replace; nothing else)."""
+    try:
+        with gzip.open(path) as f:
+            return f.read(len(HEAD)) == HEAD
+    except (OSError, EOFError):
+        return False
