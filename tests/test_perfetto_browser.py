@@ -18,6 +18,7 @@ import pytest
 from profile_overlap.cli.main import main as cli_main
 from profile_overlap.tools.perfetto_serve import find_ui, start
 
+from conftest import DATA
 from test_perfetto import overlapping_pair
 from test_tb_plugin_browser import CHROMIUM, Browser, pytestmark  # noqa: F401  (skipped without Chromium)
 
@@ -89,3 +90,11 @@ def test_overlapping_slices_are_dropped_raw_and_kept_merged(browser, tmp_path):
     merged = tmp_path / "merged.json.gz"
     assert cli_main(["perfetto", str(folder), "--out", str(merged)]) == 0
     assert open_in_ui(browser, merged, expect="rank 1", expand="rank 1", shot=tmp_path / "perfetto_overlapping.png") == {}
+
+
+def test_real_gpu_traces_open_with_every_rank_and_nothing_dropped(browser, tmp_path):
+    """HTA's sampled A100 traces (NCCL kernels, CUDA streams, deep CPU stacks, flows)."""
+    merged = tmp_path / "gpu.json.gz"
+    assert cli_main(["perfetto", str(DATA / "hta_trace_filter_2rank"), "--out", str(merged)]) == 0
+    errors = open_in_ui(browser, merged, expect="rank 1", expand="rank 0", shot=tmp_path / "perfetto_gpu.png")
+    assert errors == {}
