@@ -5,6 +5,7 @@ traces (bound: 1.5x).
 
     python benchmarks/bench_perfetto.py              # 2 ranks x ~76 MB, 3 runs, medians
     python benchmarks/bench_perfetto.py --mb 10 --runs 1
+    python benchmarks/bench_perfetto.py --quick      # smoke run: 2 x 5 MB, 1 run
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=float, default=76, help="uncompressed size of each rank's trace (default 76)")
     ap.add_argument("--runs", type=int, default=3, help="runs per measurement; medians are reported (default 3)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 2 x 5 MB, 1 run")
     args = ap.parse_args()
+    if args.quick:
+        args.mb, args.runs = 5, 1
     with tempfile.TemporaryDirectory(prefix="bench_perfetto_") as tmp:
         files, expected = make_traces(Path(tmp) / "main", ranks=2, mb=args.mb)
         gz = sum(f.stat().st_size for f in files)
