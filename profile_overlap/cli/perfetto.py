@@ -53,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
     result = write_perfetto(source, out, steps=args.steps, warn=warn)
     ratio = result.size_bytes / result.traces_bytes if result.traces_bytes else float("nan")
     print(
-        f"wrote {result.path} ({result.size_bytes / 1e6:,.1f} MB, {ratio:.2f}x the {result.traces_bytes / 1e6:,.1f} MB of traces): "
+        f"wrote {result.path} ({_size(result.size_bytes)}, {ratio:.2f}x the {_size(result.traces_bytes)} of traces): "
         f"{len(result.ranks)} ranks, modes {', '.join(result.modes)}, {result.slices:,} slices "
         f"({result.moved:,} moved to extra tracks so none is dropped), {result.arrows:,} arrows"
         + (f", {result.dropped_flows:,} of the traces' flows left out (an end missing)" if result.dropped_flows else "")
@@ -64,6 +64,10 @@ def main(args: argparse.Namespace) -> int:
         return serve(result.path)
     print(f"open it: python -m profile_overlap perfetto {args.dir} --open, or drag it onto https://ui.perfetto.dev")
     return 0
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 1e6:,.1f} MB" if nbytes >= 1e6 else f"{nbytes / 1e3:,.1f} kB"
 
 
 def _check_writable(out: Path) -> None:
