@@ -65,6 +65,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "profile_overlap.cli.tensorboard",
         "TensorBoard on loopback over the run folders: scalars, timeline, summary, hparams",
     ),
+    "perfetto": (
+        "profile_overlap.cli.perfetto",
+        "All ranks of a run, job or trace folder in one Perfetto trace on the aligned clock, with the overlap drawn in (--open)",
+    ),
     "whatif": (
         "profile_overlap.cli.whatif",
         "Predict every mode's step at other world sizes and link bandwidths from a measured run (ring alpha-beta replay)",
