@@ -24,6 +24,22 @@ RS_LIKE_AR = 0.75
 much as all_reduce (a ring reduce_scatter moves half of all_reduce's bytes: ideally 0.5)."""
 
 
+class TimedResult(msgspec.Struct, frozen=True):
+    time_us: float
+
+
+class TimedRow(msgspec.Struct, frozen=True):
+    nbytes: int
+    results: dict[str, TimedResult]
+
+
+class BenchTimes(msgspec.Struct, frozen=True):
+    """The part of bench.json that `whatif --fit` reads: each size's time per collective kind."""
+
+    world_size: int
+    rows: tuple[TimedRow, ...]
+
+
 @dataclass(frozen=True)
 class CollectiveResult:
     kind: str

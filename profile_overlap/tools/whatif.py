@@ -37,7 +37,7 @@ from profile_overlap.record.analysis import AnalysisRecord
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.whatif import SCHEMA, WHATIF_JSON, Crossover, SelfReplay, WhatifPoint, WhatifResult
 from profile_overlap.tools import whatif_model as model
-from profile_overlap.tools.bench_record import BenchResult
+from profile_overlap.tools.bench_record import BenchTimes
 
 SAME_BODY = ("sequential", "split", "split-blocking", "ddp")
 """Modes that run the same forward and backward operators (fsdp2 adds its gathers' copies)."""
@@ -209,7 +209,7 @@ def fit_source(fit: str, run: Run, measured: dict[str, Measured], *, latency_us:
         path = Path(fit)
         path = path / "bench.json" if path.is_dir() else path
         try:
-            bench = msgspec.json.decode(path.read_bytes(), type=BenchResult)
+            bench = msgspec.json.decode(path.read_bytes(), type=BenchTimes)
             samples = [(k, bench.world_size, row.nbytes, r.time_us) for row in bench.rows for k, r in row.results.items()]
         except (OSError, msgspec.DecodeError) as err:
             raise UserError(f"--fit {fit}: not a bench-collectives result ({err}); give its bench.json or run folder, or `run`") from None
