@@ -18,6 +18,7 @@ from profile_overlap.analysis.classify import PHASES
 from profile_overlap.analysis.collectives import CollectiveInstance, CollectiveStats, collective_stats, number_calls
 from profile_overlap.analysis.events import EventIntervals, FileEvents, extract
 from profile_overlap.analysis.facts import RankFacts, rank_facts
+from profile_overlap.analysis.rank_times import RankTimes, rank_times
 from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TimelineSpan, timeline_spans
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
@@ -100,6 +101,8 @@ class RankAnalysis:
     """(step, phase, start_us, end_us) of each phase range, clipped to the timeline's steps (for the figures)."""
     facts: RankFacts | None = None
     """What the integrity checks rest on (analysis/facts.py); None only in analyses built by hand."""
+    times: RankTimes | None = None
+    """What the causes of exposed communication rest on (analysis/rank_times.py); None only in analyses built by hand."""
 
 
 def _measure(comm: iv.Union, compute: iv.Union) -> dict[str, float | None]:
@@ -164,6 +167,7 @@ def finish_rank(
     # is then the same call on every rank even where a step window cuts through the calls
     # differently on each rank (gloo starts the split's all_gathers across the step boundary).
     instances = every_call = number_calls(calls)
+    all_calls = calls
     if steps is not None:
         lo, hi = steps
         sel = np.ones(step_num.size, bool)
@@ -200,6 +204,21 @@ def finish_rank(
     if windows is not None:
         comm_u, compute_u = iv.intersect(comm_u, windows), iv.intersect(compute_u, windows)
     phase, phase_start, phase_end = (np.concatenate([getattr(f, k) for f in files]) for k in ("phase", "phase_start", "phase_end"))
+    step_windows = windows if windows is not None else iv.union(step_start, step_end)
+    times = rank_times(
+        all_calls,
+        every_call,
+        device=device,
+        comm=iv.intersect(comm_u, step_windows) if windows is None and step_num.size else comm_u,
+        compute=iv.intersect(compute_u, step_windows) if windows is None and step_num.size else compute_u,
+        windows=step_windows,
+        step_num=step_num,
+        step_start=step_start,
+        step_end=step_end,
+        phase=phase,
+        phase_start=phase_start,
+        phase_end=phase_end,
+    )
     step_metrics = [
         StepMetrics(
             step=int(n),
@@ -230,6 +249,7 @@ def finish_rank(
         phase_collectives=_phase_collectives(calls, phase, phase_start, phase_end),
         phase_windows=_phase_spans(phase, phase_start, phase_end, step_num, step_start, step_end),
         facts=facts,
+        times=times,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from profile_overlap.analysis.cross_rank import TraceAnalysis
+from profile_overlap.record.exposed import to_builtins
 
 TIMELINE_SCHEMA = (
     "spans are [step, start_us, end_us, kind (comm|compute), label]; phases are [step, phase, start_us, end_us]; "
@@ -151,4 +152,5 @@ def to_json(analysis: TraceAnalysis) -> dict:
         "slowest_rank": analysis.slowest_rank,
         "source": analysis.source,
         "integrity": integrity_json(analysis),
+        "exposed": to_builtins(analysis.exposed) if analysis.exposed is not None else None,
     }
