@@ -11,7 +11,6 @@ clock; a peer's start moves onto it by the two offsets.
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -174,35 +173,52 @@ def explain(ranks: Sequence[RankAnalysis], clocks: ClockAlignment) -> Explained 
 
 def _top_calls(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], *, known_split: bool) -> tuple[ExposedCall, ...]:
     """Calls inside steps, one row per (kind, phase, index in the step), by exposed time."""
-    acc: dict[tuple[str, str, int], dict] = {}
+    names: dict[tuple[str, str], int] = {}
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("name", "index", "exposed", "wait", "slack", "late", "row")}
     for r, split in zip(ranks, splits):
         c = r.times.calls
         exposed = split.call_wait_us + split.call_transfer_us
-        for i in np.flatnonzero((c.step >= 0) & (exposed > 0)).tolist():
-            key = (c.kind[i], c.phase[i], int(c.index[i]))
-            row = acc.setdefault(key, {"exposed": 0.0, "wait": 0.0, "slack": [], "late": Counter(), "bytes": None, "group": None})
-            row["exposed"] += float(exposed[i])
-            row["wait"] += float(split.call_wait_us[i])
-            row["bytes"] = row["bytes"] if row["bytes"] is not None else c.nbytes[i]
-            row["group"] = row["group"] or c.group_size[i]
-            if np.isfinite(split.slack_us[i]):
-                row["slack"].append(float(split.slack_us[i]))
-            if split.call_wait_us[i] > 0 and split.late_rank[i] >= 0:
-                row["late"][int(split.late_rank[i])] += float(split.call_wait_us[i])
+        sel = np.flatnonzero((c.step >= 0) & (exposed > 0))
+        cols["name"].append(np.array([names.setdefault((c.kind[i], c.phase[i]), len(names)) for i in sel.tolist()], dtype=np.int64))
+        cols["index"].append(c.index[sel])
+        cols["exposed"].append(exposed[sel])
+        cols["wait"].append(split.call_wait_us[sel])
+        cols["slack"].append(split.slack_us[sel])
+        cols["late"].append(split.late_rank[sel])
+        cols["row"].append(np.stack([np.full(sel.size, len(cols["row"])), sel], axis=1))
+    col = {k: np.concatenate(v) for k, v in cols.items()}
+    if not col["name"].size:
+        return ()
+    groups, inverse = np.unique(np.stack([col["name"], col["index"]], axis=1), axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    exposed = np.bincount(inverse, weights=col["exposed"], minlength=len(groups))
+    wait = np.bincount(inverse, weights=col["wait"], minlength=len(groups))
+    kind_phase = {code: pair for pair, code in names.items()}
     out = []
-    for (kind, phase, index), row in sorted(acc.items(), key=lambda kv: -kv[1]["exposed"])[:TOP_CALLS]:
-        slack = statistics.median(row["slack"]) if row["slack"] else None
-        needed = busbw_gbps(kind, row["bytes"], slack, row["group"]) if slack and row["bytes"] else None
-        late_rank = max(sorted(row["late"]), key=lambda k: row["late"][k]) if row["late"] else None
+    for g in np.argsort(-exposed, kind="stable")[:TOP_CALLS].tolist():
+        members = np.flatnonzero(inverse == g)
+        kind, phase = kind_phase[int(groups[g][0])]
+        slacks = col["slack"][members]
+        slacks = slacks[np.isfinite(slacks)]
+        slack = float(np.median(slacks)) if slacks.size else None
+        first = col["row"][members[0]]
+        calls = ranks[int(first[0])].times.calls
+        nbytes = next((calls.nbytes[i] for i in [int(first[1])] if calls.nbytes[i] is not None), None)
+        group = calls.group_size[int(first[1])]
+        needed = busbw_gbps(kind, nbytes, slack, group) if slack and nbytes else None
+        late = Counter()
+        for m in members[(col["wait"][members] > 0) & (col["late"][members] >= 0)].tolist():
+            late[int(col["late"][m])] += float(col["wait"][m])
+        late_rank = max(sorted(late), key=lambda k: late[k]) if late else None
         out.append(
             ExposedCall(
                 kind=kind,
                 phase=phase,
-                call=index,
-                bytes=row["bytes"],
-                exposed_us=row["exposed"],
-                wait_us=row["wait"] if known_split else None,
-                transfer_us=row["exposed"] - row["wait"] if known_split else None,
+                call=int(groups[g][1]),
+                bytes=nbytes,
+                exposed_us=float(exposed[g]),
+                wait_us=float(wait[g]) if known_split else None,
+                transfer_us=float(exposed[g] - wait[g]) if known_split else None,
                 slack_us=slack,
                 required_gbps=needed,
                 late_rank=late_rank,
