@@ -48,7 +48,8 @@ def window_before(times) -> tuple[np.ndarray, np.ndarray]:
     ws = times.windows[0]
     k = np.searchsorted(ws, start, side="right") - 1
     window_start = np.where(k >= 0, ws[np.maximum(k, 0)] if ws.size else -np.inf, -np.inf)
-    return np.maximum(prev, window_start), start
+    before = np.concatenate([[-np.inf], start[:-1]])  # the rank's previous call's start: windows never overlap
+    return np.maximum(np.maximum(prev, window_start), before), start
 
 
 def breakdown(times, rows: np.ndarray) -> np.ndarray:

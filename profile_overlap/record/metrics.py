@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profile_overlap.core.errors import UserError
+from profile_overlap.record.exposed import Exposed, from_builtins
 from profile_overlap.record.noise import NoiseSummary, percentile
 
 SCHEMA_VERSION = 3
@@ -273,6 +274,12 @@ class ModeMetrics:
     """The `analyze --json` record of this mode's traces (schema in the README); None without profiling."""
     model_param_bytes: int | None = None
     """Bytes of the model's parameters (all of them, unsharded and unpadded); None in records before schema 3."""
+
+    @property
+    def exposed(self) -> Exposed | None:
+        """The analysis record's `exposed`, typed (record/exposed.py); None without it (records before it)."""
+        data = (self.analysis or {}).get("exposed")
+        return from_builtins(data) if data else None
 
 
 @dataclass(frozen=True)

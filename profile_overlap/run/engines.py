@@ -23,7 +23,7 @@ from torch import nn
 from torch.profiler import record_function
 
 from profile_overlap.run import models
-from profile_overlap.run.pipelines import ADAM_BETAS, ADAM_EPS, Fault, maybe_fail
+from profile_overlap.run.pipelines import ADAM_BETAS, ADAM_EPS, Fault, maybe_fail, maybe_slow
 
 
 @dataclass
@@ -117,6 +117,7 @@ def engine_step(state: EngineState, step: int) -> None:
     with record_function("forward"):
         loss = models.loss(state.model, data)
     with record_function("backward"):
+        maybe_slow(state)
         loss.backward()
     with record_function("optimizer"):
         state.optimizer.step()

@@ -44,21 +44,24 @@ ADAM_EPS = 1e-8
 PHASES = ("forward", "backward", "optimizer")
 """The record_function labels of a step's phases, in order."""
 
-FAULT_KINDS = ("corrupt", "nan", "kill", "hang")
+FAULT_KINDS = ("corrupt", "nan", "kill", "hang", "slow")
 
 
 @dataclass
 class Fault:
-    """Test-only fault injection, from PROFILE_OVERLAP_FAULT=<kind>:rank=R:step=S[:layer=L].
+    """Test-only fault injection, from PROFILE_OVERLAP_FAULT=<kind>:rank=R:step=S[:layer=L] or
+    PROFILE_OVERLAP_FAULT=slow:rank=R:ms=M.
 
     kind: corrupt (add 1 to unit L's reduce_scatter result), nan (write a NaN into it), kill (the
-    process exits), hang (sleeps).
+    process exits), hang (sleeps), slow (rank R sleeps M ms at the start of its backward, every
+    step: a planted late rank).
     """
 
     kind: str
     rank: int
     step: int
     layer: int = 0
+    ms: float = 0.0
 
     @classmethod
     def from_env(cls) -> Fault | None:
@@ -69,7 +72,10 @@ class Fault:
         fields = dict(pair.split("=", 1) for pair in pairs)
         if kind not in FAULT_KINDS:
             raise ValueError(f"PROFILE_OVERLAP_FAULT kind {kind!r} is not one of {', '.join(FAULT_KINDS)}")
-        return cls(kind=kind, rank=int(fields.get("rank", 0)), step=int(fields.get("step", 0)), layer=int(fields.get("layer", 0)))
+        ms = float(fields.get("ms", 0))
+        if kind == "slow" and ms <= 0:
+            raise ValueError("PROFILE_OVERLAP_FAULT=slow needs ms=M > 0 (slow:rank=R:ms=M)")
+        return cls(kind=kind, rank=int(fields.get("rank", 0)), step=int(fields.get("step", 0)), layer=int(fields.get("layer", 0)), ms=ms)
 
     def hits(self, *, rank: int, step: int, layer: int | None = None) -> bool:
         return self.rank == rank and self.step == step and (layer is None or self.layer == layer)
@@ -236,12 +242,22 @@ def maybe_fail(state: State, step: int) -> None:
         time.sleep(10**6)
 
 
+def maybe_slow(state) -> None:
+    """The slow fault: rank R sleeps M ms, at the start of its backward."""
+    fault = state.fault
+    if fault is not None and fault.kind == "slow" and fault.rank == state.rank:
+        import time
+
+        time.sleep(fault.ms / 1e3)
+
+
 def _forward_backward(state: State, step: int, *, after_backward: Callable[[], None] | None = None) -> None:
     state.step = step
     data = models.batch(state.config, rank=state.rank, step=step, dtype=state.dtype, device=state.device)
     with record_function("forward"):
         loss = state.model.loss(data)
     with record_function("backward"):
+        maybe_slow(state)
         loss.backward()
         if after_backward:
             after_backward()
