@@ -226,3 +226,17 @@ def test_the_grid_truth_itself_splits_every_exposed_instant_once():
     want = truth(LATE)
     assert [sum(want.call_wait[r]) + sum(want.call_transfer[r]) for r in (0, 1)] == [want.exposed[0], want.exposed[1]]
     assert np.array_equal([want.wait[0], want.transfer[0]], [50, 50])
+
+
+@pytest.mark.parametrize("folder", ["gloo_2rank", "hta_trace_filter_2rank", "kineto_synthetic_2rank", "hta_nccl_parser_config_1rank"])
+def test_real_traces_split_exactly_their_exposed_communication(folder):
+    from conftest import DATA
+
+    a = analyze_dir(DATA / folder, max_workers=1)
+    for r in a.ranks:
+        row = a.exposed.ranks[r.rank]
+        assert row.exposed_us == pytest.approx(r.exposed_comm_us)
+        if row.wait_us is not None:
+            assert row.wait_us + row.transfer_us == pytest.approx(row.exposed_us) and row.wait_us >= 0 and row.transfer_us >= 0
+    total = sum(c.exposed_us for c in a.exposed.top)
+    assert total <= a.exposed.exposed_us * (1 + 1e-9)

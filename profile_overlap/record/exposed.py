@@ -100,8 +100,8 @@ class Exposed(msgspec.Struct, frozen=True):
 
 
 def to_builtins(exposed: Exposed) -> dict:
-    """The JSON form (rank keys as strings)."""
-    return msgspec.to_builtins(exposed, str_keys=True)
+    """The JSON form: rank keys as strings, lists for tuples (what reading a JSON file gives back)."""
+    return msgspec.json.decode(msgspec.json.encode(exposed))
 
 
 def from_builtins(data: dict) -> Exposed:
