@@ -98,6 +98,26 @@ class Exposed(msgspec.Struct, frozen=True):
     def exposed_us(self) -> float:
         return sum(r.exposed_us for r in self.ranks.values())
 
+    @property
+    def wait_pct(self) -> float | None:
+        """100 · wait_us / exposed_us (None when the split is unknown or nothing is exposed)."""
+        wait = self.wait_us
+        return None if wait is None or self.exposed_us <= 0 else 100 * wait / self.exposed_us
+
+    @property
+    def transfer_pct(self) -> float | None:
+        wait = self.wait_pct
+        return None if wait is None else 100 - wait
+
+    def per_rank_step_ms(self, num_steps: int) -> tuple[float | None, float | None]:
+        """(wait, transfer) in ms per rank and profiled step: the TensorBoard scalars exposed/wait_ms
+        and exposed/transfer_ms (comparable with exposed_comm_ms, a rank mean per step)."""
+        wait, transfer = self.wait_us, self.transfer_us
+        if wait is None or not self.ranks or num_steps <= 0:
+            return None, None
+        scale = 1e3 * len(self.ranks) * num_steps
+        return wait / scale, transfer / scale
+
 
 def to_builtins(exposed: Exposed) -> dict:
     """The JSON form: rank keys as strings, lists for tuples (what reading a JSON file gives back)."""
