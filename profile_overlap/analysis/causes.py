@@ -20,7 +20,7 @@ import numpy as np
 from profile_overlap.analysis.bandwidth import busbw_gbps
 from profile_overlap.analysis.checks import WARNING, Check
 from profile_overlap.analysis.clocks import ClockAlignment
-from profile_overlap.analysis.critical_path import critical_path
+from profile_overlap.analysis.critical_path import Segment, critical_path
 from profile_overlap.analysis.per_rank import RankAnalysis
 from profile_overlap.analysis.rank_times import RankSplit, RankTimes, covered_length
 from profile_overlap.analysis.stragglers import stragglers
@@ -37,6 +37,8 @@ class Explained:
 
     exposed: Exposed
     splits: tuple[RankSplit, ...]
+    path: tuple[Segment, ...]
+    """The critical path's pieces in time order (for the figures)."""
     check: Check | None
     """A warning naming what the causes could not use (None when nothing is missing)."""
 
@@ -158,17 +160,18 @@ def explain(ranks: Sequence[RankAnalysis], clocks: ClockAlignment) -> Explained 
         wait_us = iv.length(split.wait) if known else None
         rows[r.rank] = RankExposed(exposed_us=exposed_us, wait_us=wait_us, transfer_us=exposed_us - wait_us if known else None)
 
+    path, pieces = critical_path(ranks, splits, keys) if several and not unaligned else (None, ())
     exposed = Exposed(
         ranks=rows,
         top=_top_calls(ranks, splits, known_split=several and not unaligned),
         stragglers=stragglers(ranks, splits, keys) if several and not unaligned else (),
-        critical_path=critical_path(ranks, splits, keys) if several and not unaligned else None,
+        critical_path=path,
     )
     check = None
     if missing:
         meaning = "the parts named are left out (none in the record); the rest stands"
         check = Check("causes.inputs", WARNING, "; ".join(missing), {"missing": missing}, meaning, (CAUSES,))
-    return Explained(exposed=exposed, splits=tuple(splits), check=check)
+    return Explained(exposed=exposed, splits=tuple(splits), path=pieces, check=check)
 
 
 def _top_calls(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], *, known_split: bool) -> tuple[ExposedCall, ...]:

@@ -58,11 +58,21 @@ def _segments(times, split: RankSplit, lo: float, hi: float) -> tuple[np.ndarray
     return s[order], e[order], lab[order]
 
 
-def critical_path(ranks: Sequence, splits: Sequence[RankSplit], keys: dict[int, np.ndarray]) -> CriticalPath | None:
-    """The path of the median step, or None when the ranks share no profiled step."""
+LABELS = ("compute", "transfer", "wait", "idle")
+"""The pieces of a path, by their code."""
+
+Segment = tuple[int, float, float, str]
+"""(rank, start_us, end_us on the aligned clock, compute | transfer | wait | idle): one piece of the path."""
+
+
+def critical_path(
+    ranks: Sequence, splits: Sequence[RankSplit], keys: dict[int, np.ndarray]
+) -> tuple[CriticalPath | None, tuple[Segment, ...]]:
+    """The path of the median step and its pieces in time order; (None, ()) when the ranks share no
+    profiled step."""
     n = median_step(ranks)
     if n is None:
-        return None
+        return None, ()
     offset = {s.rank: s.offset_us for s in splits}
     split_of = {s.rank: s for s in splits}
     window = {r.rank: next((s.start_us, s.start_us + s.step_us) for s in r.steps if s.step == n) for r in ranks}
@@ -81,6 +91,7 @@ def critical_path(ranks: Sequence, splits: Sequence[RankSplit], keys: dict[int, 
     t = window[rank][1]
     totals = np.zeros(4)
     path = [rank]
+    pieces: list[Segment] = []
     guard = 4 * sum(s[0].size for s in segs.values()) + 16
     while guard > 0 and t > window[rank][0]:
         guard -= 1
@@ -98,16 +109,18 @@ def critical_path(ranks: Sequence, splits: Sequence[RankSplit], keys: dict[int, 
                 continue
         a = max(s[i], window[rank][0])
         totals[lab[i]] += min(t, e[i]) - a
+        pieces.append((rank, a - offset[rank], min(t, e[i]) - offset[rank], LABELS[lab[i]]))
         t = a
     length = float(totals.sum())
     if length <= 0:
-        return None
+        return None, ()
     pct = 100 * totals / length
     ranks_passed = [p for j, p in enumerate(reversed(path)) if j == 0 or p != list(reversed(path))[j - 1]]
-    return CriticalPath(
+    summary = CriticalPath(
         length_us=length,
         compute_pct=float(pct[COMPUTE]),
         transfer_pct=float(pct[TRANSFER]),
         wait_pct=float(pct[WAIT]),
         ranks=tuple(ranks_passed),
     )
+    return summary, tuple(reversed(pieces))
