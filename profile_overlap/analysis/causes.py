@@ -56,8 +56,8 @@ def _call_keys(ranks: Sequence[RankAnalysis]) -> dict[int, np.ndarray]:
     keys = {}
     for r in ranks:
         c = r.times.calls
-        code = np.array([groups.setdefault(pk, len(groups)) for pk in zip(c.pg, c.kind)], dtype=np.int64)
-        keys[r.rank] = code * (1 << 40) + c.seq if code.size else np.zeros(0, np.int64)
+        to_global = np.array([groups.setdefault(g, len(groups)) for g in c.groups] or [0], dtype=np.int64)
+        keys[r.rank] = to_global[c.group] * (1 << 40) + c.seq if len(c) else np.zeros(0, np.int64)
     return keys
 
 

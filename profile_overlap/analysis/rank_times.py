@@ -9,7 +9,6 @@ transfer. Columns, not objects: a 76 MB trace has tens of thousands of calls.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,6 +49,9 @@ class CallTimes(_ArrayEq):
 
     kind: tuple[str, ...]
     pg: tuple[str, ...]
+    group: np.ndarray
+    """Code of each call's (process group, kind) in `groups`."""
+    groups: tuple[tuple[str, str], ...]
     seq: np.ndarray
     """Order among the rank's calls of the same kind and process group (the cross-rank match)."""
     nbytes: tuple[int | None, ...]
@@ -111,9 +113,9 @@ def rank_times(
     order is the calls' order by start); comm and compute are already cut to the windows."""
     ordered = sorted(calls, key=lambda c: c.start_us)
     assert len(ordered) == len(instances)
-    start = np.array([c.start_us for c in ordered], dtype=np.float64)
-    end = start + np.array([c.dur_us for c in ordered], dtype=np.float64)
-    issue = np.array([_issue(c, device) for c in ordered], dtype=np.float64)
+    cols = np.array([(c.start_us, c.dur_us, _issue(c, device)) for c in ordered], dtype=np.float64).reshape(-1, 3)
+    start, issue = cols[:, 0].copy(), cols[:, 2].copy()
+    end = start + cols[:, 1]
     phases = tuple(iv.union(phase_start[phase == i], phase_end[phase == i]) for i in range(len(PHASES)))
     names = _call_phases(ordered, issue, start, phases)
 
@@ -128,13 +130,10 @@ def rank_times(
     else:  # no step windows: the whole trace is one window, with no end to count slack to
         step, step_end_us = np.zeros(start.size, dtype=np.int64), np.full(start.size, np.nan)
 
-    seen: Counter = Counter()
-    index = np.full(start.size, -1, dtype=np.int64)
     kinds = tuple(i.kind for i in instances)
-    for n, (s, k, p) in enumerate(zip(step.tolist(), kinds, names)):
-        if s >= 0:
-            index[n] = seen[(s, k, p)]
-            seen[(s, k, p)] += 1
+    index = _index_in_step(step, kinds, names)
+    group_of: dict[tuple[str, str], int] = {}
+    group = np.array([group_of.setdefault((i.pg, i.kind), len(group_of)) for i in instances], dtype=np.int64)
 
     return RankTimes(
         compute=compute,
@@ -144,6 +143,8 @@ def rank_times(
         calls=CallTimes(
             kind=kinds,
             pg=tuple(i.pg for i in instances),
+            group=group,
+            groups=tuple(group_of),
             seq=np.array([i.seq for i in instances], dtype=np.int64),
             nbytes=tuple(i.nbytes for i in instances),
             group_size=tuple(i.group_size for i in instances),
@@ -158,6 +159,22 @@ def rank_times(
         ),
         issue_known=bool(np.isfinite(issue).all()),
     )
+
+
+def _index_in_step(step: np.ndarray, kinds: tuple[str, ...], phases: tuple[str, ...]) -> np.ndarray:
+    """Each call's index among the calls of its step, kind and phase, in time order (-1 outside steps)."""
+    codes: dict[tuple[str, str], int] = {}
+    name = np.array([codes.setdefault(kp, len(codes)) for kp in zip(kinds, phases)], dtype=np.int64)
+    index = np.full(step.size, -1, dtype=np.int64)
+    inside = np.flatnonzero(step >= 0)
+    if inside.size:
+        order = inside[np.lexsort((inside, name[inside], step[inside]))]
+        key_s, key_n = step[order], name[order]
+        new = np.ones(order.size, dtype=bool)
+        new[1:] = (key_s[1:] != key_s[:-1]) | (key_n[1:] != key_n[:-1])
+        first = np.maximum.accumulate(np.where(new, np.arange(order.size), 0))
+        index[order] = np.arange(order.size) - first
+    return index
 
 
 def _issue(call: CollectiveCall, device: str) -> float:
