@@ -240,3 +240,20 @@ def test_real_traces_split_exactly_their_exposed_communication(folder):
             assert row.wait_us + row.transfer_us == pytest.approx(row.exposed_us) and row.wait_us >= 0 and row.transfer_us >= 0
     total = sum(c.exposed_us for c in a.exposed.top)
     assert total <= a.exposed.exposed_us * (1 + 1e-9)
+
+
+def test_a_job_cycle_gets_wait_and_transfer_scalars_on_its_global_step(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from profile_overlap.api.events import RankEvents, exposed_scalars
+
+    points = exposed_scalars(analyse(LATE).exposed, num_steps=1, step=40)
+    # Rank mean per profiled step: wait (50 + 0) / 2 ranks, transfer (50 + 50) / 2, in ms.
+    assert points == [("exposed/wait_ms", 0.025, 40), ("exposed/transfer_ms", 0.05, 40)]
+    events = RankEvents(tmp_path / "rank0")
+    assert events.append_points(points) == 2
+    events.close()
+    acc = EventAccumulator(str(tmp_path / "rank0"))
+    acc.Reload()
+    assert [(e.step, round(e.value, 6)) for e in acc.Scalars("exposed/wait_ms")] == [(40, 0.025)]
+    assert exposed_scalars(analyse(LATE[:1]).exposed, num_steps=1, step=40) == []  # one rank: no split
