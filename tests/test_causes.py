@@ -25,13 +25,13 @@ LATE = [
         compute=[(0, 100), (200, 300)],
         calls=[Call("all_reduce", issue=90, start=100, end=200, nbytes=1 << 20)],
         steps=[(1, 0, 400)],
-        phases=[("forward", 0, 50), ("backward", 50, 100), ("optimizer", 200, 400)],
+        phases=[("forward", 0, 50), ("backward", 50, 160), ("optimizer", 200, 400)],
     ),
     RankPlan(
         compute=[(0, 150), (200, 300)],
         calls=[Call("all_reduce", issue=140, start=150, end=200, nbytes=1 << 20)],
         steps=[(1, 0, 400)],
-        phases=[("forward", 0, 50), ("backward", 50, 150), ("optimizer", 200, 400)],
+        phases=[("forward", 0, 50), ("backward", 50, 160), ("optimizer", 200, 400)],
     ),
 ]
 

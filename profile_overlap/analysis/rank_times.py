@@ -117,7 +117,7 @@ def rank_times(
     start, issue = cols[:, 0].copy(), cols[:, 2].copy()
     end = start + cols[:, 1]
     phases = tuple(iv.union(phase_start[phase == i], phase_end[phase == i]) for i in range(len(PHASES)))
-    names = _call_phases(ordered, issue, start, phases)
+    names = _call_phases(ordered, phases)
 
     # The step whose window holds each call's start.
     order = np.argsort(step_start, kind="stable")
@@ -198,10 +198,11 @@ def first_wait(compute: iv.Union, t: np.ndarray) -> np.ndarray:
     return np.where(covered, np.nan, np.where(j >= 0, e[jj], -np.inf))
 
 
-def _call_phases(calls: Sequence[CollectiveCall], issue: np.ndarray, start: np.ndarray, phases: tuple[iv.Union, ...]) -> tuple[str, ...]:
-    """The phase window holding each call's issue (its start when the issue is unknown); else its
-    engine labels' phase (CollectiveCall.phase_hint); else "other"."""
-    t = np.where(np.isfinite(issue), issue, start)
+def _call_phases(calls: Sequence[CollectiveCall], phases: tuple[iv.Union, ...]) -> tuple[str, ...]:
+    """The phase window holding each call's issue as `phase_collectives` attributes it (CPU: its c10d
+    op; GPU: its kernel's start, in the device-side windows); else its engine labels' phase
+    (CollectiveCall.phase_hint); else "other"."""
+    t = np.array([c.issued_us if c.issued_us is not None else c.start_us for c in calls], dtype=np.float64)
     out = [c.phase_hint or OTHER for c in calls]
     done = np.zeros(t.size, dtype=bool)
     for name, union in zip(PHASES, phases):
