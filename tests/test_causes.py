@@ -208,6 +208,11 @@ def check_against_truth(ps, style):
         assert split.call_wait_us.tolist() == want.call_wait[r]
         assert split.call_transfer_us.tolist() == want.call_transfer[r]
     assert sum(c.exposed_us for c in a.exposed.top) <= sum(want.exposed.values())
+    # Every rank has the same step windows and a call ends together everywhere: the path covers
+    # one whole step, split into shares that add up to at most 100%.
+    path = a.exposed.critical_path
+    assert path is not None and path.length_us in {e - s for _, s, e in ps[0].steps}
+    assert 0 <= path.compute_pct + path.transfer_pct + path.wait_pct <= 100 + 1e-9
 
 
 @settings(max_examples=40, deadline=None)

@@ -182,7 +182,8 @@ def _top_calls(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], *, kn
         c = r.times.calls
         exposed = split.call_wait_us + split.call_transfer_us
         sel = np.flatnonzero((c.step >= 0) & (exposed > 0))
-        cols["name"].append(np.array([names.setdefault((c.kind[i], c.phase[i]), len(names)) for i in sel.tolist()], dtype=np.int64))
+        to_global = np.array([names.setdefault(kp, len(names)) for kp in c.kind_phases] or [0], dtype=np.int64)
+        cols["name"].append(to_global[c.kind_phase[sel]])
         cols["index"].append(c.index[sel])
         cols["exposed"].append(exposed[sel])
         cols["wait"].append(split.call_wait_us[sel])

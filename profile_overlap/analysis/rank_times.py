@@ -48,7 +48,6 @@ class CallTimes(_ArrayEq):
     """One rank's collective calls as columns, in time order (the order `number_calls` gives)."""
 
     kind: tuple[str, ...]
-    pg: tuple[str, ...]
     group: np.ndarray
     """Code of each call's (process group, kind) in `groups`."""
     groups: tuple[tuple[str, str], ...]
@@ -67,6 +66,9 @@ class CallTimes(_ArrayEq):
     """End of that window; NaN outside every window."""
     phase: tuple[str, ...]
     """Phase of the call's issue (classify.PHASES or "other")."""
+    kind_phase: np.ndarray
+    """Code of each call's (kind, phase) in `kind_phases`."""
+    kind_phases: tuple[tuple[str, str], ...]
     index: np.ndarray
     """Index among the step's calls of the same kind and phase on this rank (-1 outside steps)."""
     first_wait_us: np.ndarray
@@ -111,11 +113,17 @@ def rank_times(
 ) -> RankTimes:
     """`calls` and `instances` are the same calls (instances numbered by `number_calls`, whose
     order is the calls' order by start); comm and compute are already cut to the windows."""
-    ordered = sorted(calls, key=lambda c: c.start_us)
-    assert len(ordered) == len(instances)
-    cols = np.array([(c.start_us, c.dur_us, _issue(c, device)) for c in ordered], dtype=np.float64).reshape(-1, 3)
-    start, issue = cols[:, 0].copy(), cols[:, 2].copy()
-    end = start + cols[:, 1]
+    n = len(calls)
+    assert n == len(instances)
+    # The calls in start order (stable, as number_calls sorts them), as columns.
+    order = np.argsort(np.fromiter((c.start_us for c in calls), np.float64, n), kind="stable")
+    ordered = [calls[i] for i in order.tolist()]
+    start = np.fromiter((i.start_us for i in instances), np.float64, n)
+    end = start + np.fromiter((i.dur_us for i in instances), np.float64, n)
+    if device == "cuda":  # the runtime call that launched the kernel (NaN without launch events)
+        issue = np.fromiter((c.launch_us for c in ordered), np.float64, n)
+    else:  # the c10d op on the calling thread (NaN when no op was matched to the gloo work)
+        issue = np.fromiter((np.nan if c.issued_us is None else c.issued_us for c in ordered), np.float64, n)
     phases = tuple(iv.union(phase_start[phase == i], phase_end[phase == i]) for i in range(len(PHASES)))
     names = _call_phases(ordered, phases)
 
@@ -131,9 +139,9 @@ def rank_times(
         step, step_end_us = np.zeros(start.size, dtype=np.int64), np.full(start.size, np.nan)
 
     kinds = tuple(i.kind for i in instances)
-    index = _index_in_step(step, kinds, names)
+    kind_phase, kind_phases, index = _index_in_step(step, kinds, names)
     group_of: dict[tuple[str, str], int] = {}
-    group = np.array([group_of.setdefault((i.pg, i.kind), len(group_of)) for i in instances], dtype=np.int64)
+    group = np.fromiter((group_of.setdefault((i.pg, i.kind), len(group_of)) for i in instances), np.int64, n)
 
     return RankTimes(
         compute=compute,
@@ -142,10 +150,11 @@ def rank_times(
         phases=phases,
         calls=CallTimes(
             kind=kinds,
-            pg=tuple(i.pg for i in instances),
             group=group,
             groups=tuple(group_of),
-            seq=np.array([i.seq for i in instances], dtype=np.int64),
+            kind_phase=kind_phase,
+            kind_phases=kind_phases,
+            seq=np.fromiter((i.seq for i in instances), np.int64, n),
             nbytes=tuple(i.nbytes for i in instances),
             group_size=tuple(i.group_size for i in instances),
             start_us=start,
@@ -161,10 +170,11 @@ def rank_times(
     )
 
 
-def _index_in_step(step: np.ndarray, kinds: tuple[str, ...], phases: tuple[str, ...]) -> np.ndarray:
-    """Each call's index among the calls of its step, kind and phase, in time order (-1 outside steps)."""
+def _index_in_step(step: np.ndarray, kinds: tuple[str, ...], phases: tuple[str, ...]):
+    """(code of each call's (kind, phase), the (kind, phase) of each code, each call's index among
+    the calls of its step, kind and phase in time order (-1 outside steps))."""
     codes: dict[tuple[str, str], int] = {}
-    name = np.array([codes.setdefault(kp, len(codes)) for kp in zip(kinds, phases)], dtype=np.int64)
+    name = np.fromiter((codes.setdefault(kp, len(codes)) for kp in zip(kinds, phases)), np.int64, len(kinds))
     index = np.full(step.size, -1, dtype=np.int64)
     inside = np.flatnonzero(step >= 0)
     if inside.size:
@@ -174,15 +184,7 @@ def _index_in_step(step: np.ndarray, kinds: tuple[str, ...], phases: tuple[str, 
         new[1:] = (key_s[1:] != key_s[:-1]) | (key_n[1:] != key_n[:-1])
         first = np.maximum.accumulate(np.where(new, np.arange(order.size), 0))
         index[order] = np.arange(order.size) - first
-    return index
-
-
-def _issue(call: CollectiveCall, device: str) -> float:
-    """GPU: the runtime call that launched the kernel (NaN without launch events); CPU: the c10d op
-    on the calling thread (NaN when no op was matched to the gloo work)."""
-    if device == "cuda":
-        return call.launch_us
-    return call.issued_us if call.issued_us is not None else float("nan")
+    return name, tuple(codes), index
 
 
 def first_wait(compute: iv.Union, t: np.ndarray) -> np.ndarray:
