@@ -180,7 +180,7 @@ HORIZON = 400
 
 
 @st.composite
-def plans(draw, style):
+def plans(draw):
     """2-3 ranks; call j starts on each rank somewhere in [40j, 40j+30) and ends on all ranks at
     one time (a collective ends together everywhere); random compute; one or two steps."""
     num_ranks = draw(st.integers(2, 3))
@@ -219,13 +219,13 @@ def check_against_truth(ps, style):
 
 
 @settings(max_examples=40, deadline=None)
-@given(ps=plans("gpu"))
+@given(ps=plans())
 def test_gpu_wait_and_transfer_match_the_grid(ps):
     check_against_truth(ps, "gpu")
 
 
 @settings(max_examples=40, deadline=None)
-@given(ps=plans("cpu"))
+@given(ps=plans())
 def test_cpu_wait_and_transfer_match_the_grid(ps):
     check_against_truth(ps, "cpu")
 
