@@ -73,6 +73,10 @@ AUTOGRAD_SOURCE = "autograd"
 """The source of a backward window found from autograd's engine frames (BACKWARD_FRAME_RE)."""
 STEP_SOURCE = "step"
 """The source of a forward window found as the rest of the step before the backward."""
+GRADIENT_SEED_OP = "aten::ones_like"
+"""`loss.backward()` of a scalar loss first makes its gradient, ones_like(loss), on the calling
+thread: when that is the thread's last operator before autograd's first frame, the backward
+starts there."""
 BACKWARD_FRAME_RE = re.compile(r"^autograd::engine::evaluate_function: ")
 """The autograd engine's frame around each backward node it runs: in the step, backward runs from
 the first of them to the optimizer."""

@@ -17,6 +17,7 @@ import numpy as np
 from profile_overlap.analysis.classify import (
     AUTOGRAD_SOURCE,
     BACKWARD_FRAME_RE,
+    GRADIENT_SEED_OP,
     PHASES,
     STEP_SOURCE,
     engine_range,
@@ -65,9 +66,10 @@ def phase_windows(trace: Trace, main: int | None, steps: list[tuple[int, float, 
     rows = [(p, s, e, LABELS_SOURCE) for p, s, e, is_label in labelled if is_label or not any(s < hi and e > lo for lo, hi in unlabelled)]
     if unlabelled:
         (phase, source), start, end, names = _evidence(trace)
+        calls = _gradient_seeds(trace, main)
         for lo, hi in unlabelled:
             i, j = np.searchsorted(start, [lo, hi], side="left")
-            inferred = _infer(((phase[i:j], source[i:j]), start[i:j], end[i:j], names), lo, hi)
+            inferred = _infer(((phase[i:j], source[i:j]), start[i:j], end[i:j], names), lo, hi, calls)
             rows += _on_device(inferred, kernels) if kernels is not None else inferred
     return PhaseWindows.of(rows)
 
@@ -122,10 +124,36 @@ def _evidence(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[st
     return np.stack([phase_of_code[code], source_of_code[code]]), cpu.ts[rows], cpu.ts[rows] + cpu.dur[rows], sources
 
 
-def _infer(ev, lo: float, hi: float) -> list[tuple[int, float, float, str]]:
+def _gradient_seeds(trace: Trace, main: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """On the main thread: every CPU op's start (sorted), and the start and end of each
+    `aten::ones_like` (sorted): `loss.backward()` seeds the backward with the gradient
+    ones_like(loss) before autograd's engine runs its first node."""
+    cpu = trace.cpu
+    if main is None or not len(cpu):
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+    ops = (cpu.tid == main) & (cpu.cat == CPU_OP)
+    codes = [i for i, n in enumerate(cpu.names) if n == GRADIENT_SEED_OP]
+    seeds = np.flatnonzero(ops & np.isin(cpu.name, codes))
+    seeds = seeds[np.argsort(cpu.ts[seeds], kind="stable")]
+    return np.sort(cpu.ts[ops]), cpu.ts[seeds], cpu.ts[seeds] + cpu.dur[seeds]
+
+
+def _seeded_at(b0: float, seeds: tuple[np.ndarray, np.ndarray, np.ndarray]) -> float:
+    """The backward's start: its first evidence b0, or earlier, the start of the gradient seed
+    (`aten::ones_like`) when that is the main thread's last operator before b0."""
+    op_start, seed_start, seed_end = seeds
+    k = int(np.searchsorted(seed_start, b0, side="left")) - 1
+    if k < 0 or seed_end[k] > b0:
+        return b0
+    last_op = int(np.searchsorted(op_start, b0, side="left")) - 1  # the last op that started before b0
+    return float(seed_start[k]) if op_start[last_op] <= seed_end[k] else b0
+
+
+def _infer(ev, lo: float, hi: float, seeds) -> list[tuple[int, float, float, str]]:
     """The phase windows of one step [lo, hi) without labels, from the evidence starting in it.
 
-    backward: from its first evidence (autograd frame or engine range) to the optimizer's start,
+    backward: from its first evidence (autograd frame or engine range), or from the gradient seed
+    of `loss.backward()` just before it (_seeded_at), to the optimizer's start,
     or to its last evidence's end when no optimizer follows. optimizer: from the first optimizer
     range after the backward's start to the last one's end; optimizer ranges that end before the
     backward starts (a zero_grad at the step's start) are windows of their own. forward: from its
@@ -135,7 +163,7 @@ def _infer(ev, lo: float, hi: float) -> list[tuple[int, float, float, str]]:
     (phase, source), start, end, names = ev
     rows: list[tuple[int, float, float, str]] = []
     backward = np.flatnonzero(phase == BACKWARD)
-    b0 = float(start[backward[0]]) if backward.size else None  # evidence is in start order
+    b0 = _seeded_at(float(start[backward[0]]), seeds) if backward.size else None  # evidence is in start order
     optimizer = np.flatnonzero(phase == OPTIMIZER)
     early = optimizer[end[optimizer] <= b0] if b0 is not None else optimizer[:0]
     late = np.setdiff1d(optimizer, early)

@@ -137,6 +137,10 @@ class PhaseSummary:
     """Communication hidden behind this phase's compute (the analysis record's overlap_us)."""
     exposed_comm_ms: float
     """Communication exposed inside this phase's window: comm_ms - hidden_ms."""
+    sources: tuple[str, ...] = ()
+    """Where the ranks' windows of this phase came from (the analysis record's phase `sources`):
+    "labels", or found from torch's own ranges ("FSDP2", "DDP", "torch.optim", "profile_overlap",
+    "autograd", "step") in steps without labels; empty in records before they were kept."""
 
 
 @dataclass(frozen=True)
@@ -363,7 +367,7 @@ def _summary_from_json(d: dict) -> RunSummary:
         )
         shares = tuple((rank, share) for rank, share in m.get("wait_share_pct", ()))
         extra = {
-            "phases": tuple(PhaseSummary(**p) for p in m.get("phases", ())),
+            "phases": tuple(PhaseSummary(**{**p, "sources": tuple(p.get("sources", ()))}) for p in m.get("phases", ())),
             "phase_collectives": tuple(PhaseCollective(**p) for p in m.get("phase_collectives", ())),
             "bytes_checks": tuple(BytesCheck(**c) for c in m.get("bytes_checks", ())),
         }
