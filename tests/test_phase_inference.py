@@ -111,6 +111,27 @@ def test_a_step_without_phases_is_an_integrity_warning(tmp_path):
     assert check.figures["steps_without_phases"] == {0: [3]}
 
 
+def test_on_gpu_a_found_window_spans_the_kernels_launched_inside_it(tmp_path):
+    """A GPU trace without labels: backward runs on autograd's own thread (tid 99), the kernels are
+    launched when they start. The CPU windows (forward 0-380, backward 380-780, optimizer 780-900 µs)
+    move to the device: from the first to the last kernel launched inside each."""
+    from synthetic import gpu_trace
+
+    doc = gpu_trace(comm=[(20, 450, 600)], compute=[(7, 100, 200), (7, 400, 500), (7, 800, 850)], steps=[(1, 0, 1000)], world_size=1)
+    pid = doc["traceEvents"][0]["pid"]
+    doc["traceEvents"] += [
+        {"ph": "X", "cat": "cpu_op", "name": FRAME, "pid": pid, "tid": 99, "ts": 380, "dur": 320},
+        {"ph": "X", "cat": "user_annotation", "name": STEP_OPT, "pid": pid, "tid": pid, "ts": 780, "dur": 120},
+    ]
+    path = tmp_path / "rank0.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    rank = analyze_rank([path])
+    assert [(p, a, b) for _, p, a, b in rank.phase_windows] == [("forward", 100, 200), ("backward", 400, 600), ("optimizer", 800, 850)]
+    phases = {p.phase: p for p in rank.steps[0].phases}
+    assert (phases["backward"].comm_us, phases["backward"].compute_us, phases["backward"].overlap_us) == (150, 100, 50)
+    assert {k: p.sources for k, p in phases.items()} == {"forward": ("step",), "backward": ("autograd",), "optimizer": ("torch.optim",)}
+
+
 @pytest.mark.parametrize("folder", ["hta_trace_filter_2rank", "hta_nccl_parser_config_1rank"])
 def test_htas_real_traces_keep_their_labelled_phases(folder):
     """Every step of HTA's traces has `## forward ##` style labels (and autograd frames, DDP's and

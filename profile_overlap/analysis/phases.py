@@ -66,10 +66,10 @@ def phase_windows(trace: Trace, main: int | None, steps: list[tuple[int, float, 
     rows = [(p, s, e, LABELS_SOURCE) for p, s, e, is_label in labelled if is_label or not any(s < hi and e > lo for lo, hi in unlabelled)]
     if unlabelled:
         (phase, source), start, end, names = _evidence(trace)
-        calls = _gradient_seeds(trace, main)
+        seeds = _gradient_seeds(trace, main)
         for lo, hi in unlabelled:
             i, j = np.searchsorted(start, [lo, hi], side="left")
-            inferred = _infer(((phase[i:j], source[i:j]), start[i:j], end[i:j], names), lo, hi, calls)
+            inferred = _infer(((phase[i:j], source[i:j]), start[i:j], end[i:j], names), lo, hi, seeds)
             rows += _on_device(inferred, kernels) if kernels is not None else inferred
     return PhaseWindows.of(rows)
 
@@ -150,15 +150,16 @@ def _seeded_at(b0: float, seeds: tuple[np.ndarray, np.ndarray, np.ndarray]) -> f
 
 
 def _infer(ev, lo: float, hi: float, seeds) -> list[tuple[int, float, float, str]]:
-    """The phase windows of one step [lo, hi) without labels, from the evidence starting in it.
+    """The phase windows of one step [lo, hi) without labels, from the evidence starting in it;
+    each window keeps the source of the evidence that opens it.
 
     backward: from its first evidence (autograd frame or engine range), or from the gradient seed
-    of `loss.backward()` just before it (_seeded_at), to the optimizer's start,
-    or to its last evidence's end when no optimizer follows. optimizer: from the first optimizer
-    range after the backward's start to the last one's end; optimizer ranges that end before the
-    backward starts (a zero_grad at the step's start) are windows of their own. forward: from its
-    first engine range, else from the step's start or the end of such an early optimizer range,
-    to the backward's start (or, without a backward, the optimizer's start or its last range's end).
+    of `loss.backward()` just before it (_seeded_at), to the optimizer's start, or to its last
+    evidence's end when no optimizer follows. optimizer: from the first optimizer range after the
+    backward's start to the last one's end; optimizer ranges that end before the backward starts
+    (a zero_grad at the step's start) are windows of their own. forward: from its first engine
+    range, else from the step's start or the end of such an early optimizer range, to the
+    backward's start (without a backward: the optimizer's start, or its last range's end).
     """
     (phase, source), start, end, names = ev
     rows: list[tuple[int, float, float, str]] = []
