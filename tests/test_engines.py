@@ -156,3 +156,7 @@ def test_a_users_unlabelled_job_through_the_trace_handler_reports_its_phases(tmp
         f"forward from {engine_words}; backward from autograd's frames; optimizer from torch.optim's ranges." in report
     )
     assert "communicates in none of its phases" not in report
+    # The timeline's phase band (figures, the Overlap tab) draws the found windows.
+    timeline = json.loads((job_dir / "timeline.json").read_text())
+    for rank in timeline["modes"]["job"]["ranks"]:
+        assert {name for _, name, _, _ in rank["phases"]} == {"forward", "backward", "optimizer"}
