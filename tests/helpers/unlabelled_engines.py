@@ -9,9 +9,6 @@ import sys
 
 import torch
 import torch.distributed as dist
-
-# Imported before the process group exists (see tests/helpers/own_ddp_job.py).
-import torch.distributed.nn.functional  # noqa: F401
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
 import profile_overlap
