@@ -33,7 +33,7 @@ class PhaseMetrics:
 
     phase: str
     window_us: float
-    """Length of the union of the phase's labelled ranges (clipped to the step)."""
+    """Length of the union of the phase's windows (clipped to the step)."""
     comm_us: float
     """|∪comm ∩ window|."""
     compute_us: float
@@ -42,6 +42,11 @@ class PhaseMetrics:
     """|∪comm ∩ ∪compute ∩ window|: communication hidden behind this phase's compute."""
     exposed_comm_us: float
     """comm_us − overlap_us: communication exposed inside this phase's window."""
+    sources: tuple[str, ...] = ()
+    """Where the window came from (analysis/phases.py): "labels", an engine whose own ranges
+    placed it (classify.ENGINE_RANGES: "FSDP2", "DDP", "torch.optim", "profile_overlap"),
+    "autograd" (backward from autograd's frames) or "step" (forward: the step before the
+    backward); over a rank's steps, each source once, in the order first met."""
 
 
 @dataclass(frozen=True)
@@ -210,7 +215,8 @@ def finish_rank(
     )
     if windows is not None:
         comm_u, compute_u = iv.intersect(comm_u, windows), iv.intersect(compute_u, windows)
-    phase, phase_start, phase_end = (np.concatenate([getattr(f, k) for f in files]) for k in ("phase", "phase_start", "phase_end"))
+    by_phase = tuple(np.concatenate([getattr(f.phases, k) for f in files]) for k in ("phase", "start", "end", "source"))
+    phase, phase_start, phase_end, _ = by_phase
     step_windows = windows if windows is not None else iv.union(step_start, step_end)
     times = rank_times(
         all_calls,
@@ -232,7 +238,7 @@ def finish_rank(
             start_us=float(s),
             step_us=float(e - s),
             **_measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e)),
-            phases=_phases(comm_u, compute_u, phase, phase_start, phase_end, s, e),
+            phases=_phases(comm_u, compute_u, by_phase, s, e),
         )
         for n, s, e in zip(step_num, step_start, step_end)
     ]
@@ -261,11 +267,13 @@ def finish_rank(
     )
 
 
-def _phases(comm_u: iv.Union, compute_u: iv.Union, phase, phase_start, phase_end, lo: float, hi: float) -> tuple[PhaseMetrics, ...]:
-    """Each phase's window in the step [lo, hi) and the comm and compute inside it."""
+def _phases(comm_u: iv.Union, compute_u: iv.Union, by_phase, lo: float, hi: float) -> tuple[PhaseMetrics, ...]:
+    """Each phase's window in the step [lo, hi) and the comm and compute inside it. by_phase:
+    (phase, start, end, source) columns of the windows (analysis/phases.py)."""
+    phase, phase_start, phase_end, source = by_phase
     out = []
     for index, name in enumerate(PHASES):
-        sel = phase == index
+        sel = (phase == index) & (phase_start < hi) & (phase_end > lo)
         if not sel.any():
             continue
         window = iv.clip(iv.union(phase_start[sel], phase_end[sel]), lo, hi)
@@ -280,6 +288,7 @@ def _phases(comm_u: iv.Union, compute_u: iv.Union, phase, phase_start, phase_end
                 compute_us=m["compute_us"],
                 overlap_us=m["overlap_us"],
                 exposed_comm_us=m["exposed_comm_us"],
+                sources=tuple(dict.fromkeys(source[sel].tolist())),
             )
         )
     return tuple(out)
@@ -318,12 +327,14 @@ def _phase_collectives(calls, phase, phase_start, phase_end) -> tuple[PhaseColle
 
 def _sum_phases(steps: list[StepMetrics]) -> tuple[PhaseMetrics, ...]:
     totals: dict[str, list[float]] = {}
+    sources: dict[str, dict[str, None]] = {}
     for step in steps:
         for p in step.phases:
             acc = totals.setdefault(p.phase, [0.0] * 5)
             for i, value in enumerate((p.window_us, p.comm_us, p.compute_us, p.overlap_us, p.exposed_comm_us)):
                 acc[i] += value
-    return tuple(PhaseMetrics(name, *totals[name]) for name in PHASES if name in totals)
+            sources.setdefault(p.phase, {}).update(dict.fromkeys(p.sources))
+    return tuple(PhaseMetrics(name, *totals[name], sources=tuple(sources[name])) for name in PHASES if name in totals)
 
 
 def _phase_spans(phase, phase_start, phase_end, step_num, step_start, step_end) -> tuple[tuple[int, str, float, float], ...]:

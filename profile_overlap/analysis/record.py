@@ -60,6 +60,7 @@ def _phases_json(phases) -> list[dict]:
             "compute_us": _num(p.compute_us),
             "overlap_us": _num(p.overlap_us),
             "exposed_comm_us": _num(p.exposed_comm_us),
+            "sources": list(p.sources),
         }
         for p in phases
     ]
