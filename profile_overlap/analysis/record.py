@@ -7,8 +7,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from profile_overlap.analysis.classify import PHASES
 from profile_overlap.analysis.cross_rank import RankWait, TraceAnalysis
+from profile_overlap.analysis.exposed_timeline import rank_exposure
 from profile_overlap.analysis.per_rank import PhaseMetrics, RankAnalysis
 from profile_overlap.analysis.replay import ReplayStep
 from profile_overlap.record.analysis import (
@@ -25,10 +28,19 @@ from profile_overlap.record.analysis import (
 from profile_overlap.record.build import build_record
 from profile_overlap.record.integrity import IntegrityCheck, IntegrityRecord
 from profile_overlap.record.metrics import Env, JobFacts, ModeMetrics, RunMetrics, StepTimes
-from profile_overlap.record.timeline import PhaseWindow, Timeline, TimelineMode, TimelineRank, TimelineSpan, TimelineStep
+from profile_overlap.record.timeline import (
+    PhaseWindow,
+    Timeline,
+    TimelineMode,
+    TimelineRank,
+    TimelineSpan,
+    TimelineStep,
+)
 
 TIMELINE_SCHEMA = (
     "spans are [step, start_us, end_us, kind (comm|compute), label]; phases are [step, phase, start_us, end_us]; "
+    "wait and transfer are [start_us, end_us] of exposed communication; critical is [start_us, end_us, piece] of the "
+    "critical path on that rank; calls are [kind, phase, call, step, start_us, end_us] of the top calls; "
     "times are on the reference rank's clock where a rank is aligned (its own time - clock_offset_us), else on its own"
 )
 
@@ -42,13 +54,16 @@ def timeline_of(analyses: Mapping[str, TraceAnalysis | None]) -> Timeline:
         if result is None:
             continue
         clocks = result.clocks
+        exposure = rank_exposure(result)
         ranks = []
         for r in result.ranks:
             off = clocks.offset(r.rank)
             unc = clocks.uncertainty_us.get(r.rank)
+            # The causes' geometry (wait, transfer, critical, calls) converted once from its lists.
+            drawn = msgspec.convert({"rank": r.rank, **exposure.get(r.rank, {})}, TimelineRank)
             ranks.append(
-                TimelineRank(
-                    rank=r.rank,
+                msgspec.structs.replace(
+                    drawn,
                     aligned=r.rank in clocks.offsets_us,
                     clock_offset_us=round(off, 3),
                     clock_uncertainty_us=None if unc is None or math.isinf(unc) else round(unc, 3),
@@ -87,6 +102,7 @@ def _phases(phases: Sequence[PhaseMetrics]) -> tuple[PhaseRecord, ...]:
             compute_us=_num(p.compute_us),
             overlap_us=_num(p.overlap_us),
             exposed_comm_us=_num(p.exposed_comm_us),
+            sources=tuple(p.sources),
         )
         for p in phases
     )
@@ -193,6 +209,7 @@ def analysis_record(analysis: TraceAnalysis) -> AnalysisRecord:
         slowest_rank=analysis.slowest_rank,
         source=analysis.source,
         integrity=integrity_record(analysis),
+        exposed=analysis.exposed,
     )
 
 

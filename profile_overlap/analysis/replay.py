@@ -67,8 +67,8 @@ def stream_shares(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 
 def _phase_union(f: FileEvents, index: int, lo: float, hi: float) -> iv.Union:
-    sel = f.phase == index
-    return iv.clip(iv.union(f.phase_start[sel], f.phase_end[sel]), lo, hi)
+    sel = f.phases.phase == index
+    return iv.clip(iv.union(f.phases.start[sel], f.phases.end[sel]), lo, hi)
 
 
 def _backward_cuts(step_busy: iv.Union, backward: iv.Union, launches: list[float]) -> tuple[float, ...] | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from profile_overlap.record.exposed import Exposed
 from profile_overlap.record.integrity import IntegrityRecord
 
 
@@ -37,6 +38,9 @@ class PhaseRecord(msgspec.Struct, frozen=True, kw_only=True):
     overlap_us: float | None
     """Communication hidden behind this phase's compute."""
     exposed_comm_us: float | None
+    sources: tuple[str, ...] = ()
+    """Where the phase's windows came from (analysis/phases.py): "labels", or torch's own ranges in
+    unlabelled steps; absent before phases were found without labels."""
 
 
 class StepRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -134,6 +138,9 @@ class AnalysisRecord(msgspec.Struct, frozen=True, kw_only=True):
     """The folder the traces were read from."""
     integrity: IntegrityRecord | None = None
     """None in records written before the checks existed."""
+    exposed: Exposed | None = None
+    """Why communication is exposed (record/exposed.py); None with one rank or without steps, and in
+    records written before the causes."""
 
     def rank(self, rank: int) -> RankRecord | None:
         return next((r for r in self.ranks if r.rank == rank), None)

@@ -17,6 +17,7 @@ import msgspec
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.record.analysis import AnalysisRecord, as_json
+from profile_overlap.record.exposed import Exposed
 from profile_overlap.record.noise import NoiseSummary, percentile
 
 SCHEMA_VERSION = 3
@@ -145,6 +146,8 @@ class PhaseSummary(msgspec.Struct, frozen=True, kw_only=True):
     """Communication hidden behind this phase's compute (the analysis record's overlap_us)."""
     exposed_comm_ms: float
     """Communication exposed inside this phase's window: comm_ms - hidden_ms."""
+    sources: tuple[str, ...] = ()
+    """Where the ranks' windows of this phase came from: "labels", or torch's own ranges in unlabelled steps (Metrics, Phases)."""
 
 
 class OverlapYield(msgspec.Struct, frozen=True, kw_only=True):
@@ -273,6 +276,11 @@ class ModeMetrics(msgspec.Struct, frozen=True, kw_only=True):
     """The `analyze --json` record of this mode's traces (schema in the README); None without profiling."""
     model_param_bytes: int | None = None
     """Bytes of the model's parameters (all of them, unsharded and unpadded); None in records before schema 3."""
+
+    @property
+    def exposed(self) -> Exposed | None:
+        """The analysis record's `exposed` (record/exposed.py); None without it (records before it)."""
+        return self.analysis.exposed if self.analysis else None
 
 
 class RankEnv(msgspec.Struct, frozen=True, kw_only=True):

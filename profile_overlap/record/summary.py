@@ -174,18 +174,21 @@ PHASE_FIELDS = ("window_us", "comm_us", "compute_us", "overlap_us", "exposed_com
 
 
 def _phases(ranks: Sequence[RankRecord], steps: int) -> tuple[PhaseSummary, ...]:
-    """Each phase's numbers per profiled step, mean over ranks (a rank without the phase counts 0).
-    Empty when no rank's trace has phase labels (records before schema 3, others' traces)."""
+    """Each phase's numbers per profiled step, mean over ranks (a rank without the phase counts 0),
+    and where its windows came from. Empty when no rank's trace has phases (records before
+    schema 3, others' traces without labels or torch's ranges)."""
     totals: dict[str, list[float]] = {}
+    sources: dict[str, dict[str, None]] = {}
     for r in ranks:
         for p in r.phases:
             acc = totals.setdefault(p.phase, [0.0] * len(PHASE_FIELDS))
             for i, key in enumerate(PHASE_FIELDS):
                 acc[i] += getattr(p, key) or 0.0
+            sources.setdefault(p.phase, {}).update(dict.fromkeys(p.sources))
     names = [p for p in PHASE_ORDER if p in totals] + sorted(p for p in totals if p not in PHASE_ORDER)
     per_step = {name: [x / len(ranks) / steps / 1e3 for x in totals[name]] for name in names}
     return tuple(
-        PhaseSummary(phase=name, window_ms=w, comm_ms=c, compute_ms=x, hidden_ms=h, exposed_comm_ms=e)
+        PhaseSummary(phase=name, window_ms=w, comm_ms=c, compute_ms=x, hidden_ms=h, exposed_comm_ms=e, sources=tuple(sources[name]))
         for name, (w, c, x, h, e) in per_step.items()
     )
 

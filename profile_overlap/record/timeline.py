@@ -49,6 +49,15 @@ class TimelineRank(msgspec.Struct, frozen=True, kw_only=True):
     steps: tuple[TimelineStep, ...] = ()
     spans: tuple[TimelineSpan, ...] = ()
     phases: tuple[PhaseWindow, ...] = ()
+    wait: tuple[tuple[float, float], ...] = ()
+    """[start_us, end_us] of exposed instants waiting for a peer (analysis/exposed_timeline.py); this and
+    the next three are empty without the causes (one rank, no steps, or timelines written before them)."""
+    transfer: tuple[tuple[float, float], ...] = ()
+    """[start_us, end_us] of exposed instants moving data."""
+    critical: tuple[tuple[float, float, str], ...] = ()
+    """[start_us, end_us, piece] of the critical path on this rank."""
+    calls: tuple[tuple[str, str, int, int, float, float], ...] = ()
+    """[kind, phase, call, step, start_us, end_us] of the top calls."""
 
 
 class TimelineMode(msgspec.Struct, frozen=True, kw_only=True):

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
+from profile_overlap.render.exposed import console_lines as exposed_lines
 from profile_overlap.render.integrity import console_lines as integrity_lines
 from profile_overlap.render.numbers import grouped, nbytes
 
@@ -99,6 +100,9 @@ def print_notes(analysis: TraceAnalysis, console: Console) -> None:
             f"transfer = the fastest rank's duration, wait = the rest. Rank {analysis.slowest_rank} waits least: "
             f"the others wait for it."
         )
+    if analysis.exposed is not None:
+        for line in exposed_lines("these traces", analysis.exposed):
+            console.print(line, markup=False)
     for r in analysis.ranks:
         for note in r.notes:
             console.print(f"note: {note}", style="yellow")
