@@ -6,6 +6,8 @@ import pytest
 
 from conftest import cli
 
+pytestmark = pytest.mark.slow  # every test runs `python -m profile_overlap` in a subprocess
+
 
 def test_explain_prints_the_worked_example():
     proc = cli(["explain"])
