@@ -22,7 +22,6 @@ from profile_overlap.analysis.classify import (
     GLOO_EVENT_PREFIX,
     LIBRARY_OP_PREFIXES,
     MEMORY_KERNEL_RE,
-    PHASES,
     PROFILER_STEP_RE,
     SYNC_KERNEL_RE,
     collective_kind,
@@ -34,6 +33,7 @@ from profile_overlap.analysis.labels import Labeller
 from profile_overlap.analysis.trace import CPU_OP, GPU_USER_ANNOTATION, USER_ANNOTATION, Trace
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
+from profile_overlap.core.modes import PHASES
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from profile_overlap.analysis.classify import PHASES
 from profile_overlap.analysis.collectives import CollectiveInstance, CollectiveStats, collective_stats, number_calls
 from profile_overlap.analysis.events import EventIntervals, FileEvents, extract
 from profile_overlap.analysis.facts import RankFacts, rank_facts
@@ -22,6 +21,7 @@ from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TimelineSpan, tim
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
+from profile_overlap.core.modes import PHASES
 
 
 @dataclass(frozen=True)

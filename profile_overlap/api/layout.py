@@ -30,13 +30,12 @@ from pathlib import Path
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON
 from profile_overlap.core.io import write_text_atomic
+from profile_overlap.core.modes import JOB_MODE as JOB_MODE  # the one mode of a job's record
 
 STATE_DIR = ".profile_overlap"
 TRACE_SUFFIX = ".pt.trace.json.gz"
 PARTIAL_PREFIX = ".partial-"
 """A trace being written: hidden, and never ending in .json, so no reader takes it for a trace."""
-JOB_MODE = "job"
-"""The one mode of a job's record."""
 JOB_ENV = "PROFILE_OVERLAP_JOB"
 WAIT_ENV = "PROFILE_OVERLAP_JOB_WAIT_S"
 DEFAULT_WAIT_S = 60.0

@@ -17,6 +17,7 @@ import json
 import statistics
 from pathlib import Path
 
+from profile_overlap.core.modes import MODES, PHASES, SPEEDUP_BASELINE, SPEEDUP_MODE, YIELD_BASELINE, YIELD_MODE
 from profile_overlap.record import noise
 from profile_overlap.record.metrics import (
     SCHEMA_VERSION,
@@ -37,36 +38,18 @@ from profile_overlap.record.metrics import (
 )
 
 MIB = 2**20
-PHASE_ORDER = ("forward", "backward", "optimizer")
+PHASE_ORDER = PHASES
 """The analysis record's phases, in step order (definitions: "Phases")."""
 OTHER_PHASE = "other"
 """phase_collectives' phase for a collective issued outside every phase."""
-EXPECTED_BYTES = {
-    "sequential": (("backward", "all_reduce"),),
-    "split": (("backward", "reduce_scatter"),),
-    "split-blocking": (("backward", "reduce_scatter"), ("optimizer", "all_gather")),
-    "ddp": (("backward", "all_reduce"),),
-    "fsdp2": (("forward", "all_gather"), ("backward", "all_gather"), ("backward", "reduce_scatter")),
-}
-"""Per mode, the (phase, kind) rows that move every parameter byte once per step (definitions:
-`bytes_ratio`). fsdp2's backward all_gather only when it reshards after forward (else none). Not the
-split's all_gathers: those of the last profiled step run after its ProfilerStep window (split-blocking
-waits for each at once, inside the window)."""
 BYTES_PADDING = 0.02
 """How far above the expected ratio a row may be: each unit (ours) or parameter (fsdp2) is padded to a
 multiple of the world size, a few elements per unit; 0 with this package's models at world sizes that
 divide their sizes."""
-YIELD_MODE, YIELD_BASELINE = "split", "split-blocking"
-"""The overlap yield and the interference compare split against split-blocking: the same collectives
-and compute, overlapped and not."""
 HEADLINE_NAMES = (
     "speedup",
     "predicted_speedup",
-    "sequential_step_ms",
-    "split_step_ms",
-    "split_blocking_step_ms",
-    "ddp_step_ms",
-    "fsdp2_step_ms",
+    *(spec.step_headline for spec in MODES.values()),
     "overlap_yield_ms",
     "overlap_yield_pct",
     "overlap_pct",
@@ -100,7 +83,9 @@ def noise_summary(metrics: RunMetrics) -> noise.NoiseSummary:
         num_blocks=num_blocks,
         step_time_ms={n: noise.median_interval(b) for n, b in per_mode.items()},
         speedup_vs_first={n: noise.paired_ratio_interval(per_mode[first], per_mode[n]) for n in timed if first in per_mode and n != first},
-        speedup=noise.paired_ratio_interval(per_mode["sequential"], per_mode["split"]) if {"sequential", "split"} <= set(timed) else None,
+        speedup=noise.paired_ratio_interval(per_mode[SPEEDUP_BASELINE], per_mode[SPEEDUP_MODE])
+        if {SPEEDUP_BASELINE, SPEEDUP_MODE} <= set(timed)
+        else None,
         overlap_yield_ms=(
             noise.paired_difference_interval(per_mode[YIELD_BASELINE], per_mode[YIELD_MODE])
             if {YIELD_MODE, YIELD_BASELINE} <= set(timed)
@@ -123,9 +108,9 @@ def _within(a: StepTimes, b: StepTimes, interval: noise.Interval | None, *, null
 def speedup(modes: dict[str, ModeMetrics]) -> Speedup | None:
     """sequential / split median step time, and the ideal from the sequential mode's comm and
     compute (definitions: `speedup`, `predicted_speedup`). None unless both modes were timed."""
-    if not all(name in modes and modes[name].step_time.times_ms for name in ("sequential", "split")):
+    if not all(name in modes and modes[name].step_time.times_ms for name in (SPEEDUP_BASELINE, SPEEDUP_MODE)):
         return None
-    seq, split = modes["sequential"], modes["split"]
+    seq, split = modes[SPEEDUP_BASELINE], modes[SPEEDUP_MODE]
     measured = seq.step_time.median_ms / split.step_time.median_ms
     predicted = None
     if seq.analysis:
@@ -208,14 +193,16 @@ def _phase_collectives(ranks: list[dict], steps: int) -> tuple[PhaseCollective, 
 
 
 def bytes_checks(mode: str, rows: tuple[PhaseCollective, ...], param_bytes: int | None, *, reshard: bool) -> tuple[BytesCheck, ...]:
-    """The mode's EXPECTED_BYTES rows: bytes per step / the model's parameter bytes, against 1 (0 for
-    fsdp2's backward all_gather without resharding). Empty without attribution or parameter bytes."""
-    if not rows or not param_bytes or mode not in EXPECTED_BYTES:
+    """The mode's expected_bytes rows (core/modes.py): bytes per step / the model's parameter bytes,
+    against 1 (0 for a resharded_bytes row without resharding, as fsdp2's backward all_gather). Empty
+    without attribution or parameter bytes."""
+    spec = MODES.get(mode)
+    if not rows or not param_bytes or spec is None:
         return ()
     found = {(r.phase, r.kind): r for r in rows}
     checks = []
-    for phase, kind in EXPECTED_BYTES[mode]:
-        expected = 0.0 if (mode, phase, kind) == ("fsdp2", "backward", "all_gather") and not reshard else 1.0
+    for phase, kind in spec.expected_bytes:
+        expected = 0.0 if (phase, kind) in spec.resharded_bytes and not reshard else 1.0
         row = found.get((phase, kind))
         ratio = 0.0 if row is None else None if row.bytes_per_step is None else row.bytes_per_step / param_bytes
         matches = None if ratio is None else expected <= ratio <= expected + BYTES_PADDING
@@ -325,11 +312,7 @@ def _headline(metrics: RunMetrics, modes: dict[str, ModeSummary], main: str, gai
     return {
         "speedup": metrics.speedup.measured if metrics.speedup else None,
         "predicted_speedup": metrics.speedup.predicted if metrics.speedup else None,
-        "sequential_step_ms": step.get("sequential"),
-        "split_step_ms": step.get("split"),
-        "split_blocking_step_ms": step.get("split-blocking"),
-        "ddp_step_ms": step.get("ddp"),
-        "fsdp2_step_ms": step.get("fsdp2"),
+        **{spec.step_headline: step.get(name) for name, spec in MODES.items()},
         "overlap_yield_ms": gain.ms if gain else None,
         "overlap_yield_pct": gain.pct_of_comm if gain else None,
         "overlap_pct": x.overlap_pct,
@@ -347,8 +330,10 @@ def summarize(metrics: RunMetrics) -> RunSummary:
     names = list(metrics.modes)  # the run's order: the first mode is the reference
     reshard = metrics.config.get("reshard_after_forward", "true") != "false"
     modes = {name: summarize_mode(metrics.modes[name], reshard=reshard) for name in names}
-    main = "split" if "split" in modes else names[0]
-    timed = [metrics.modes[n].step_time for n in ("sequential", "split") if n in metrics.modes and metrics.modes[n].step_time.times_ms]
+    main = SPEEDUP_MODE if SPEEDUP_MODE in modes else names[0]
+    timed = [
+        metrics.modes[n].step_time for n in (SPEEDUP_BASELINE, SPEEDUP_MODE) if n in metrics.modes and metrics.modes[n].step_time.times_ms
+    ]
     spread = noise_summary(metrics)
     same = _within(*timed, spread.speedup) if len(timed) == 2 else None
     gain = overlap_yield(metrics, modes, spread)

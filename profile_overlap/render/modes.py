@@ -6,26 +6,10 @@ summary (record/summary.py); nothing is recomputed here.
 
 from __future__ import annotations
 
+from profile_overlap.core.modes import MODES
 from profile_overlap.record.metrics import BytesCheck, ModeSummary, PhaseCollective, RunMetrics
 from profile_overlap.record.summary import BYTES_PADDING, MIB, OTHER_PHASE
 from profile_overlap.render.document import Inline, Paragraph, Ref, Table, mib, ms, times
-
-MODE_TEXT = {
-    "sequential": "sequential (like DDP without its overlap): backward, then a blocking all_reduce of every gradient bucket, "
-    "then Adam on all parameters; communication and compute take turns.",
-    "split": "split (like ZeRO-2 / FSDP): in backward, each unit's bucket is reduce_scattered as soon as its gradients are "
-    "ready, beside the backward of earlier units; each rank runs Adam on its own 1/N shard only (so it keeps 1/N of the "
-    "optimizer state) and all_gathers the updated shards asynchronously, and the next forward pass waits for each unit's "
-    "gather just before that unit.",
-    "split-blocking": "split-blocking: split's collectives and compute, each collective waited for at once, so nothing "
-    "overlaps; against split it measures what overlapping wins.",
-    "ddp": "ddp: torch's DistributedDataParallel; autograd hooks all_reduce gradient buckets asynchronously while backward "
-    "still runs, and every rank keeps full parameters, gradients and Adam state.",
-    "fsdp2": "fsdp2: torch's fully_shard on every unit; each unit's parameters are all_gathered before its forward (and again "
-    "in backward when resharded after forward) and its gradients reduce_scattered in backward; Adam updates this rank's "
-    "1/N shards.",
-}
-"""One sentence per mode, for the report's setup (a mode not listed is named only)."""
 
 VERBS = {"all_reduce": "all-reduced", "reduce_scatter": "reduce-scattered", "all_gather": "all-gathered"}
 
@@ -36,7 +20,7 @@ def modes_text(m: RunMetrics) -> str:
     what = "What was compared" if len(names) > 1 else "What was run"
     ways = f", {len(names)} ways, in this order" if len(names) > 1 else ""
     text = f"{what}: one real training step (forward, loss, autograd backward, Adam){ways}. "
-    text += " ".join(MODE_TEXT.get(name, f"{name}.") for name in names)
+    text += " ".join(MODES[name].description if name in MODES else f"{name}." for name in names)
     if len(names) > 1:
         text += " AllReduce(X) == AllGather(ReduceScatter(X)), so every mode must end with the first mode's parameters; the run checks it."
     return text

@@ -13,22 +13,22 @@ import argparse
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal
 
 from profile_overlap.core.dtypes import DTYPE_BYTES
+from profile_overlap.core.modes import COMPARE_MODES, ENGINE_MODES, MODES
 from profile_overlap.run import flags
 from profile_overlap.run.flags import flag
 
-Dtype = Literal[tuple(DTYPE_BYTES)]  # the names, written once: the table's keys
-PipelineMode = Literal["sequential", "split", "split-blocking", "ddp", "fsdp2"]
+if TYPE_CHECKING:
+    Dtype = str
+    Mode = str
+else:
+    # The choices of --dtype and --mode, written once: the dtype table's keys and the mode registry's.
+    Dtype = Literal[tuple(DTYPE_BYTES)]
+    Mode = Literal[(*MODES, "compare")]
 Model = Literal["mlp", "transformer"]
-Mode = Literal[PipelineMode, "compare"]
 Backend = Literal["auto", "nccl", "gloo"]
-MODES: tuple[str, ...] = get_args(PipelineMode)
-COMPARE_MODES = ("sequential", "split", "split-blocking")
-"""What --mode compare runs without --modes: the schedules whose differences are only the
-collectives and whether they overlap. The engines (ddp, fsdp2) are opt-in: each adds a full run."""
-ENGINES = ("ddp", "fsdp2")
 
 # --help groups
 WORKLOAD = "pipeline and workload (a model trained with forward, autograd backward and Adam)"
@@ -196,7 +196,7 @@ class Config(JobSection):
                 raise ValueError(f"--modes {self.compare_modes!r}: give two or more different modes, comma-separated")
         if self.bucket_cap_mb <= 0:
             raise ValueError(f"--bucket-cap-mb must be positive, got {self.bucket_cap_mb:g}")
-        if self.dtype == "float16" and set(self.modes) & set(ENGINES):
+        if self.dtype == "float16" and set(self.modes) & set(ENGINE_MODES):
             raise ValueError(
                 "--dtype float16 with ddp or fsdp2: torch.optim.Adam keeps its moments in float16, where they flush to zero; "
                 "use float32 or bfloat16"

@@ -22,8 +22,12 @@ import torch
 from torch import nn
 from torch.profiler import record_function
 
+from profile_overlap.core.modes import MODES
 from profile_overlap.run import models
 from profile_overlap.run.pipelines import ADAM_BETAS, ADAM_EPS, Fault, maybe_fail
+
+ENGINES = ("DistributedDataParallel", "fully_shard")
+"""The torch engines build_state wraps a model in (core/modes.py: a mode's `engine`)."""
 
 
 @dataclass
@@ -80,13 +84,14 @@ def _local_or_full(t: torch.Tensor) -> torch.Tensor:
 def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.device, dtype: torch.dtype) -> EngineState:
     net = models.build_model(config, dtype=dtype, device=device)
     units = net.units()
-    if mode == "ddp":
+    engine = MODES[mode].engine if mode in MODES else None
+    if engine == "DistributedDataParallel":
         from torch.nn.parallel import DistributedDataParallel
 
         model = DistributedDataParallel(
             net, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=config.bucket_cap_mb
         )
-    elif mode == "fsdp2":
+    elif engine == "fully_shard":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 

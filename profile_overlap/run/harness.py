@@ -29,6 +29,7 @@ from profile_overlap.core import status as run_status
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import CONFIG_JSON, ENV_JSON, METRICS_JSON, TIMELINE_JSON
 from profile_overlap.core.io import write_json_atomic
+from profile_overlap.core.modes import ENGINE_MODES
 from profile_overlap.record import summary
 from profile_overlap.record.metrics import (
     SCHEMA_VERSION,
@@ -39,7 +40,7 @@ from profile_overlap.record.metrics import (
 )
 from profile_overlap.render import console, outputs
 from profile_overlap.run import engines, pipelines
-from profile_overlap.run.config import DTYPE_BYTES, ENGINES, Config
+from profile_overlap.run.config import DTYPE_BYTES, Config
 from profile_overlap.run.dtypes import torch_dtype
 from profile_overlap.run.environment import environment
 from profile_overlap.run.job import create_fresh_dir, failure_recorded, make_dir, process_group
@@ -71,9 +72,9 @@ class ModeRun:
 def prepare_mode(mode: str, *, config: Config, device: torch.device) -> ModeRun:
     """Build the mode's state and run its warmup steps, checking the decomposition on each."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    build = engines.build_state if mode in ENGINES else pipelines.build_state
+    build = engines.build_state if mode in ENGINE_MODES else pipelines.build_state
     state = build(mode, config=config, rank=rank, world_size=world, device=device, dtype=DTYPES[config.dtype])
-    run = ModeRun(mode, state, engines.engine_step if mode in ENGINES else pipelines.PIPELINES[mode])
+    run = ModeRun(mode, state, engines.engine_step if mode in ENGINE_MODES else pipelines.PIPELINES[mode])
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     checker = DecompositionChecker(state)
@@ -256,7 +257,7 @@ def _warmup_done(run: ModeRun, config: Config) -> list[str]:
     if run.failed:
         return ["verification FAILED on the warmup steps, so nothing was timed"]
     warmup = f"{config.warmup_steps} warmup step{'s' if config.warmup_steps != 1 else ''}"
-    return [warmup if run.mode in ENGINES else f"{warmup} verified"]
+    return [warmup if run.mode in ENGINE_MODES else f"{warmup} verified"]
 
 
 def _timed_done(mode: ModeMetrics, config: Config) -> list[str]:

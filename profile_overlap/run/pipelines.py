@@ -41,8 +41,6 @@ reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.red
 
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
-PHASES = ("forward", "backward", "optimizer")
-"""The record_function labels of a step's phases, in order."""
 
 FAULT_KINDS = ("corrupt", "nan", "kill", "hang")
 
@@ -331,7 +329,7 @@ def split_step(state: State, step: int) -> None:
                 state.pending_ag[unit.index] = handle
 
 
-PIPELINES: dict[str, Callable[[State, int], None]] = {
+PIPELINES: dict[str, Callable[[State, int], None]] = {  # every mode of core.modes.MODES without an engine
     "sequential": sequential_step,
     "split": split_step,
     "split-blocking": split_step,

@@ -16,11 +16,12 @@ from profile_overlap.analysis.record import timeline_record, to_json
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, TIMELINE_JSON
 from profile_overlap.core.io import write_json_atomic
+from profile_overlap.core.modes import TRACE_MODE
 from profile_overlap.record.metrics import SCHEMA_VERSION, ModeMetrics, RunMetrics, StepTimes
 from profile_overlap.record.summary import with_summary
 
-FOREIGN_MODE = "trace"
-"""The one mode of a record written for foreign traces (our runs have sequential / split)."""
+FOREIGN_MODE = TRACE_MODE
+"""The one mode of a record written for foreign traces (core/modes.py)."""
 
 
 def plugin_metrics(result: TraceAnalysis, *, out_dir: Path) -> RunMetrics:

@@ -7,7 +7,7 @@ timeline.json is optional. Routes, under /data/plugin/profile_overlap/:
 
     index.js, timeline.js,          the frontend: ES modules and a style sheet (no build step, no
     common.js, style.css            external request)
-    runs                            {"runs": [{"run", "modes", "world_size", "status", "has_timeline", "error"}]}
+    runs                            {"runs": [{"run", "modes", "mode_titles", "world_size", "status", "has_timeline", "error"}], "phases"}
                                     (status: status.json's state, e.g. succeeded or failed)
     metrics?run=R                   R/metrics.json, byte for byte
     timeline?run=R&mode=M           one mode of R/timeline.json (each rank's steps, spans and, where
@@ -32,6 +32,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from profile_overlap.analysis.spans import coarsen
+from profile_overlap.core import modes as registry
 from profile_overlap.core.files import METRICS_JSON, STATUS_JSON, TIMELINE_JSON
 
 PLUGIN_NAME = "profile_overlap"
@@ -74,6 +75,7 @@ def describe_run(logdir: Path, run_dir: Path) -> dict:
     entry = {
         "run": run_dir.relative_to(logdir).as_posix(),
         "modes": [],
+        "mode_titles": {},
         "world_size": None,
         "status": None,
         "has_timeline": (run_dir / TIMELINE_JSON).is_file(),
@@ -82,6 +84,7 @@ def describe_run(logdir: Path, run_dir: Path) -> dict:
     try:
         record = json.loads((run_dir / METRICS_JSON).read_text())
         entry["modes"] = list(record["modes"])
+        entry["mode_titles"] = {mode: registry.title(mode) for mode in entry["modes"]}
         entry["world_size"] = (record.get("env") or {}).get("world_size")
     except (OSError, ValueError, KeyError, TypeError) as err:
         entry["error"] = f"unreadable {METRICS_JSON}: {err}"
@@ -167,7 +170,8 @@ class OverlapPlugin(base_plugin.TBPlugin):
     def _serve_runs(self, request):
         logdir = self._logdir()
         runs = [describe_run(logdir, d) for d in find_runs(logdir)] if logdir else []
-        return http_util.Respond(request, {"logdir": str(logdir) if logdir else None, "runs": runs}, "application/json")
+        reply = {"logdir": str(logdir) if logdir else None, "runs": runs, "phases": list(registry.PHASES)}
+        return http_util.Respond(request, reply, "application/json")
 
     @wrappers.Request.application
     def _serve_metrics(self, request):

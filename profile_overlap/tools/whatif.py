@@ -27,13 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-from profile_overlap.analysis.classify import PHASES
 from profile_overlap.analysis.events import FileEvents, extract
 from profile_overlap.analysis.folder import find_trace_files
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import write_json_atomic
+from profile_overlap.core.modes import PHASES, SHARDED_MODES
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.whatif import SCHEMA, WHATIF_JSON, Crossover, SelfReplay, WhatifPoint, WhatifResult
 from profile_overlap.tools import whatif_model as model
@@ -233,7 +233,7 @@ def step_graph(
     """The mode's step with compute scaled and each collective costed by `durations(call, n)`;
     `body`: the measurement whose pre-forward, forward and backward time to use (default: m's own)."""
     body = body or m
-    shard = measured_world / world_size if m.mode in model.SHARDED_MODES else 1.0
+    shard = measured_world / world_size if m.mode in SHARDED_MODES else 1.0
     comms = tuple(
         model.Comm(kind=c.kind, nbytes=c.nbytes or 0, phase=c.phase, unit=u, dur_us=durations(c, world_size))
         for c, u in _assign_units(m, units)
@@ -280,7 +280,7 @@ def whatif(
 ) -> WhatifResult:
     """Measure the run, replay it at its own size (self-replay) and at every target point; the record."""
     run = load_run(run_dir)
-    modes = tuple(m for m in run.metrics.modes if m in model.MODES and run.metrics.modes[m].analysis)
+    modes = tuple(m for m in run.metrics.modes if m in model.BUILDERS and run.metrics.modes[m].analysis)
     notes: list[str] = [f"{m}: not modelled (no profiled traces)" for m in run.metrics.modes if m not in modes]
     if not modes:
         raise UserError(f"{run_dir} has no profiled mode to replay: rerun with --profile-steps 2 or more")
