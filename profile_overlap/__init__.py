@@ -10,6 +10,8 @@ Profile your own job (README, "Profile your own job"):
 The names below load on first use: importing the package starts nothing and imports no torch.
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -20,7 +22,7 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'profile_overlap' has no attribute {name!r}")
     import importlib

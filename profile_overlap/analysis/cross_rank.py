@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 
 from profile_overlap.analysis.clocks import ClockAlignment, align_clocks
-from profile_overlap.analysis.collectives import collective_stats
+from profile_overlap.analysis.collectives import CallKey, collective_stats
 from profile_overlap.analysis.integrity import Integrity, check_integrity
 from profile_overlap.analysis.per_rank import RankAnalysis
 
@@ -60,8 +60,8 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False,
     ]
 
     clocks = align_clocks({r.rank: r.instances for r in ranks})
-    durations: dict[tuple, list[float]] = defaultdict(list)
-    arrivals: dict[tuple, list[tuple[float, int]]] = defaultdict(list)
+    durations: dict[CallKey, list[float]] = defaultdict(list)
+    arrivals: dict[CallKey, list[tuple[float, int]]] = defaultdict(list)
     for r in ranks:
         for inst in r.instances:
             key = (inst.pg, inst.kind, inst.seq)

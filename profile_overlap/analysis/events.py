@@ -30,7 +30,7 @@ from profile_overlap.analysis.classify import (
 from profile_overlap.analysis.collectives import CollectiveCall, collective_nbytes
 from profile_overlap.analysis.facts import FileFacts, cpu_unclassified, file_facts
 from profile_overlap.analysis.labels import Labeller
-from profile_overlap.analysis.trace import CPU_OP, GPU_USER_ANNOTATION, USER_ANNOTATION, Trace
+from profile_overlap.analysis.trace import CPU_OP, GPU_USER_ANNOTATION, USER_ANNOTATION, Events, Trace
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.modes import PHASES
@@ -188,7 +188,7 @@ def _phase_windows(trace: Trace, main: int | None) -> list[tuple[int, float, flo
     return sorted((code_phase[int(cpu.name[r])], float(cpu.ts[r]), float(cpu.ts[r] + cpu.dur[r])) for r in rows)
 
 
-def _gpu_events(trace: Trace, labeller: Labeller):
+def _gpu_events(trace: Trace, labeller: Labeller) -> tuple[EventIntervals, EventIntervals, list[CollectiveCall], np.ndarray, np.ndarray]:
     k = trace.kernels
     is_comm_name = np.array([bool(COMM_KERNEL_RE.search(n)) for n in k.names])
     is_other_name = np.array([bool(MEMORY_KERNEL_RE.search(n) or SYNC_KERNEL_RE.search(n)) for n in k.names])
@@ -262,7 +262,9 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
     return calls
 
 
-def _cpu_events(trace: Trace, labeller: Labeller, main: int | None):
+def _cpu_events(
+    trace: Trace, labeller: Labeller, main: int | None
+) -> tuple[EventIntervals, EventIntervals, list[CollectiveCall], iv.Union]:
     cpu = trace.cpu
     # gloo:* annotations off the main thread are communication. Not by thread name alone: Kineto
     # can record a gloo worker under its pre-rename name ("python"), seen on torch 2.13, and a
@@ -284,7 +286,7 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None):
     tids = cpu.tid.astype(np.int64)
     # Gloo runs each work item in submission order, so the k-th gloo event is the k-th c10d op
     # (a reduce_scatter shows up as `gloo:all_reduce`); label it like the op.
-    op_of = _match_gloo_work(cpu, [r for r in c10d_rows if collective_kind(cpu.name_of(r))], gloo_rows)
+    op_of = _match_gloo_work(cpu, [int(r) for r in c10d_rows if collective_kind(cpu.name_of(r))], gloo_rows)
     comm_t = cpu.ts[gloo_rows].copy()
     comm_tid = tids[gloo_rows].copy()
     for i, op in enumerate(op_of):
@@ -321,7 +323,7 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None):
     return comm, compute, calls, exclude
 
 
-def _match_gloo_work(cpu, ops: list[int], gloo_rows: np.ndarray) -> list[int | None]:
+def _match_gloo_work(cpu: Events, ops: list[int], gloo_rows: np.ndarray) -> list[int | None]:
     """The c10d op of each gloo work event, or None. Gloo starts work items in submission order,
     so the k-th event is the k-th op, once events of ops submitted before the trace began (async
     ones still running, e.g. the previous step's all_gathers) are skipped; ops whose work had not
@@ -331,13 +333,13 @@ def _match_gloo_work(cpu, ops: list[int], gloo_rows: np.ndarray) -> list[int | N
         return [None] * gloo_rows.size
     lead = int(np.searchsorted(cpu.ts[gloo_rows], cpu.ts[ops[0]], side="left"))
     n = min(len(ops), gloo_rows.size - lead)
-    pairs = list(zip(gloo_rows[lead : lead + n], ops[:n]))
+    pairs = list(zip(gloo_rows[lead : lead + n].tolist(), ops[:n]))
     if any(cpu.ts[g] < cpu.ts[op] for g, op in pairs):
         return [None] * gloo_rows.size
     return [None] * lead + [op for _, op in pairs] + [None] * (gloo_rows.size - lead - n)
 
 
-def _call(kind: str, pg: str, nbytes: int | None, group: int | None, *, start, dur, launch) -> CollectiveCall:
+def _call(kind: str, pg: str, nbytes: int | None, group: int | None, *, start: float, dur: float, launch: float) -> CollectiveCall:
     return CollectiveCall(
         kind=kind, pg=pg, nbytes=nbytes, dur_us=float(dur), start_us=float(start), launch_us=float(launch), group_size=group
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from profile_overlap.analysis.collectives import CollectiveInstance, CollectiveStats, collective_stats, number_calls
+from profile_overlap.analysis.collectives import CollectiveCall, CollectiveInstance, CollectiveStats, collective_stats, number_calls
 from profile_overlap.analysis.events import EventIntervals, FileEvents, extract
 from profile_overlap.analysis.facts import RankFacts, rank_facts
 from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TimelineSpan, timeline_spans
@@ -91,6 +91,8 @@ class RankAnalysis:
     collectives: tuple[CollectiveStats, ...]
     instances: tuple[CollectiveInstance, ...]
     timeline: tuple[TimelineSpan, ...]
+    facts: RankFacts
+    """What the integrity checks rest on (analysis/facts.py)."""
     phases: tuple[PhaseMetrics, ...] = ()
     """Per phase, summed over the steps (empty without phase labels or steps)."""
     phase_collectives: tuple[PhaseCollectives, ...] = ()
@@ -98,23 +100,29 @@ class RankAnalysis:
     the calling thread; GPU: by their kernel's start, in the labels' device-side ranges)."""
     phase_windows: tuple[tuple[int, str, float, float], ...] = ()
     """(step, phase, start_us, end_us) of each phase range, clipped to the timeline's steps (for the figures)."""
-    facts: RankFacts | None = None
-    """What the integrity checks rest on (analysis/facts.py); None only in analyses built by hand."""
 
 
-def _measure(comm: iv.Union, compute: iv.Union) -> dict[str, float | None]:
+@dataclass(frozen=True)
+class _Overlap:
     """The overlap metrics of a comm and a compute union, by their field names in StepMetrics and RankAnalysis."""
+
+    comm_us: float
+    compute_us: float
+    overlap_us: float
+    exposed_comm_us: float
+    overlap_pct: float | None
+
+
+def _measure(comm: iv.Union, compute: iv.Union) -> _Overlap:
     comm_us = iv.length(comm)
-    compute_us = iv.length(compute)
     overlap_us = iv.intersection_length(comm, compute)
-    pct = 100 * overlap_us / comm_us if comm_us > 0 else None
-    return {
-        "comm_us": comm_us,
-        "compute_us": compute_us,
-        "overlap_us": overlap_us,
-        "exposed_comm_us": comm_us - overlap_us,
-        "overlap_pct": pct,
-    }
+    return _Overlap(
+        comm_us=comm_us,
+        compute_us=iv.length(compute),
+        overlap_us=overlap_us,
+        exposed_comm_us=comm_us - overlap_us,
+        overlap_pct=100 * overlap_us / comm_us if comm_us > 0 else None,
+    )
 
 
 def _hta_round(x: EventIntervals) -> EventIntervals:
@@ -200,16 +208,23 @@ def finish_rank(
     if windows is not None:
         comm_u, compute_u = iv.intersect(comm_u, windows), iv.intersect(compute_u, windows)
     phase, phase_start, phase_end = (np.concatenate([getattr(f, k) for f in files]) for k in ("phase", "phase_start", "phase_end"))
-    step_metrics = [
-        StepMetrics(
-            step=int(n),
-            start_us=float(s),
-            step_us=float(e - s),
-            **_measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e)),
-            phases=_phases(comm_u, compute_u, phase, phase_start, phase_end, s, e),
+    step_metrics = []
+    for n, s, e in zip(step_num.tolist(), step_start.tolist(), step_end.tolist()):
+        m = _measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e))
+        step_metrics.append(
+            StepMetrics(
+                step=int(n),
+                start_us=float(s),
+                step_us=float(e - s),
+                comm_us=m.comm_us,
+                compute_us=m.compute_us,
+                overlap_us=m.overlap_us,
+                exposed_comm_us=m.exposed_comm_us,
+                overlap_pct=m.overlap_pct,
+                phases=_phases(comm_u, compute_u, phase, phase_start, phase_end, s, e),
+            )
         )
-        for n, s, e in zip(step_num, step_start, step_end)
-    ]
+    whole = _measure(comm_u, compute_u)
 
     world = max((f.world_size for f in files if f.world_size), default=None)
     return RankAnalysis(
@@ -219,7 +234,11 @@ def finish_rank(
         files=tuple(f.path for f in files),
         notes=tuple(notes),
         world_size=world,
-        **_measure(comm_u, compute_u),
+        comm_us=whole.comm_us,
+        compute_us=whole.compute_us,
+        overlap_us=whole.overlap_us,
+        exposed_comm_us=whole.exposed_comm_us,
+        overlap_pct=whole.overlap_pct,
         steps=tuple(step_metrics),
         collectives=collective_stats(instances),
         instances=instances,
@@ -233,7 +252,9 @@ def finish_rank(
     )
 
 
-def _phases(comm_u: iv.Union, compute_u: iv.Union, phase, phase_start, phase_end, lo: float, hi: float) -> tuple[PhaseMetrics, ...]:
+def _phases(
+    comm_u: iv.Union, compute_u: iv.Union, phase: np.ndarray, phase_start: np.ndarray, phase_end: np.ndarray, lo: float, hi: float
+) -> tuple[PhaseMetrics, ...]:
     """Each phase's window in the step [lo, hi) and the comm and compute inside it."""
     out = []
     for index, name in enumerate(PHASES):
@@ -248,16 +269,18 @@ def _phases(comm_u: iv.Union, compute_u: iv.Union, phase, phase_start, phase_end
             PhaseMetrics(
                 phase=name,
                 window_us=iv.length(window),
-                comm_us=m["comm_us"],
-                compute_us=m["compute_us"],
-                overlap_us=m["overlap_us"],
-                exposed_comm_us=m["exposed_comm_us"],
+                comm_us=m.comm_us,
+                compute_us=m.compute_us,
+                overlap_us=m.overlap_us,
+                exposed_comm_us=m.exposed_comm_us,
             )
         )
     return tuple(out)
 
 
-def _phase_collectives(calls, phase, phase_start, phase_end) -> tuple[PhaseCollectives, ...]:
+def _phase_collectives(
+    calls: list[CollectiveCall], phase: np.ndarray, phase_start: np.ndarray, phase_end: np.ndarray
+) -> tuple[PhaseCollectives, ...]:
     """Per (phase, kind): the calls issued inside the phase's windows; a call outside every window
     goes by the engine labels around it (CollectiveCall.phase_hint), else to "other". Empty when the
     trace has neither phase labels nor engine labels."""
@@ -273,7 +296,7 @@ def _phase_collectives(calls, phase, phase_start, phase_end) -> tuple[PhaseColle
             where[inside] = index
             covered |= inside
     names = (*PHASES, "other")
-    groups: dict[tuple[int, str], list] = {}
+    groups: dict[tuple[int, str], list[CollectiveCall]] = {}
     for call, p in zip(calls, where.tolist()):
         groups.setdefault((p, call.kind), []).append(call)
     return tuple(
@@ -281,11 +304,17 @@ def _phase_collectives(calls, phase, phase_start, phase_end) -> tuple[PhaseColle
             phase=names[p],
             kind=kind,
             count=len(group),
-            nbytes=None if any(c.nbytes is None for c in group) else sum(c.nbytes for c in group),
+            nbytes=_total_bytes(group),
             dur_us=sum(c.dur_us for c in group),
         )
         for (p, kind), group in sorted(groups.items())
     )
+
+
+def _total_bytes(calls: list[CollectiveCall]) -> int | None:
+    """Their bytes together; None when the trace does not size one of them."""
+    sizes = [c.nbytes for c in calls if c.nbytes is not None]
+    return sum(sizes) if len(sizes) == len(calls) else None
 
 
 def _sum_phases(steps: list[StepMetrics]) -> tuple[PhaseMetrics, ...]:
@@ -298,7 +327,9 @@ def _sum_phases(steps: list[StepMetrics]) -> tuple[PhaseMetrics, ...]:
     return tuple(PhaseMetrics(name, *totals[name]) for name in PHASES if name in totals)
 
 
-def _phase_spans(phase, phase_start, phase_end, step_num, step_start, step_end) -> tuple[tuple[int, str, float, float], ...]:
+def _phase_spans(
+    phase: np.ndarray, phase_start: np.ndarray, phase_end: np.ndarray, step_num: np.ndarray, step_start: np.ndarray, step_end: np.ndarray
+) -> tuple[tuple[int, str, float, float], ...]:
     spans = []
     for n, lo, hi in list(zip(step_num.tolist(), step_start.tolist(), step_end.tolist()))[:MAX_TIMELINE_STEPS]:
         for p, a, b in zip(phase.tolist(), phase_start.tolist(), phase_end.tolist()):
@@ -325,7 +356,14 @@ def _cat(parts: list[EventIntervals], remap: list[np.ndarray]) -> EventIntervals
     )
 
 
-def _hta_filter(comm, compute, calls, step_num, step_start, step_end):
+def _hta_filter(
+    comm: EventIntervals,
+    compute: EventIntervals,
+    calls: list[CollectiveCall],
+    step_num: np.ndarray,
+    step_start: np.ndarray,
+    step_end: np.ndarray,
+) -> tuple[EventIntervals, EventIntervals, list[CollectiveCall], np.ndarray, np.ndarray, np.ndarray, str | None]:
     """Holistic Trace Analysis's default (`include_last_profiler_step=False`), reproduced:
     HTA's `Trace._filter_irrelevant_gpu_kernels` keeps the CPU events that start before the
     *start* of the last ProfilerStep, then keeps only the GPU kernels whose `correlation`

@@ -4,8 +4,11 @@ metrics.json) and timeline.json (`timeline_record`). Keys only ever get added (o
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from profile_overlap.analysis.cross_rank import TraceAnalysis
+from profile_overlap.analysis.per_rank import PhaseMetrics
 
 TIMELINE_SCHEMA = (
     "spans are [step, start_us, end_us, kind (comm|compute), label]; phases are [step, phase, start_us, end_us]; "
@@ -13,7 +16,7 @@ TIMELINE_SCHEMA = (
 )
 
 
-def timeline_record(analyses: dict[str, TraceAnalysis | None]) -> dict:
+def timeline_record(analyses: Mapping[str, TraceAnalysis | None]) -> dict[str, Any]:
     """timeline.json: per mode and rank, the profiled steps' windows and their compute and
     communication spans (merged at display resolution by the analysis), for the figures. Each
     aligned rank's times are on the reference rank's clock (clocks.py), so ranks compare in time."""
@@ -45,7 +48,7 @@ def _num(x: float | None, digits: int = 3) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
-def _phases_json(phases) -> list[dict]:
+def _phases_json(phases: Sequence[PhaseMetrics]) -> list[dict[str, Any]]:
     return [
         {
             "phase": p.phase,
@@ -59,7 +62,7 @@ def _phases_json(phases) -> list[dict]:
     ]
 
 
-def _plain(x):
+def _plain(x: object) -> object:
     """Figures as JSON has them: string keys (ranks), lists for tuples."""
     if isinstance(x, dict):
         return {str(k): _plain(v) for k, v in x.items()}
@@ -73,7 +76,7 @@ def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else _num(x)
 
 
-def integrity_json(analysis: TraceAnalysis) -> dict:
+def integrity_json(analysis: TraceAnalysis) -> dict[str, Any]:
     """The record's `integrity`: every check, and each rank's clock offset (µs) against the
     reference rank with its uncertainty (ranks whose offset is unknown are absent)."""
     clocks = analysis.clocks
@@ -95,7 +98,7 @@ def integrity_json(analysis: TraceAnalysis) -> dict:
     }
 
 
-def to_json(analysis: TraceAnalysis) -> dict:
+def to_json(analysis: TraceAnalysis) -> dict[str, Any]:
     """The `analyze --json` record (schema in the README, "Output")."""
     waits = {w.rank: w for w in analysis.waits}
     ranks = []
