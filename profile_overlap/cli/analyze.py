@@ -152,7 +152,7 @@ def render(analysis, console) -> None:
     styles = {"error": "bold red", "warning": "yellow"}
     for line in integrity_lines(analysis.integrity.checks):
         status = next((s for s in styles if line.startswith(f"integrity: {s.upper()}")), None)
-        console.print(line, style=styles.get(status, ""), markup=False)
+        console.print(line, style=styles[status] if status else "", markup=False)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -121,6 +121,7 @@ def main(args: argparse.Namespace) -> int:
         gated = load_run(run_dir)
     for path in written:
         print(f"wrote {path}")
+    assert gated.metrics.summary is not None  # load_run reads records with their summary
     return gate(gated.metrics.summary.headline, args.fail_if, run_name=gated.name)
 
 

@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from profile_overlap.core.dtypes import DTYPE_BYTES
 from profile_overlap.core.modes import COMPARE_MODES, ENGINE_MODES, MODES
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 else:
     # The choices of --dtype and --mode, written once: the dtype table's keys and the mode registry's.
     Dtype = Literal[tuple(DTYPE_BYTES)]
-    Mode = Literal[(*MODES, "compare")]
+    Mode = Literal[tuple([*MODES, "compare"])]
 Model = Literal["mlp", "transformer"]
 Backend = Literal["auto", "nccl", "gloo"]
 
@@ -81,14 +81,15 @@ class JobSection:
     """
 
     job: JobConfig
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # every subclass is a dataclass
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         # Reached only when ordinary lookup fails.
         if name not in JOB_FLAGS:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(self.job, name)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Every flag's value, flat (config.json)."""
         return flags.flat_dict(self)
 
@@ -169,10 +170,12 @@ class Config(JobSection):
         for name, value in MODEL_DEFAULTS[self.model].items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
+        layers, dim, batch = self.layers, self.dim, self.batch
+        assert layers is not None and dim is not None and batch is not None  # the model's defaults, just filled in
         for option, value in (
-            ("--layers", self.layers),
-            ("--dim", self.dim),
-            ("--batch", self.batch),
+            ("--layers", layers),
+            ("--dim", dim),
+            ("--batch", batch),
             ("--steps", self.steps),
             ("--repeats", self.repeats),
             ("--heads", self.heads),
@@ -183,7 +186,7 @@ class Config(JobSection):
         for option, value in (("--warmup-steps", self.warmup_steps), ("--profile-steps", self.profile_steps)):
             if value < 0:
                 raise ValueError(f"{option} must be 0 or more, got {value}")
-        if self.model == "transformer" and self.dim % self.heads:
+        if self.model == "transformer" and dim % self.heads:
             raise ValueError(f"--dim {self.dim} is not divisible by --heads {self.heads}: each head gets dim/heads channels")
         if self.compare_modes is not None:
             if self.mode != "compare":
@@ -219,6 +222,7 @@ class Config(JobSection):
 
     def check_world_size(self, world_size: int) -> None:
         """Checks that need the world size, made on every rank before any collective."""
+        assert self.dim is not None  # filled in by __post_init__
         if self.dim % world_size:
             raise ValueError(
                 f"--dim {self.dim} is not divisible by the world size {world_size}: "

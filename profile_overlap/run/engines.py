@@ -24,6 +24,7 @@ from torch.profiler import record_function
 
 from profile_overlap.core.modes import MODES
 from profile_overlap.run import models
+from profile_overlap.run.config import Config
 from profile_overlap.run.pipelines import ADAM_BETAS, ADAM_EPS, Fault, maybe_fail
 
 ENGINES = ("DistributedDataParallel", "fully_shard")
@@ -37,7 +38,7 @@ class EngineState:
     mode: str
     rank: int
     world_size: int
-    config: object
+    config: Config
     device: torch.device
     dtype: torch.dtype
     model: nn.Module
@@ -45,8 +46,6 @@ class EngineState:
     units: list[nn.Module]
     optimizer: torch.optim.Optimizer
     fault: Fault | None = None
-    check: object = None
-    """Unused: the engines reduce inside torch, where the pipelines' bucket check cannot look."""
 
     @property
     def params(self) -> list[torch.Tensor]:
@@ -85,6 +84,7 @@ def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.
     net = models.build_model(config, dtype=dtype, device=device)
     units = net.units()
     engine = MODES[mode].engine if mode in MODES else None
+    model: nn.Module
     if engine == "DistributedDataParallel":
         from torch.nn.parallel import DistributedDataParallel
 
@@ -98,7 +98,8 @@ def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.
         mesh = init_device_mesh(device.type, (world_size,))
         for unit in units:
             fully_shard(unit, mesh=mesh, reshard_after_forward=config.reshard)
-        model = fully_shard(net, mesh=mesh)
+        fully_shard(net, mesh=mesh)
+        model = net  # fully_shard shards in place: the same module, its class now also an FSDPModule
     else:
         raise ValueError(f"not an engine: {mode}")
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=ADAM_BETAS, eps=ADAM_EPS)

@@ -33,6 +33,7 @@ from profile_overlap.core.modes import ENGINE_MODES
 from profile_overlap.record import summary
 from profile_overlap.record.metrics import (
     SCHEMA_VERSION,
+    CheckResult,
     Memory,
     ModeMetrics,
     RunMetrics,
@@ -56,10 +57,11 @@ class ModeRun:
     """One mode on this rank while the job runs: its state, its next step and what it measured."""
 
     mode: str
-    state: object
-    step_fn: Callable
+    state: pipelines.State | engines.EngineState
+    step_fn: Callable[..., None]
+    """The mode's step: run/pipelines.py PIPELINES[mode] for a State, engines.engine_step for an EngineState."""
     step: int = 0
-    checks: list = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
     blocks: list[list[float]] = field(default_factory=list)
     """This rank's step times (ms) of each block of timed steps."""
 
@@ -77,13 +79,17 @@ def prepare_mode(mode: str, *, config: Config, device: torch.device) -> ModeRun:
     run = ModeRun(mode, state, engines.engine_step if mode in ENGINE_MODES else pipelines.PIPELINES[mode])
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    checker = DecompositionChecker(state)
-    state.check = checker.check_bucket
+    # The engines reduce inside torch, where the bucket check cannot look: only our pipelines are checked.
+    checker = None
+    if isinstance(state, pipelines.State):
+        checker = DecompositionChecker(state)
+        state.check = checker.check_bucket
     for _ in range(config.warmup_steps):
         run.step_fn(state, run.step)
         run.step += 1
-    state.check = None
-    run.checks = [checker.result()] if checker.steps else []
+    if isinstance(state, pipelines.State):
+        state.check = None
+    run.checks = [checker.result()] if checker is not None and checker.steps else []
     return run
 
 
@@ -184,7 +190,7 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
         run_status.write(run_dir, "running")
 
     modes: dict[str, ModeMetrics] = {}
-    analyses: dict[str, TraceAnalysis] = {}
+    analyses: dict[str, TraceAnalysis | None] = {}
     final_params: dict[str, list[torch.Tensor]] = {}
     if rank == 0:
         rank_output.say(f"profile_overlap {config.mode}: {env['world_size']} ranks, {backend} ({device.type}); run folder {run_dir}")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
@@ -33,6 +34,7 @@ from torch import nn
 from torch.profiler import record_function
 
 from profile_overlap.run import models
+from profile_overlap.run.config import Config
 
 # torch 2.13 renamed all_gather_into_tensor / reduce_scatter_tensor to *_single (same semantics);
 # older releases only have the old names.
@@ -99,10 +101,15 @@ class FlatUnit:
         """The unit's gradients as one padded flat bucket; the parameters' own .grad are freed."""
         if out is None:
             out = self.flat.new_zeros(self.padded)
-        torch.cat([p.grad.reshape(-1) for p in self.params], out=out[: self.numel])
+        torch.cat([_grad(p).reshape(-1) for p in self.params], out=out[: self.numel])
         for p in self.params:
             p.grad = None
         return out
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    assert p.grad is not None, "a parameter without a gradient after backward"
+    return p.grad
 
 
 @dataclass
@@ -112,11 +119,11 @@ class State:
     mode: str
     rank: int
     world_size: int
-    config: object
+    config: Config
     device: torch.device
     dtype: torch.dtype
     lr: float
-    model: nn.Module
+    model: models.MLP | models.Transformer
     units: list[FlatUnit]
     exp_avg: list[torch.Tensor]
     """Adam first moment, float32: the whole unit (sequential) or this rank's shard (split modes)."""
@@ -130,9 +137,9 @@ class State:
     step: int = 0
     check: Callable[[int, int, torch.Tensor], None] | None = None
     """Called with (step, unit, flat gradient bucket) before the bucket is reduced (the warmup checks)."""
-    pending_rs: dict[int, tuple[object, torch.Tensor]] = field(default_factory=dict)
+    pending_rs: dict[int, tuple[dist.Work, torch.Tensor]] = field(default_factory=dict)
     """unit -> (reduce_scatter handle, its input bucket), started in backward, consumed by the optimizer."""
-    pending_ag: dict[int, object] = field(default_factory=dict)
+    pending_ag: dict[int, dist.Work] = field(default_factory=dict)
     ready: list[int] = field(default_factory=list)
     """Units whose reduce_scatter was started this step, in that order."""
 
@@ -222,7 +229,14 @@ def adam_(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_av
         param.copy_(param.float().addcdiv_(exp_avg, denom, value=-step_size))
 
 
-def maybe_fail(state: State, step: int) -> None:
+class Faulty(Protocol):
+    """What maybe_fail reads of a pipeline's or an engine's state."""
+
+    rank: int
+    fault: Fault | None
+
+
+def maybe_fail(state: Faulty, step: int) -> None:
     fault = state.fault
     if fault is None or not fault.hits(rank=state.rank, step=step):
         return
