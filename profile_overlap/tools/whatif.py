@@ -191,8 +191,9 @@ def find_units(measured: dict[str, Measured], notes: list[str]) -> Units:
         if m is None:
             continue
         kind = "all_reduce" if mode == "sequential" else "reduce_scatter"
-        sizes = [c.nbytes for c in m.calls if c.phase == "backward" and c.kind == kind]
-        if sizes and all(s for s in sizes):
+        calls = [c for c in m.calls if c.phase == "backward" and c.kind == kind]
+        sizes = [c.nbytes for c in calls if c.nbytes]
+        if sizes and len(sizes) == len(calls):
             nbytes = tuple(reversed(sizes))
             by_bytes = tuple(s / sum(nbytes) for s in nbytes)
             cuts = next((x.backward_cuts for x in measured.values() if x.backward_cuts and len(x.backward_cuts) == len(nbytes)), None)
