@@ -25,6 +25,12 @@ class ModeSpec:
     sharded: bool
     """Its optimizer updates a 1/N shard of the parameters and keeps 1/N of the optimizer state, so
     its optimizer compute scales with 1/N (whatif)."""
+    overlaps: bool
+    """Its collectives may run beside compute. False: each is waited for at once, so nothing overlaps
+    and its compute times are clean (whatif borrows them)."""
+    same_compute: bool
+    """Its forward and backward run the model's own operators only, as every such mode does (False for
+    fully_shard, whose gathers add copies): whatif may give it a clean mode's compute times."""
     expected_bytes: tuple[tuple[str, str], ...]
     """The (phase, kind) rows that move every parameter byte once per step (definitions: `bytes_ratio`)."""
     resharded_bytes: tuple[tuple[str, str], ...] = ()
@@ -48,6 +54,8 @@ MODES: dict[str, ModeSpec] = {
             "bucket, then Adam on all parameters; communication and compute take turns.",
             engine=None,
             sharded=False,
+            overlaps=False,
+            same_compute=True,
             expected_bytes=(("backward", "all_reduce"),),
             in_compare=True,
         ),
@@ -60,6 +68,8 @@ MODES: dict[str, ModeSpec] = {
             "waits for each unit's gather just before that unit.",
             engine=None,
             sharded=True,
+            overlaps=True,
+            same_compute=True,
             # Not its all_gathers: those of the last profiled step run after its ProfilerStep window.
             expected_bytes=(("backward", "reduce_scatter"),),
             in_compare=True,
@@ -71,6 +81,8 @@ MODES: dict[str, ModeSpec] = {
             "overlaps; against split it measures what overlapping wins.",
             engine=None,
             sharded=True,
+            overlaps=False,
+            same_compute=True,
             # It waits for each all_gather at once, inside the ProfilerStep window.
             expected_bytes=(("backward", "reduce_scatter"), ("optimizer", "all_gather")),
             in_compare=True,
@@ -82,6 +94,8 @@ MODES: dict[str, ModeSpec] = {
             "while backward still runs, and every rank keeps full parameters, gradients and Adam state.",
             engine="DistributedDataParallel",
             sharded=False,
+            overlaps=True,
+            same_compute=True,
             expected_bytes=(("backward", "all_reduce"),),
         ),
         ModeSpec(
@@ -92,6 +106,8 @@ MODES: dict[str, ModeSpec] = {
             "Adam updates this rank's 1/N shards.",
             engine="fully_shard",
             sharded=True,
+            overlaps=True,
+            same_compute=False,
             expected_bytes=(("forward", "all_gather"), ("backward", "all_gather"), ("backward", "reduce_scatter")),
             resharded_bytes=(("backward", "all_gather"),),
         ),

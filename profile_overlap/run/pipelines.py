@@ -33,6 +33,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.profiler import record_function
 
+from profile_overlap.core.modes import MODES
 from profile_overlap.run import models
 from profile_overlap.run.config import Config
 
@@ -167,7 +168,7 @@ class State:
 def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.device, dtype: torch.dtype) -> State:
     model = models.build_model(config, dtype=dtype, device=device)
     units = [FlatUnit(i, m, world_size=world_size, rank=rank) for i, m in enumerate(model.units())]
-    split = mode != "sequential"
+    split = MODES[mode].sharded
     like = [u.shard if split else u.flat for u in units]
     state = State(
         mode=mode,
@@ -186,7 +187,7 @@ def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.
         fault=Fault.from_env(),
     )
     if split:
-        _install_split_hooks(state, blocking=mode == "split-blocking")
+        _install_split_hooks(state, blocking=not MODES[mode].overlaps)
     return state
 
 
@@ -320,7 +321,7 @@ def split_step(state: State, step: int) -> None:
     maybe_fail(state, step)
     state.ready.clear()
     _forward_backward(state, step)
-    blocking = state.mode == "split-blocking"
+    blocking = not MODES[state.mode].overlaps
     state.adam_step += 1
     scale = 1.0 / state.world_size
     with record_function("optimizer"):

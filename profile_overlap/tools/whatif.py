@@ -33,13 +33,15 @@ from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import write_json_atomic
-from profile_overlap.core.modes import PHASES, SHARDED_MODES
+from profile_overlap.core.modes import MODES, PHASES, SHARDED_MODES
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.whatif import SCHEMA, WHATIF_JSON, Crossover, SelfReplay, WhatifPoint, WhatifResult
 from profile_overlap.tools import whatif_model as model
 
-SAME_BODY = ("sequential", "split", "split-blocking", "ddp")
+SAME_BODY = tuple(name for name, spec in MODES.items() if spec.same_compute)
 """Modes that run the same forward and backward operators (fsdp2 adds its gathers' copies)."""
+CLEAN = tuple(name for name, spec in MODES.items() if not spec.overlaps)
+"""Modes whose collectives never run beside compute, so their compute times are clean: the first measured one lends them."""
 
 
 @dataclass(frozen=True)
@@ -297,7 +299,7 @@ def whatif(
     # Our three schedules and ddp run the same forward and backward operators (fsdp2 adds its own
     # copies); the model has no contention, so predictions take them from a mode where compute
     # never runs beside communication.
-    clean = next((measured[m] for m in ("sequential", "split-blocking") if m in measured), None)
+    clean = next((measured[m] for m in CLEAN if m in measured), None)
     if clean is not None:
         same = ", ".join(m for m in modes if m in SAME_BODY)
         notes.append(f"forward and backward time of {same} from {clean.mode}, where no communication runs beside compute")
