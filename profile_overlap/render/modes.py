@@ -154,7 +154,7 @@ def attribution_blocks(m: RunMetrics, s: dict[str, ModeSummary]) -> tuple:
 
 def expectation(m: RunMetrics, mode: str, c: BytesCheck) -> str:
     """Why this row should move what it expects, in a few words."""
-    if mode == "fsdp2" and c.kind == "all_gather" and c.phase == "backward":
+    if mode in MODES and (c.phase, c.kind) in MODES[mode].resharded_bytes:
         return "none: not resharded after forward" if c.expected == 0 else "again: resharded after forward"
     return "every parameter byte once"
 

@@ -228,7 +228,7 @@ class Config(JobSection):
                 f"--dim {self.dim} is not divisible by the world size {world_size}: "
                 f"each rank owns dim/{world_size} rows of every weight, as FSDP shards them; use a multiple of {world_size}"
             )
-        if "fsdp2" in self.modes and self.model == "transformer" and self.seq_len % world_size:
+        if any(MODES[m].engine == "fully_shard" for m in self.modes) and self.model == "transformer" and self.seq_len % world_size:
             raise ValueError(
                 f"--seq-len {self.seq_len} is not divisible by the world size {world_size}: fsdp2 shards the position "
                 f"embedding's {self.seq_len} rows over the ranks; use a multiple of {world_size}"

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from profile_overlap.core.modes import MODES
 from profile_overlap.tools.whatif_replay import COMM, COMPUTE, StepTimes, Task, replay, step_times
 
 _RING_STEPS = {
@@ -133,7 +134,7 @@ def _sequential(graph: StepGraph, out: list[Task], step: int, carry: dict) -> No
 
 
 def _split(graph: StepGraph, out: list[Task], step: int, carry: dict) -> None:
-    blocking = graph.mode == "split-blocking"
+    blocking = not MODES[graph.mode].overlaps
     gathers: dict[int, int] = carry.get("ag", {})
     rs_of = {c.unit: c for c in _comms(graph, "backward", "reduce_scatter")}
     ag_of = {c.unit: c for c in _comms(graph, "optimizer", "all_gather")}
