@@ -55,3 +55,11 @@ def test_the_overlap_tab_titles_each_mode_from_the_registry(tmp_path):
     row = describe_run(tmp_path, run_dir)
     assert row["mode_titles"] == {"sequential": MODES["sequential"].title, "split": MODES["split"].title}
     assert registry.title(registry.TRACE_MODE).startswith("trace: ") and registry.title("zero3") == "zero3"
+
+
+def test_every_headline_name_is_defined_in_the_metrics_section():
+    """A new mode brings a new headline (`<mode>_step_ms`): the Metrics section must define it."""
+    readme = (REPO / "README.md").read_text()
+    names = readme[readme.index("### Headline names") : readme.index("\n## ", readme.index("### Headline names"))]
+    for name in HEADLINE_NAMES:
+        assert f"`{name}`" in names, f"{name} is not in README's Headline names"
