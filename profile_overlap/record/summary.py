@@ -353,6 +353,13 @@ def with_summary(metrics: RunMetrics) -> RunMetrics:
     return dataclasses.replace(metrics, summary=summarize(metrics))
 
 
+def summary_of(metrics: RunMetrics) -> RunSummary:
+    """The record's summary, for its readers: with_summary and load_metrics always fill it (it is None
+    only while with_summary builds the record)."""
+    assert metrics.summary is not None, "a record is read only once summarized (with_summary, load_metrics)"
+    return metrics.summary
+
+
 def load_metrics(path: Path) -> RunMetrics:
     """metrics.json read back. A record of an older schema gets its summary (re)computed here, from
     its own measurements: version 1 had none, version 2 lacks the phases, yield and interference."""

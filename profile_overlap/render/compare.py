@@ -7,15 +7,15 @@ import json
 
 from profile_overlap.record import noise
 from profile_overlap.record.folder import Run
-from profile_overlap.record.summary import HEADLINE_NAMES, compare_runs
+from profile_overlap.record.summary import HEADLINE_NAMES, compare_runs, summary_of
 from profile_overlap.render.document import Code, Paragraph, Ref, Report, Section, Table, ms
 from profile_overlap.render.modes import speedup_cell
 from profile_overlap.render.report import reproduce_command
 
 
 def build_compare(a: Run, b: Run) -> Report:
-    ha, hb = a.metrics.summary.headline, b.metrics.summary.headline
-    sa, sb = a.metrics.summary.modes, b.metrics.summary.modes
+    ha, hb = summary_of(a.metrics).headline, summary_of(b.metrics).headline
+    sa, sb = summary_of(a.metrics).modes, summary_of(b.metrics).modes
     rows = []
     for name in HEADLINE_NAMES:
         x, y = ha.get(name), hb.get(name)
@@ -31,9 +31,9 @@ def build_compare(a: Run, b: Run) -> Report:
         caption=(
             "Names as in --fail-if (see Headline names in the definitions)."
             + (
-                f" overlap_pct, exposed_comm_ms, comm_ms, compute_ms and optimizer_state_mib are of {a.metrics.summary.headline_mode} "
-                f"in A and of {b.metrics.summary.headline_mode} in B."
-                if a.metrics.summary.headline_mode != b.metrics.summary.headline_mode
+                f" overlap_pct, exposed_comm_ms, comm_ms, compute_ms and optimizer_state_mib are of {summary_of(a.metrics).headline_mode} "
+                f"in A and of {summary_of(b.metrics).headline_mode} in B."
+                if summary_of(a.metrics).headline_mode != summary_of(b.metrics).headline_mode
                 else ""
             ),
         ),
@@ -161,11 +161,11 @@ def _spread(run: Run, mode: str) -> str:
 
 
 def _has_blocks(run: Run) -> bool:
-    return bool(run.metrics.summary.noise) and run.metrics.summary.noise.num_blocks > 1
+    return bool(summary_of(run.metrics).noise) and summary_of(run.metrics).noise.num_blocks > 1
 
 
 def _interval(run: Run, mode: str) -> str:
-    x = run.metrics.summary.noise.step_time_ms.get(mode) if mode in run.metrics.modes else None
+    x = summary_of(run.metrics).noise.step_time_ms.get(mode) if mode in run.metrics.modes else None
     return f"{ms(x.low)} – {ms(x.high)}" if x else "–"
 
 
@@ -179,7 +179,7 @@ def _vs_first(run: Run, mode: str) -> str:
 
 
 def compare_record(a: Run, b: Run) -> dict:
-    ha, hb = a.metrics.summary.headline, b.metrics.summary.headline
+    ha, hb = summary_of(a.metrics).headline, summary_of(b.metrics).headline
     return {
         "a": {"run_dir": str(a.dir), "headline": ha},
         "b": {"run_dir": str(b.dir), "headline": hb},

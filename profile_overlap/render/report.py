@@ -20,6 +20,7 @@ import json
 from profile_overlap.core.dtypes import DTYPE_BYTES
 from profile_overlap.record.folder import Run
 from profile_overlap.record.metrics import CheckResult, ModeSummary, RunMetrics
+from profile_overlap.record.summary import summary_of
 from profile_overlap.render import integrity, modes, notes, whatif
 from profile_overlap.render.document import (
     Code,
@@ -58,7 +59,7 @@ from profile_overlap.render.report_tables import (
 
 def build(run: Run) -> Report:
     m = run.metrics
-    s = m.summary.modes
+    s = summary_of(m).modes
 
     sections = (
         Section("verdict", "Verdict", verdict_blocks(run)),
@@ -82,7 +83,7 @@ def build(run: Run) -> Report:
 
 def verdict_blocks(run: Run) -> tuple:
     """The headline sentence, then every mode against the first where the headline does not say it all."""
-    m, s = run.metrics, run.metrics.summary.modes
+    m, s = run.metrics, summary_of(run.metrics).modes
     blocks = [Paragraph(verdict(m, s), tone="verdict_failed" if run.failed else "verdict"), *integrity.verdict_paragraphs(m)]
     others = modes.versus_first(m)
     if others is not None and m.passed and m.speedup and set(s) - {"sequential", "split"}:
@@ -132,7 +133,7 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
     if len(s) > 1 and not m.speedup:
         return modes.versus_first(m)
     if len(s) == 1:
-        name = m.summary.headline_mode
+        name = summary_of(m).headline_mode
         one = s[name]
         text: list = [f"{name} only: median step ", Ref(f"{ms(m.modes[name].step_time.median_ms)} ms", "step_time_ms")]
         if one.comm_ms:
@@ -164,8 +165,8 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
         " of communication per step behind compute",
     )
     speed = m.speedup.measured
-    interval = m.summary.noise.speedup if m.summary.noise else None
-    if m.summary.within_noise:
+    interval = summary_of(m).noise.speedup if summary_of(m).noise else None
+    if summary_of(m).within_noise:
         return (
             "split and sequential took the same time, ",
             Ref("within run-to-run noise", "within_noise"),
