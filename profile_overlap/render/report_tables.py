@@ -4,6 +4,7 @@ transfer per rank)."""
 
 from __future__ import annotations
 
+from profile_overlap.core.modes import YIELD_BASELINE, YIELD_MODE
 from profile_overlap.record.folder import Run
 from profile_overlap.record.metrics import ModeSummary, RunMetrics
 from profile_overlap.record.summary import summary_of
@@ -209,7 +210,8 @@ def yield_blocks(m: RunMetrics) -> tuple:
             text += [", ", Ref(f"{pct(y.pct_of_comm)}%", "overlap_yield_pct"), f" of {y.baseline}'s ", Ref(f"{ms(comm)} ms", "comm_ms")]
             text.append(" of communication per step")
         if y.within_noise:
-            interval = summary_of(m).noise.overlap_yield_ms if summary_of(m).noise else None
+            noise = summary_of(m).noise
+            interval = noise.overlap_yield_ms if noise else None
             text += [*noise_reason(m, interval, within=True, unit="ms"), ": ", Ref("within run-to-run noise", "within_noise")]
         blocks.append(Paragraph((*text, "."), tone="verdict"))
         blocks.append(
@@ -222,8 +224,12 @@ def yield_blocks(m: RunMetrics) -> tuple:
             )
         )
     if rows:
-        mode, baseline = (y.mode, y.baseline) if y else ("split", "split-blocking")
-        known = [x for x in rows if x.pct is not None]
+        mode, baseline = (y.mode, y.baseline) if y else (YIELD_MODE, YIELD_BASELINE)
+        known = [
+            (abs(x.compute_ms - x.baseline_compute_ms), x.pct, x)
+            for x in rows
+            if x.pct is not None and x.compute_ms is not None and x.baseline_compute_ms is not None
+        ]
         text = [
             Ref("Interference", "interference_pct"),
             f": how much slower each phase's compute ran in {mode}, with communication running beside it, than the same "
@@ -231,10 +237,10 @@ def yield_blocks(m: RunMetrics) -> tuple:
             "of its yield.",
         ]
         if known:
-            worst = max(known, key=lambda x: abs(x.compute_ms - x.baseline_compute_ms))
+            _, worst_pct, worst = max(known, key=lambda row: row[0])
             text += [
-                f" The most time {'lost' if worst.pct >= 0 else 'gained'}: {worst.phase}, ",
-                Ref(f"{worst.pct:+.1f}%", "interference_pct"),
+                f" The most time {'lost' if worst_pct >= 0 else 'gained'}: {worst.phase}, ",
+                Ref(f"{worst_pct:+.1f}%", "interference_pct"),
                 f" ({ms(worst.baseline_compute_ms)} ms alone, {ms(worst.compute_ms)} ms beside communication).",
             ]
         if m.env.get("backend") == "gloo":
