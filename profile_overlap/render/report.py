@@ -131,7 +131,9 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
             ", so the two modes did not compute the same thing and their timings cannot be compared.",
         )
     if len(s) > 1 and not m.speedup:
-        return modes.versus_first(m)
+        versus = modes.versus_first(m)
+        assert versus is not None  # more than one mode
+        return versus
     if len(s) == 1:
         name = summary_of(m).headline_mode
         one = s[name]
@@ -164,8 +166,10 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
         Ref(f"{ms(split.comm_ms)} ms", "comm_ms"),
         " of communication per step behind compute",
     )
+    assert m.speedup is not None  # runs without one returned above
     speed = m.speedup.measured
-    interval = summary_of(m).noise.speedup if summary_of(m).noise else None
+    noise = summary_of(m).noise
+    interval = noise.speedup if noise else None
     if summary_of(m).within_noise:
         return (
             "split and sequential took the same time, ",

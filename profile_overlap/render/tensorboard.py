@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -246,7 +247,7 @@ def _custom_scalars_layout() -> summary_pb2.Summary:
     )
 
 
-def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]], *, left: int = 1) -> str:
+def _md_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], *, left: int = 1) -> str:
     """`left` columns of text, then right-aligned numbers."""
     align = ["---" if i < left else "---:" for i in range(len(header))]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
