@@ -13,6 +13,7 @@ from pathlib import Path
 
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.metrics import ModeSummary, RunMetrics, ensure_writable_dir
+from profile_overlap.record.summary import summary_of
 from profile_overlap.render import integrity, modes, notes
 from profile_overlap.render.document import Code, Inline, Items, Paragraph, Ref, Report, Section, Table, gbps, ms, pct
 from profile_overlap.render.report import banner
@@ -28,7 +29,7 @@ NOISY_SPREAD = 0.2
 
 def build(run: Run) -> Report:
     m = run.metrics
-    s = m.summary.modes
+    s = summary_of(m).modes
     sections = (
         Section("verdict", "Verdict", verdict_blocks(m, s)),
         Section("setup", "Setup", setup_blocks(m)),
@@ -66,7 +67,7 @@ def verdict(m: RunMetrics, x: ModeSummary) -> Inline:
         Ref(f"{ms(x.exposed_comm_ms)} ms", "exposed_comm_ms"),
         " was exposed",
     ]
-    if st.median_ms:
+    if st.median_ms and x.exposed_comm_ms is not None:
         text.append(f", {pct(100 * x.exposed_comm_ms / st.median_ms)}% of the step")
     busy = [p for p in x.phases if p.exposed_comm_ms > 0]
     if busy:
@@ -201,11 +202,12 @@ def job_notes(m: RunMetrics, s: dict[str, ModeSummary]) -> tuple[Inline, ...]:
     straggle = notes.stragglers(m, s)
     if straggle is not None:
         found.append(straggle)
-    if st.median_ms and len(st.times_ms) > 2 and (st.p90_ms - st.p10_ms) / st.median_ms > NOISY_SPREAD:
+    spread = notes.relative_spread(st)
+    if spread is not None and len(st.times_ms) > 2 and spread > NOISY_SPREAD:
         found.append(
             (
                 f"Profiled step times are noisy: their p10–p90 spans {ms(st.p10_ms)} – {ms(st.p90_ms)} ms, "
-                f"{(st.p90_ms - st.p10_ms) / st.median_ms:.0%} of the median; profile more steps (active, repeat) before "
+                f"{spread:.0%} of the median; profile more steps (active, repeat) before "
                 "reading small differences.",
             )
         )

@@ -193,7 +193,7 @@ def stragglers(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     )
 
 
-def _relative_spread(st: StepTimes) -> float | None:
+def relative_spread(st: StepTimes) -> float | None:
     """(p90 − p10) / median of a timed mode; None without timed steps."""
     if not st.median_ms or st.p10_ms is None or st.p90_ms is None:
         return None
@@ -201,7 +201,7 @@ def _relative_spread(st: StepTimes) -> float | None:
 
 
 def noisy_steps(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
-    spreads = {x.mode: sp for x in m.modes.values() if (sp := _relative_spread(x.step_time)) is not None and sp > NOISY_SPREAD}
+    spreads = {x.mode: sp for x in m.modes.values() if (sp := relative_spread(x.step_time)) is not None and sp > NOISY_SPREAD}
     if not spreads:
         return None
     x = m.modes[max(spreads, key=lambda mode: spreads[mode])]
