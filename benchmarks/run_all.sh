@@ -28,6 +28,9 @@ if [[ -f benchmarks/bench_analyze.py ]]; then
   "$py" benchmarks/bench_analyze.py "${quick[@]}"
 fi
 
+echo "== perfetto: benchmarks/bench_perfetto.py ${quick[*]}"
+"$py" benchmarks/bench_perfetto.py "${quick[@]}"
+
 echo "== collectives: python -m profile_overlap bench-collectives --nproc-per-node 4 ${collectives[*]}"
 "$py" -m profile_overlap bench-collectives --nproc-per-node 4 "${collectives[@]}" --out "$out" --json "$out/collectives.json"
 

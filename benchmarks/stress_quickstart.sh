@@ -3,6 +3,12 @@
 #
 #   benchmarks/stress_quickstart.sh 30              # idle machine
 #   benchmarks/stress_quickstart.sh 30 --burners 2  # with 2 busy CPU processes beside every run
+#   benchmarks/stress_quickstart.sh 30 --user-job profile   # a user's plain DDP script instead
+#
+# --user-job API (profile, handler, or profile-no-destroy) runs tests/helpers/user_job.py on 2 ranks
+# instead: a user's script profiled with profile_overlap.profile or trace_handler, ending with (or
+# without) destroy_process_group, nothing added for the profiler's sake.
+# Every run is stopped after 300 s: a run that hangs at exit counts as not clean (exit 124).
 #
 # A run is clean when it exits 0 and its output holds none of
 # `terminate called|Traceback|core dumped|SIGABRT|SIGSEGV`. Prints one line per run, then the
@@ -12,13 +18,15 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { echo "usage: $0 N [--burners K]" >&2; exit 2; }
+usage() { echo "usage: $0 N [--burners K] [--user-job profile|handler|profile-no-destroy]" >&2; exit 2; }
 [[ $# -ge 1 && "$1" =~ ^[1-9][0-9]*$ ]] || usage
 runs=$1; shift
 burners=0
+user_job=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --burners) [[ "${2:-}" =~ ^[0-9]+$ ]] || usage; burners=$2; shift 2 ;;
+    --user-job) [[ "${2:-}" =~ ^(profile|handler|profile-no-destroy)$ ]] || usage; user_job=$2; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -30,6 +38,11 @@ cmd=${cmd#*&& }  # drop the `pip install -e . &&` part: the package is installed
 out="${STRESS_OUT:-runs/stress-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$out"
 cmd="$cmd --out $out/runs"
+if [[ -n "$user_job" ]]; then
+  api=${user_job%-no-destroy}
+  cmd="torchrun --standalone --nproc-per-node 2 tests/helpers/user_job.py $out/runs --api $api"
+  [[ "$user_job" == *-no-destroy ]] && cmd="$cmd --no-destroy"
+fi
 pattern='terminate called|Traceback|core dumped|SIGABRT|SIGSEGV'
 
 pids=()
@@ -46,7 +59,7 @@ ok=0; bad_output=0; clean=0; times=()
 for ((i = 1; i <= runs; i++)); do
   log="$out/run-$i.log"
   t0=$(date +%s.%N)
-  bash -c "$cmd" >"$log" 2>&1
+  timeout 300 bash -c "$cmd" >"$log" 2>&1
   code=$?
   t1=$(date +%s.%N)
   wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')

@@ -15,11 +15,6 @@ import os
 
 import torch
 import torch.distributed as dist
-
-# Imported before the process group exists: torch.profiler imports it on its first trace, and
-# imported after init_process_group it keeps the group alive past destroy_process_group, which can
-# abort the process at exit on gloo (profile_overlap/run/job.py, init_process_group, explains it).
-import torch.distributed.nn.functional  # noqa: F401
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import record_function

@@ -14,11 +14,6 @@ import os
 
 import torch
 import torch.distributed as dist
-
-# Imported before the process group exists: torch.profiler imports it on its first trace, and
-# imported after init_process_group it keeps the group alive past destroy_process_group, which can
-# abort the process at exit on gloo (profile_overlap/run/job.py, init_process_group, explains it).
-import torch.distributed.nn.functional  # noqa: F401
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard

@@ -8,11 +8,10 @@ Profile your own job (README, "Profile your own job"):
     torch.profiler.profile(..., on_trace_ready=profile_overlap.trace_handler("runs/myjob"))
 
 The names below load on first use: importing the package starts nothing and imports no torch.
+`__version__` is the installed distribution's (pyproject.toml's `version`, the one place it is written).
 """
 
 from typing import Any
-
-__version__ = "0.1.0"
 
 _LAZY = {
     "trace_handler": "profile_overlap.api.handler",
@@ -23,6 +22,13 @@ __all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib import metadata
+
+        try:
+            return metadata.version("profile-overlap")
+        except metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
+            return "0+unknown"
     if name not in _LAZY:
         raise AttributeError(f"module 'profile_overlap' has no attribute {name!r}")
     import importlib

@@ -40,3 +40,29 @@ def test_no_gloo_thread_outlives_the_job(tmp_path, command):
         assert record["exit_code"] == 0
         left = [name for name in record["threads"] if "gloo" in name]
         assert not left, f"rank {rank}: gloo threads still running after the job returned: {left}"
+
+
+USER_JOB = Path(__file__).resolve().parent / "helpers" / "user_job.py"
+FAILURE_WORDS = ("terminate called", "Traceback", "core dumped", "SIGABRT", "SIGSEGV")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("api, destroy", [("profile", True), ("handler", True), ("profile", False)])
+def test_a_users_plain_ddp_script_ends_with_no_gloo_thread_left_for_finalization(tmp_path, api, destroy):
+    """A user's script as written (torch first, init_process_group, then our profiler; nothing added
+    for our sake) must leave no gloo thread for interpreter finalization to meet: there, a worker
+    can abort the process (issue 11), and the profiler's first trace alone used to keep the group
+    alive until then. Also without destroy_process_group, the job ends cleanly with exit 0."""
+    threads_out = tmp_path / "threads"
+    threads_out.mkdir()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(USER_JOB), str(tmp_path / "log")]
+    cmd += ["--api", api, *([] if destroy else ["--no-destroy"])]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO, env=clean_env(THREADS_OUT=str(threads_out)))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    assert not [word for word in FAILURE_WORDS if word in output], output[-3000:]
+    assert "report" in output  # the job's record and report were written: the profiler really ran
+    for rank in (0, 1):
+        record = json.loads((threads_out / f"rank{rank}.json").read_text())
+        left = [name for name in record["at_exit"] if "gloo" in name]
+        assert not left, f"rank {rank}: gloo threads still running when the interpreter finalizes: {left}"

@@ -15,7 +15,17 @@ from profile_overlap.analysis.events import FileEvents, extract
 from profile_overlap.analysis.per_rank import finish_rank
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core.errors import UserError
-from profile_overlap.core.files import BENCH_JSON, CONFIG_JSON, ENV_JSON, METRICS_JSON, REPORT_JSON, STATUS_JSON, SWEEP_JSON, TIMELINE_JSON
+from profile_overlap.core.files import (
+    BENCH_JSON,
+    CONFIG_JSON,
+    ENV_JSON,
+    METRICS_JSON,
+    PERFETTO_TRACE,
+    REPORT_JSON,
+    STATUS_JSON,
+    SWEEP_JSON,
+    TIMELINE_JSON,
+)
 
 PARALLEL_MIN_BYTES = 2 << 20
 """analyze_dir reads files in worker processes only when they hold more than this in total."""
@@ -27,7 +37,8 @@ OWN_RECORDS = frozenset({"metrics.json", TIMELINE_JSON, CONFIG_JSON, ENV_JSON, S
 
 
 def _is_own_record(path: Path) -> bool:
-    return path.name in OWN_RECORDS and any((path.parent / name).is_file() for name in (METRICS_JSON, STATUS_JSON))
+    ours = path.name in OWN_RECORDS or (path.name.startswith(PERFETTO_TRACE.split(".")[0] + ".") and path.name.endswith(".json.gz"))
+    return ours and any((path.parent / name).is_file() for name in (METRICS_JSON, STATUS_JSON))
 
 
 def find_trace_files(folder: Path) -> list[Path]:
@@ -54,9 +65,11 @@ def analyze_dir(
     skip_bad: bool = False,
     warn: Callable[[str], None] | None = None,
     max_workers: int | None = None,
+    keep_spans: bool = False,
 ) -> TraceAnalysis:
     """Every trace under `folder`, grouped by rank; files are read in parallel processes.
-    With skip_bad, a bad file is reported through `warn(message)` and left out."""
+    With skip_bad, a bad file is reported through `warn(message)` and left out. keep_spans: each
+    rank keeps the intervals behind its totals (RankAnalysis.spans)."""
     folder = Path(folder)
     if not folder.exists():
         raise UserError(f"{folder} does not exist; pass the folder that holds the *.pt.trace.json(.gz) files")
@@ -116,7 +129,7 @@ def analyze_dir(
     ranks = []
     for _rank, group in sorted(by_rank.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
         try:
-            ranks.append(finish_rank(group, hta_compat=hta_compat, steps=steps))
+            ranks.append(finish_rank(group, hta_compat=hta_compat, steps=steps, keep_spans=keep_spans))
         except UserError as err:
             bad(str(err))
     if not ranks:

@@ -17,6 +17,7 @@ import numpy as np
 from profile_overlap.analysis.collectives import CollectiveCall, CollectiveInstance, CollectiveStats, collective_stats, number_calls
 from profile_overlap.analysis.events import EventIntervals, FileEvents, extract
 from profile_overlap.analysis.facts import RankFacts, rank_facts
+from profile_overlap.analysis.overlap_spans import OverlapSpans, overlap_spans
 from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TimelineSpan, timeline_spans
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
@@ -100,6 +101,8 @@ class RankAnalysis:
     the calling thread; GPU: by their kernel's start, in the labels' device-side ranges)."""
     phase_windows: tuple[tuple[int, str, float, float], ...] = ()
     """(step, phase, start_us, end_us) of each phase range, clipped to the timeline's steps (for the figures)."""
+    spans: OverlapSpans | None = None
+    """The intervals behind the totals (analysis/overlap_spans.py); only with finish_rank(keep_spans=True)."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,11 @@ def _hta_round(x: EventIntervals) -> EventIntervals:
 
 
 def finish_rank(
-    files: Sequence[FileEvents], *, hta_compat: bool = False, steps: tuple[int | None, int | None] | None = None
+    files: Sequence[FileEvents],
+    *,
+    hta_compat: bool = False,
+    steps: tuple[int | None, int | None] | None = None,
+    keep_spans: bool = False,
 ) -> RankAnalysis:
     """Measure one rank from its file(s). Several files of one rank must be successive profiler
     spans of the same worker (disjoint in time); their events are pooled."""
@@ -249,6 +256,7 @@ def finish_rank(
         phase_collectives=_phase_collectives(calls, phase, phase_start, phase_end),
         phase_windows=_phase_spans(phase, phase_start, phase_end, step_num, step_start, step_end),
         facts=facts,
+        spans=overlap_spans(comm_u, compute_u) if keep_spans else None,
     )
 
 

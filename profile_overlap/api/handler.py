@@ -38,6 +38,7 @@ from profile_overlap.api import layout
 from profile_overlap.api.background import Worker
 from profile_overlap.core import status
 from profile_overlap.core.errors import UserError
+from profile_overlap.run.teardown import hold_default_group, release_group_defaults
 
 CLOSE_GRACE_S = 300.0
 """How long, beyond rank 0's wait for the other ranks, the process waits at exit for its worker."""
@@ -51,6 +52,12 @@ class TraceHandler:
     """The on_trace_ready callable. `job_dir` is this job's folder under log_dir."""
 
     def __init__(self, log_dir: str | os.PathLike, *, worker_name: str | None = None, analyze: bool = True) -> None:
+        # A profiled gloo job must end cleanly whatever the order of its imports and
+        # init_process_group, and whether or not it destroys its group (run/teardown.py says why):
+        # the profiler's first trace must not keep the group alive, and the group is freed at exit,
+        # after this handler has closed (atexit runs hooks last-in first-out), never mid-interpreter.
+        release_group_defaults()
+        hold_default_group()
         self.log_dir = _writable(Path(log_dir))
         self.rank, self.world_size, store = _distributed()
         self.job_dir = self.log_dir / layout.job_name(self.log_dir, store=store, world_size=self.world_size)

@@ -16,6 +16,7 @@ from profile_overlap.record.metrics import ModeSummary, RunMetrics, ensure_writa
 from profile_overlap.record.summary import summary_of
 from profile_overlap.render import integrity, modes, notes
 from profile_overlap.render.document import Code, Inline, Items, Paragraph, Ref, Report, Section, Table, gbps, ms, pct
+from profile_overlap.render.perfetto_link import perfetto_blocks
 from profile_overlap.render.report import banner
 from profile_overlap.render.report_tables import collectives_table, phase_blocks, straggler_blocks, timeline_blocks
 from profile_overlap.render.write import FORMATS, write_files
@@ -34,7 +35,7 @@ def build(run: Run) -> Report:
         Section("verdict", "Verdict", verdict_blocks(m, s)),
         Section("setup", "Setup", setup_blocks(m)),
         Section("overlap", "Overlap per profiled step", (overview(m, s),)),
-        Section("timeline", "Overlap timeline", timeline_blocks(run)),
+        Section("timeline", "Overlap timeline", timeline_blocks(run) + perfetto_blocks(run.dir)),
         Section("phases", "Phases: where communication hides", phase_blocks(m, s) + _phase_hint(s)),
         Section("attribution", "Communication by phase", modes.attribution_blocks(m, s)),
         Section("collectives", "Collectives", (collectives_table(s),)),

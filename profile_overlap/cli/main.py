@@ -6,52 +6,135 @@
 
 Each command lives in its own module, imported only when it is chosen, so that `analyze` and
 `report` start without importing torch. A module provides `add_arguments(parser)` and
-`main(args) -> int`. Without a command, `run` is assumed.
+`main(args) -> int`; its one-line help is its row in COMMANDS, which is both its line in the
+top-level `--help` and its own parser's description.
+
+The first word: a command; `-h`/`--help` or `--version`; a flag or nothing, which means `run` (today's
+default: `run` takes flags only, so `--mode compare` alone is a run); anything else is an error that
+names the closest command, since `run` takes no positional argument (no file, no folder) and
+could not use it.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
+import platform
+import shutil
 import sys
+import textwrap
+from pathlib import Path
 
 from profile_overlap.core import rank_output
 from profile_overlap.core.errors import UserError
 
 PROG = "profile_overlap"
 
-# name -> (module, one-line help). The order is the order of `--help`.
+# name -> (module, one-line help). The order is the order of `--help`; the help is also the
+# command's own description (build_parser), so the two cannot say different things.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("profile_overlap.cli.run", "run sequential and/or split under torchrun, verify and profile them (default)"),
-    "analyze": ("profile_overlap.cli.analyze", "measure overlap in any folder of PyTorch profiler traces"),
+    "run": (
+        "profile_overlap.cli.run",
+        "Train, verify and profile one mode (sequential, split, split-blocking, ddp, fsdp2) or several in one job "
+        "(compare), under torchrun or on ranks it launches; writes a run folder and its report (the default command)",
+    ),
+    "analyze": (
+        "profile_overlap.cli.analyze",
+        "Measure overlap in any folder of PyTorch profiler traces (GPU or CPU), per rank and across ranks, with integrity checks",
+    ),
     "bench-collectives": (
         "profile_overlap.cli.bench_collectives",
-        "time and check all_reduce, reduce_scatter and all_gather per size, nccl-tests style",
+        "Time and check all_reduce, reduce_scatter and all_gather per size, nccl-tests style",
     ),
-    "report": ("profile_overlap.cli.report", "the report of a finished run (HTML, Markdown, JSON), --compare two runs, --fail-if gates"),
+    "report": (
+        "profile_overlap.cli.report",
+        "Write a finished run's report (HTML, Markdown, JSON), compare two runs (--compare), gate CI (--fail-if)",
+    ),
     "sweep": (
         "profile_overlap.cli.sweep",
-        "a compare run per point of a grid (--vary dim=256,512,...) in one job: where does the split pay?",
+        "A compare run per point of a grid (--vary dim=256,512,...) in one job, and where the second mode "
+        "(split by default) starts to beat the first (sequential)",
     ),
-    "explain": ("profile_overlap.cli.explain", "the AllReduce == AllGather(ReduceScatter) worked example, no process group"),
-    "tensorboard": ("profile_overlap.cli.tensorboard", "TensorBoard on loopback over the run folders: scalars, timeline, summary, hparams"),
+    "explain": (
+        "profile_overlap.cli.explain",
+        "The AllReduce == AllGather(ReduceScatter) worked example and the compare schedules as text timelines; no process group",
+    ),
+    "tensorboard": (
+        "profile_overlap.cli.tensorboard",
+        "TensorBoard on loopback over the run folders: scalars, timeline, summary, hparams",
+    ),
+    "perfetto": (
+        "profile_overlap.cli.perfetto",
+        "All ranks of a run, job or trace folder in one Perfetto trace on the aligned clock, with the overlap drawn in (--open)",
+    ),
     "whatif": (
         "profile_overlap.cli.whatif",
-        "predict every mode's step at other world sizes and link bandwidths from a measured run (ring alpha-beta replay)",
+        "Predict every mode's step at other world sizes and link bandwidths from a measured run (ring alpha-beta replay)",
     ),
 }
 
 
+def _width() -> int:
+    """The help's text width, as argparse picks it (the terminal's, or $COLUMNS)."""
+    return max(shutil.get_terminal_size().columns - 2, 40)
+
+
 def _top_level_help() -> str:
     width = max(len(name) for name in COMMANDS)
-    rows = "\n".join(f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items())
+    indent = " " * (width + 4)
+    rows = "\n".join(
+        textwrap.fill(text, _width(), initial_indent=f"  {name:<{width}}  ", subsequent_indent=indent)
+        for name, (_, text) in COMMANDS.items()
+    )
+    rule = (
+        f"Without a command (nothing, or a flag first), `run` is assumed: `{PROG} --mode compare` is "
+        f"`{PROG} run --mode compare`. Any other first word must be a command: `run` takes no file or "
+        "folder, so an unknown word is an error that names the closest command."
+    )
     return (
         f"usage: {PROG} [COMMAND] [options]\n\n"
         "Overlap profiler for PyTorch distributed training: all_reduce vs reduce_scatter + all_gather.\n\n"
         f"commands:\n{rows}\n\n"
-        f"Without a command, `run` is assumed. `{PROG} COMMAND --help` explains each command's options.\n"
+        "options:\n"
+        "  -h, --help  this list\n"
+        "  --version   this package's version, torch's and the Python in use, on one line\n\n"
+        f"{textwrap.fill(rule, _width())}\n"
+        f"`{PROG} COMMAND --help` explains each command's options.\n"
     )
+
+
+def _distribution_version(name: str) -> str:
+    """An installed distribution's version from its metadata, without importing it (torch takes seconds)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def version_line() -> str:
+    import profile_overlap
+
+    python = f"Python {platform.python_version()} ({sys.executable})"
+    return f"{PROG} {profile_overlap.__version__}, torch {_distribution_version('torch')}, {python}"
+
+
+def unknown_command(word: str) -> str:
+    """The one-line error for a first word that is neither a command nor a flag."""
+    if Path(word).exists():
+        example = f"{PROG} analyze {word} (traces) or {PROG} report {word} (a run)"
+        hint = f"`run` takes no file or folder; put a command before it, e.g. {example}"
+    else:
+        key = word.lower()
+        close = [name for name in COMMANDS if key and name.startswith(key)] or difflib.get_close_matches(key, COMMANDS, n=3)
+        if close:
+            hint = "did you mean " + " or ".join(f"'{name}'" for name in close) + "?"
+        else:
+            hint = "the commands are " + ", ".join(COMMANDS)
+    return f"{PROG}: error: unknown command '{word}': {hint} (see {PROG} --help)"
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -64,8 +147,10 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser(command: str) -> argparse.ArgumentParser:
     module_name, text = COMMANDS[command]
     module = importlib.import_module(module_name)
-    parser = OneLineParser(prog=f"{PROG} {command}", description=text[0].upper() + text[1:] + ".")
+    parser = OneLineParser(prog=f"{PROG} {command}")
     module.add_arguments(parser)
+    # Set after the module's own settings: the description is the help's row, whatever the module does.
+    parser.description = textwrap.fill(text, _width())
     parser.set_defaults(_module=module)
     return parser
 
@@ -75,7 +160,16 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(_top_level_help(), end="")
         return 0
-    command = argv.pop(0) if argv and argv[0] in COMMANDS else "run"
+    if argv and argv[0] == "--version":
+        print(version_line())
+        return 0
+    if argv and argv[0] in COMMANDS:
+        command = argv.pop(0)
+    elif not argv or argv[0].startswith("-"):
+        command = "run"
+    else:
+        print(unknown_command(argv[0]), file=sys.stderr)
+        return 2
     parser = build_parser(command)
     args = parser.parse_args(argv)
     if getattr(args, "verbose", False):

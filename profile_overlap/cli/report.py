@@ -91,6 +91,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", type=Path, metavar="DIR", help="folder to write into (default: the run folder; with --compare, the current folder)"
     )
     parser.add_argument(
+        "--perfetto",
+        action="store_true",
+        help="also write perfetto.json.gz beside the report: every rank on one clock for the Perfetto UI (see the perfetto command)",
+    )
+    parser.add_argument(
         "--fail-if",
         type=parse_condition,
         action="append",
@@ -108,6 +113,8 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("give either RUN_DIR or --compare RUN_A RUN_B, not both")
     if not args.compare and not args.run_dir:
         raise UserError("no run folder given: profile_overlap report RUN_DIR (or --compare RUN_A RUN_B)")
+    if args.compare and args.perfetto:
+        raise UserError("--perfetto writes one run's trace: leave out --compare, or run `profile_overlap perfetto RUN` per run")
     from profile_overlap.api.job import ensure_record, write_report
 
     # A job profiled with profile_overlap.trace_handler gets its record built here when it has none.
@@ -116,6 +123,8 @@ def main(args: argparse.Namespace) -> int:
         written = write.write_compare(a, b, out=args.out, formats=args.format)
         gated = load_run(b)
     else:
+        if args.perfetto:  # first, so that the report points at it
+            _write_perfetto(ensure_record(Path(args.run_dir)), args.out)
         job = write_report(Path(args.run_dir), out=args.out, formats=tuple(args.format))
         run_dir, written = job if job else (Path(args.run_dir), write.write(args.run_dir, out=args.out, formats=args.format))
         gated = load_run(run_dir)
@@ -123,6 +132,16 @@ def main(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
     assert gated.metrics.summary is not None  # load_run reads records with their summary
     return gate(gated.metrics.summary.headline, args.fail_if, run_name=gated.name)
+
+
+def _write_perfetto(run_dir: Path, out: Path | None) -> None:
+    from profile_overlap.core.files import PERFETTO_TRACE
+    from profile_overlap.tools.perfetto import write_perfetto
+    from profile_overlap.tools.perfetto_source import find_source
+
+    folder = out or run_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"wrote {write_perfetto(find_source(run_dir), folder / PERFETTO_TRACE).path}")
 
 
 def gate(values: dict[str, float | None], conditions: list[Condition], *, run_name: str) -> int:

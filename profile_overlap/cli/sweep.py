@@ -13,10 +13,6 @@ from profile_overlap.tools.sweep import KNOBS, RUN_FLAGS, SweepConfig, parse_var
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_cli.add_arguments(parser)
-    parser.description = (
-        "Run the compare (sequential, split, split-blocking, or the modes of --modes) for each point of a grid in one job, "
-        "and report where the second mode (split) starts to beat the first (sequential)."
-    )
     parser.epilog = (
         "Examples:\n"
         "  torchrun --standalone --nproc-per-node 4 -m profile_overlap sweep --vary dim=256,512,1024,2048\n"

@@ -1,7 +1,7 @@
 """The file names of a run folder (and of sweep and benchmark folders), in one place.
 
 <run>/config.json env.json status.json metrics.json timeline.json
-      report.html report.md report.json timeline.png logs/rank<r>.log
+      report.html report.md report.json timeline.png logs/rank<r>.log perfetto.json.gz
       <mode>/<host>_<rank>.<span>.pt.trace.json.gz   (TensorBoard event files beside them)
 <sweep>/sweep.json sweep.html sweep.md sweep.png, a run folder per point
 <bench-collectives run>/bench.json
@@ -22,3 +22,5 @@ SWEEP_HTML = "sweep.html"
 SWEEP_MD = "sweep.md"
 SWEEP_PNG = "sweep.png"
 BENCH_JSON = "bench.json"
+PERFETTO_TRACE = "perfetto.json.gz"
+"""`perfetto`'s merged trace of all ranks (perfetto.<mode>.json.gz for one mode of a run)."""

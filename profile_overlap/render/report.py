@@ -36,6 +36,7 @@ from profile_overlap.render.document import (
     pct,
     times,
 )
+from profile_overlap.render.perfetto_link import perfetto_blocks
 from profile_overlap.render.report_tables import (
     collectives_table,
     phase_blocks,
@@ -66,7 +67,7 @@ def build(run: Run) -> Report:
         Section("setup", "Setup", setup_blocks(run)),
         Section("verification", "Verification", verification_blocks(m)),
         Section("comparison", comparison_title(s), (side_by_side(m, s),)),
-        Section("timeline", "Overlap timeline", timeline_blocks(run)),
+        Section("timeline", "Overlap timeline", timeline_blocks(run) + perfetto_blocks(run.dir)),
         Section("phases", "Phases: where communication hides", phase_blocks(m, s)),
         Section("attribution", "Communication by phase", modes.attribution_blocks(m, s)),
         Section("yield", "What overlapping won: overlap yield and interference", yield_blocks(m)),

@@ -1,5 +1,5 @@
-"""The job around the runs: backend and device checks, the process group (and the ordering rule that
-lets it end cleanly), fresh run folders, and failures recorded in one line."""
+"""The job around the runs: backend and device checks, the process group (and what lets it end
+cleanly), fresh run folders, and failures recorded in one line."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from profile_overlap.core import status as run_status
 from profile_overlap.core.errors import UserError
 from profile_overlap.record.metrics import ensure_writable_dir
 from profile_overlap.run.config import JobSection
+from profile_overlap.run.teardown import release_group_defaults
 
 RUN_NAME = "{stamp}-{mode}-{backend}-w{world}"
 
@@ -118,33 +119,21 @@ def _failure_reason(err: BaseException) -> str:
 
 
 def init_process_group(backend: str, device: torch.device, timeout_s: float) -> None:
-    """dist.init_process_group, after the one import that must come first.
-
-    Ordering rule: `torch.distributed.nn` is imported BEFORE the process group exists. Its
-    functions take `group=group.WORLD` as a default argument, evaluated at import time. Imported
-    after init_process_group, ten of them hold the default process group for the life of the
-    interpreter, and torch.profiler imports them on its first trace (prepare_trace touches
-    torch._inductor, which pulls in torch.distributed.nn). Then destroy_process_group cannot free
-    the gloo process group: its worker threads (pt_gloo_runloop) and TCP loop outlive our code,
-    and the group is destroyed during interpreter finalization. If a worker is still releasing
-    its last work item then (the final barrier's AsyncBarrierWork, which holds an all_gather's
-    tensors), dropping a tensor's Python object needs the GIL; a finalizing interpreter answers
-    with pthread_exit, whose forced unwind through a noexcept destructor calls std::terminate:
-    "terminate called without an active exception", SIGABRT, after a run that succeeded
-    (issue 11; about 1 run in 20 to 1 in 4 depending on the machine). Imported first, the defaults
-    hold None, destroy_process_group frees the group, and its destructor joins the workers while
-    the interpreter is fully alive. tests/test_teardown.py checks that no gloo thread is left.
-    """
-    import torch.distributed.nn.functional  # noqa: F401  (see above: must precede init)
-
+    """dist.init_process_group, then release_group_defaults(): torch.profiler's first trace imports
+    torch.distributed.nn.functional, whose default arguments would otherwise hold the group past
+    destroy_process_group, to be destroyed during interpreter finalization, where a gloo worker can
+    abort the process after a run that succeeded (run/teardown.py explains it). Our runs free every
+    object that holds the group before process_group() destroys it, so the group ends there, its
+    workers joined. tests/test_teardown.py checks that no gloo thread is left."""
     dist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=timeout_s), device_id=device if device.type == "cuda" else None)
+    release_group_defaults()
 
 
 @contextlib.contextmanager
 def process_group(config: JobSection) -> Iterator[tuple[str, torch.device]]:
     """Checks, then the process group for the whole job (one run, or every point of a sweep).
     Yields (backend, device). On the way out, destroy_process_group frees the group and joins its
-    threads (see init_process_group for the ordering rule that makes this true)."""
+    threads (see init_process_group for what makes this true)."""
     backend = resolve_backend(config)
     device = check_devices(backend)
     signal.signal(signal.SIGTERM, _raise_terminated)

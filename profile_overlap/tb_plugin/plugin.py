@@ -7,12 +7,15 @@ timeline.json is optional. Routes, under /data/plugin/profile_overlap/:
 
     index.js, timeline.js,          the frontend: ES modules and a style sheet (no build step, no
     common.js, style.css            external request)
-    runs                            {"runs": [{"run", "modes", "mode_titles", "world_size", "status", "has_timeline", "error"}], "phases"}
+    runs                            {"runs": [{"run", "modes", "mode_titles", "world_size", "status", "has_timeline",
+                                    "perfetto", "error"}], "phases"}
                                     (status: status.json's state, e.g. succeeded or failed)
     metrics?run=R                   R/metrics.json, byte for byte
     timeline?run=R&mode=M           one mode of R/timeline.json (each rank's steps, spans and, where
                                     the file has them, phase windows); &max_spans=K merges each rank's
                                     spans of each kind down to K (the reply says how many it merged)
+    perfetto?run=R                  R/perfetto.json.gz byte for byte, as a download, where
+                                    `profile_overlap perfetto R` wrote one (the runs route's "perfetto")
 
 `run` is a path relative to the logdir; anything that resolves outside it is refused.
 """
@@ -34,7 +37,7 @@ from werkzeug import wrappers
 
 from profile_overlap.analysis.spans import coarsen
 from profile_overlap.core import modes as registry
-from profile_overlap.core.files import METRICS_JSON, STATUS_JSON, TIMELINE_JSON
+from profile_overlap.core.files import METRICS_JSON, PERFETTO_TRACE, STATUS_JSON, TIMELINE_JSON
 
 PLUGIN_NAME = "profile_overlap"
 TAB_NAME = "Overlap"
@@ -80,6 +83,7 @@ def describe_run(logdir: Path, run_dir: Path) -> dict:
         "world_size": None,
         "status": None,
         "has_timeline": (run_dir / TIMELINE_JSON).is_file(),
+        "perfetto": (run_dir / PERFETTO_TRACE).is_file(),
         "error": None,
     }
     try:
@@ -129,6 +133,7 @@ class OverlapPlugin(base_plugin.TBPlugin):
     def get_plugin_apps(self):
         apps = {route: self._serve_static for route in _STATIC}
         apps.update({"/runs": self._serve_runs, "/metrics": self._serve_metrics, "/timeline": self._serve_timeline})
+        apps["/perfetto"] = self._serve_perfetto
         return apps
 
     def is_active(self) -> bool:
@@ -183,6 +188,20 @@ class OverlapPlugin(base_plugin.TBPlugin):
         except RequestError as err:
             return _error(request, err)
         return http_util.Respond(request, content, "application/json")
+
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
+    def _serve_perfetto(self, request):
+        try:
+            path = self._run_dir(request) / PERFETTO_TRACE
+            if not path.is_file():
+                raise RequestError(
+                    f"run {request.args.get('run')!r} has no {PERFETTO_TRACE}: profile_overlap perfetto RUN writes it", code=404
+                )
+        except RequestError as err:
+            return _error(request, err)
+        response = http_util.Respond(request, path.read_bytes(), "application/gzip")
+        response.headers["Content-Disposition"] = f'attachment; filename="{PERFETTO_TRACE}"'
+        return response
 
     @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_timeline(self, request):

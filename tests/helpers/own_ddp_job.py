@@ -11,11 +11,6 @@ import argparse
 
 import torch
 import torch.distributed as dist
-
-# Imported before the process group exists: torch.profiler imports it on its first trace, and
-# imported after init_process_group it keeps the group alive past destroy_process_group, which can
-# abort the process at exit on gloo (profile_overlap/run/job.py, init_process_group, explains it).
-import torch.distributed.nn.functional  # noqa: F401
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 import profile_overlap

@@ -174,6 +174,13 @@ function explain(n) {
       "(the all_gather hides behind the next forward pass) and memory (optimizer state for 1/N of the parameters)." }));
 }
 
+// Perfetto opens a local file only when it is dropped onto it or served: offer the download and the command.
+function perfettoLink(run) {
+  return el("p", { class: "po-muted", id: "po-perfetto" }, "Open in Perfetto: every event of every rank on one clock, with the overlap drawn in: ",
+    el("a", { href: `perfetto?run=${encodeURIComponent(run.run)}`, download: "perfetto.json.gz", text: "perfetto.json.gz" }),
+    " (drop it onto ui.perfetto.dev, or run python -m profile_overlap perfetto RUN --open for a local Perfetto UI).");
+}
+
 // ------------------------------------------------------------------ the page
 
 async function showRun(main, run, view) {
@@ -205,6 +212,7 @@ async function showRun(main, run, view) {
   const parts = [
     failures(metrics, run.status),
     summary(metrics, modes.filter((m) => metrics.modes[m])),
+    run.perfetto ? perfettoLink(run) : null,
     panels,
     ...(phases.length ? [
       el("h3", { text: "Per phase: communication hidden behind compute vs exposed (forward, backward, optimizer)" }),
