@@ -30,6 +30,7 @@ SECTIONS = (
     "yield",
     "collectives",
     "stragglers",
+    "exposed",
     "integrity",
     "notes",
     "definitions",

@@ -7,7 +7,6 @@ small and picklable so a run can gather it across ranks (`cross_rank.combine`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,9 @@ import numpy as np
 from profile_overlap.analysis.collectives import CollectiveCall, CollectiveInstance, CollectiveStats, collective_stats, number_calls
 from profile_overlap.analysis.events import EventIntervals, FileEvents, extract
 from profile_overlap.analysis.facts import RankFacts, rank_facts
+from profile_overlap.analysis.hta_compat import hta_filter
 from profile_overlap.analysis.overlap_spans import OverlapSpans, overlap_spans
+from profile_overlap.analysis.rank_times import RankTimes, rank_times
 from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TimelineSpan, timeline_spans
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
@@ -32,7 +33,7 @@ class PhaseMetrics:
 
     phase: str
     window_us: float
-    """Length of the union of the phase's labelled ranges (clipped to the step)."""
+    """Length of the union of the phase's windows (clipped to the step)."""
     comm_us: float
     """|∪comm ∩ window|."""
     compute_us: float
@@ -41,6 +42,11 @@ class PhaseMetrics:
     """|∪comm ∩ ∪compute ∩ window|: communication hidden behind this phase's compute."""
     exposed_comm_us: float
     """comm_us − overlap_us: communication exposed inside this phase's window."""
+    sources: tuple[str, ...] = ()
+    """Where the window came from (analysis/phases.py): "labels", an engine whose own ranges
+    placed it (classify.ENGINE_RANGES: "FSDP2", "DDP", "torch.optim", "profile_overlap"),
+    "autograd" (backward from autograd's frames) or "step" (forward: the step before the
+    backward); over a rank's steps, each source once, in the order first met."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,8 @@ class RankAnalysis:
     the calling thread; GPU: by their kernel's start, in the labels' device-side ranges)."""
     phase_windows: tuple[tuple[int, str, float, float], ...] = ()
     """(step, phase, start_us, end_us) of each phase range, clipped to the timeline's steps (for the figures)."""
+    times: RankTimes | None = None
+    """What the causes of exposed communication rest on (analysis/rank_times.py); None only in analyses built by hand."""
     spans: OverlapSpans | None = None
     """The intervals behind the totals (analysis/overlap_spans.py); only with finish_rank(keep_spans=True)."""
 
@@ -126,13 +134,6 @@ def _measure(comm: iv.Union, compute: iv.Union) -> _Overlap:
         exposed_comm_us=comm_us - overlap_us,
         overlap_pct=100 * overlap_us / comm_us if comm_us > 0 else None,
     )
-
-
-def _hta_round(x: EventIntervals) -> EventIntervals:
-    # HTA's parser stores times as whole microseconds: start rounded up, end rounded down.
-    start = np.ceil(x.start)
-    end = np.maximum(np.floor(x.end), start)
-    return EventIntervals(start, end, np.ceil(x.launch), x.label)
 
 
 def finish_rank(
@@ -171,7 +172,7 @@ def finish_rank(
     calls = [c for f in files for c in f.calls]
 
     if hta_compat:
-        comm, compute, calls, step_num, step_start, step_end, note = _hta_filter(comm, compute, calls, step_num, step_start, step_end)
+        comm, compute, calls, step_num, step_start, step_end, note = hta_filter(comm, compute, calls, step_num, step_start, step_end)
         if note:
             notes.append(note)
 
@@ -179,6 +180,7 @@ def finish_rank(
     # is then the same call on every rank even where a step window cuts through the calls
     # differently on each rank (gloo starts the split's all_gathers across the step boundary).
     instances = every_call = number_calls(calls)
+    all_calls = calls
     if steps is not None:
         lo, hi = steps
         sel = np.ones(step_num.size, bool)
@@ -214,7 +216,23 @@ def finish_rank(
     )
     if windows is not None:
         comm_u, compute_u = iv.intersect(comm_u, windows), iv.intersect(compute_u, windows)
-    phase, phase_start, phase_end = (np.concatenate([getattr(f, k) for f in files]) for k in ("phase", "phase_start", "phase_end"))
+    by_phase = tuple(np.concatenate([getattr(f.phases, k) for f in files]) for k in ("phase", "start", "end", "source"))
+    phase, phase_start, phase_end, _ = by_phase
+    step_windows = windows if windows is not None else iv.union(step_start, step_end)
+    times = rank_times(
+        all_calls,
+        every_call,
+        device=device,
+        comm=iv.intersect(comm_u, step_windows) if windows is None and step_num.size else comm_u,
+        compute=iv.intersect(compute_u, step_windows) if windows is None and step_num.size else compute_u,
+        windows=step_windows,
+        step_num=step_num,
+        step_start=step_start,
+        step_end=step_end,
+        phase=phase,
+        phase_start=phase_start,
+        phase_end=phase_end,
+    )
     step_metrics = []
     for n, s, e in zip(step_num.tolist(), step_start.tolist(), step_end.tolist()):
         m = _measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e))
@@ -228,7 +246,7 @@ def finish_rank(
                 overlap_us=m.overlap_us,
                 exposed_comm_us=m.exposed_comm_us,
                 overlap_pct=m.overlap_pct,
-                phases=_phases(comm_u, compute_u, phase, phase_start, phase_end, s, e),
+                phases=_phases(comm_u, compute_u, by_phase, s, e),
             )
         )
     whole = _measure(comm_u, compute_u)
@@ -256,17 +274,18 @@ def finish_rank(
         phase_collectives=_phase_collectives(calls, phase, phase_start, phase_end),
         phase_windows=_phase_spans(phase, phase_start, phase_end, step_num, step_start, step_end),
         facts=facts,
+        times=times,
         spans=overlap_spans(comm_u, compute_u) if keep_spans else None,
     )
 
 
-def _phases(
-    comm_u: iv.Union, compute_u: iv.Union, phase: np.ndarray, phase_start: np.ndarray, phase_end: np.ndarray, lo: float, hi: float
-) -> tuple[PhaseMetrics, ...]:
-    """Each phase's window in the step [lo, hi) and the comm and compute inside it."""
+def _phases(comm_u: iv.Union, compute_u: iv.Union, by_phase: tuple[np.ndarray, ...], lo: float, hi: float) -> tuple[PhaseMetrics, ...]:
+    """Each phase's window in the step [lo, hi) and the comm and compute inside it. by_phase:
+    (phase, start, end, source) columns of the windows (analysis/phases.py)."""
+    phase, phase_start, phase_end, source = by_phase
     out = []
     for index, name in enumerate(PHASES):
-        sel = phase == index
+        sel = (phase == index) & (phase_start < hi) & (phase_end > lo)
         if not sel.any():
             continue
         window = iv.clip(iv.union(phase_start[sel], phase_end[sel]), lo, hi)
@@ -281,6 +300,7 @@ def _phases(
                 compute_us=m.compute_us,
                 overlap_us=m.overlap_us,
                 exposed_comm_us=m.exposed_comm_us,
+                sources=tuple(dict.fromkeys(source[sel].tolist())),
             )
         )
     return tuple(out)
@@ -327,12 +347,14 @@ def _total_bytes(calls: list[CollectiveCall]) -> int | None:
 
 def _sum_phases(steps: list[StepMetrics]) -> tuple[PhaseMetrics, ...]:
     totals: dict[str, list[float]] = {}
+    sources: dict[str, dict[str, None]] = {}
     for step in steps:
         for p in step.phases:
             acc = totals.setdefault(p.phase, [0.0] * 5)
             for i, value in enumerate((p.window_us, p.comm_us, p.compute_us, p.overlap_us, p.exposed_comm_us)):
                 acc[i] += value
-    return tuple(PhaseMetrics(name, *totals[name]) for name in PHASES if name in totals)
+            sources.setdefault(p.phase, {}).update(dict.fromkeys(p.sources))
+    return tuple(PhaseMetrics(name, *totals[name], sources=tuple(sources[name])) for name in PHASES if name in totals)
 
 
 def _phase_spans(
@@ -362,37 +384,6 @@ def _cat(parts: list[EventIntervals], remap: list[np.ndarray]) -> EventIntervals
         np.concatenate([p.launch for p in parts]),
         np.concatenate([m[p.label] if p.label.size else p.label for p, m in zip(parts, remap)]),
     )
-
-
-def _hta_filter(
-    comm: EventIntervals,
-    compute: EventIntervals,
-    calls: list[CollectiveCall],
-    step_num: np.ndarray,
-    step_start: np.ndarray,
-    step_end: np.ndarray,
-) -> tuple[EventIntervals, EventIntervals, list[CollectiveCall], np.ndarray, np.ndarray, np.ndarray, str | None]:
-    """Holistic Trace Analysis's default (`include_last_profiler_step=False`), reproduced:
-    HTA's `Trace._filter_irrelevant_gpu_kernels` keeps the CPU events that start before the
-    *start* of the last ProfilerStep, then keeps only the GPU kernels whose `correlation`
-    matches one of them. So a kernel belongs to the step of the runtime call that launched it,
-    not to the step its own timestamp falls in, and a kernel with no launch event in the trace
-    is dropped too. HTA's parser also rounds times to whole microseconds (start up, end
-    down). With these two rules we reproduce HTA's 11.81 / 20.05 (trace_filter) and 14.31
-    (nccl_data); by kernel timestamps alone nccl_data gives 14.76. HTA does nothing when a rank
-    has fewer than two steps. On CPU traces (which HTA does not analyse) the same cut applies to
-    the events' own start times."""
-    comm, compute = _hta_round(comm), _hta_round(compute)
-    if step_num.size < 2:
-        return comm, compute, calls, step_num, step_start, step_end, None
-    last = int(np.argmax(step_start))
-    cut = math.ceil(step_start[last])
-    comm = comm.take(comm.launch < cut)  # NaN (no launch event) compares False: dropped, as in HTA
-    compute = compute.take(compute.launch < cut)
-    calls = [c for c in calls if math.ceil(c.launch_us) < cut]
-    keep = np.arange(step_num.size) != last
-    note = f"--hta-compat: dropped the last profiler step (ProfilerStep#{int(step_num[last])}) as HTA does"
-    return comm, compute, calls, step_num[keep], step_start[keep], step_end[keep], note
 
 
 def analyze_rank(paths: Sequence[Path], *, hta_compat: bool = False, steps: tuple[int | None, int | None] | None = None) -> RankAnalysis:

@@ -8,10 +8,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from profile_overlap.analysis.cross_rank import TraceAnalysis
+from profile_overlap.analysis.exposed_timeline import rank_exposure
 from profile_overlap.analysis.per_rank import PhaseMetrics
+from profile_overlap.record.exposed import to_builtins
 
 TIMELINE_SCHEMA = (
     "spans are [step, start_us, end_us, kind (comm|compute), label]; phases are [step, phase, start_us, end_us]; "
+    "wait and transfer are [start_us, end_us] of exposed communication; critical is [start_us, end_us, piece] of the "
+    "critical path on that rank; calls are [kind, phase, call, step, start_us, end_us] of the top calls; "
     "times are on the reference rank's clock where a rank is aligned (its own time - clock_offset_us), else on its own"
 )
 
@@ -25,6 +29,7 @@ def timeline_record(analyses: Mapping[str, TraceAnalysis | None]) -> dict[str, A
         if result is None:
             continue
         clocks = result.clocks
+        exposure = rank_exposure(result)
         ranks = []
         for r in result.ranks:
             off = clocks.offset(r.rank)
@@ -38,6 +43,7 @@ def timeline_record(analyses: Mapping[str, TraceAnalysis | None]) -> dict[str, A
                     "steps": [{"step": s.step, "start_us": round(s.start_us - off, 3), "step_us": s.step_us} for s in r.steps],
                     "spans": [[sp.step, round(sp.start_us - off, 3), round(sp.end_us - off, 3), sp.kind, sp.label] for sp in r.timeline],
                     "phases": [[step, phase, round(a - off, 3), round(b - off, 3)] for step, phase, a, b in r.phase_windows],
+                    **exposure.get(r.rank, {}),
                 }
             )
         record[mode] = {"reference_rank": clocks.reference_rank, "ranks": ranks}
@@ -57,6 +63,7 @@ def _phases_json(phases: Sequence[PhaseMetrics]) -> list[dict[str, Any]]:
             "compute_us": _num(p.compute_us),
             "overlap_us": _num(p.overlap_us),
             "exposed_comm_us": _num(p.exposed_comm_us),
+            "sources": list(p.sources),
         }
         for p in phases
     ]
@@ -154,4 +161,5 @@ def to_json(analysis: TraceAnalysis) -> dict[str, Any]:
         "slowest_rank": analysis.slowest_rank,
         "source": analysis.source,
         "integrity": integrity_json(analysis),
+        "exposed": to_builtins(analysis.exposed) if analysis.exposed is not None else None,
     }

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 from profile_overlap.core.modes import MODES, PHASES, SPEEDUP_BASELINE, SPEEDUP_MODE, YIELD_BASELINE, YIELD_MODE
@@ -115,6 +116,15 @@ def summary_of(metrics: RunMetrics) -> RunSummary:
     return metrics.summary
 
 
+def measured_interference(rows: Sequence[PhaseInterference]) -> list[tuple[float, float, PhaseInterference]]:
+    """The interference rows with both compute times: (compute_ms − baseline_compute_ms, pct, row)."""
+    return [
+        (x.compute_ms - x.baseline_compute_ms, x.pct, x)
+        for x in rows
+        if x.pct is not None and x.compute_ms is not None and x.baseline_compute_ms is not None
+    ]
+
+
 def median_ms(st: StepTimes) -> float:
     """The median step time of a timed mode (one with times_ms)."""
     assert st.median_ms is not None, "a mode without timed steps has no median"
@@ -171,17 +181,20 @@ def _wait_share_pct(rank: dict) -> float | None:
 
 
 def _phases(ranks: list[dict], steps: int) -> tuple[PhaseSummary, ...]:
-    """Each phase's numbers per profiled step, mean over ranks (a rank without the phase counts 0).
-    Empty when no rank's trace has phase labels (records before schema 3, others' traces)."""
+    """Each phase's numbers per profiled step, mean over ranks (a rank without the phase counts 0),
+    and where its windows came from. Empty when no rank's trace has phases (records before
+    schema 3, others' traces without labels or torch's ranges)."""
     keys = ("window_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us")
     totals: dict[str, list[float]] = {}
+    sources: dict[str, dict[str, None]] = {}
     for r in ranks:
         for p in r.get("phases", ()):
             acc = totals.setdefault(p["phase"], [0.0] * len(keys))
             for i, key in enumerate(keys):
                 acc[i] += p[key] or 0.0
+            sources.setdefault(p["phase"], {}).update(dict.fromkeys(p.get("sources", ())))
     names = [p for p in PHASE_ORDER if p in totals] + sorted(p for p in totals if p not in PHASE_ORDER)
-    return tuple(PhaseSummary(name, *(x / len(ranks) / steps / 1e3 for x in totals[name])) for name in names)
+    return tuple(PhaseSummary(name, *(x / len(ranks) / steps / 1e3 for x in totals[name]), sources=tuple(sources[name])) for name in names)
 
 
 def _phase_collectives(ranks: list[dict], steps: int) -> tuple[PhaseCollective, ...]:

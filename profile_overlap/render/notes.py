@@ -8,7 +8,7 @@ A rule returns None when it has nothing to say; the order of RULES is the order 
 from __future__ import annotations
 
 from profile_overlap.record.metrics import RunMetrics, StepTimes
-from profile_overlap.record.summary import ModeSummary, summary_of
+from profile_overlap.record.summary import ModeSummary, measured_interference, summary_of
 from profile_overlap.render.document import Inline, Ref, mib, ms, pct, times
 from profile_overlap.render.modes import bytes_inline, expectation
 
@@ -221,14 +221,10 @@ def noisy_steps(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
 
 
 def interference(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
-    known = [
-        (x.compute_ms - x.baseline_compute_ms, x)
-        for x in summary_of(m).interference
-        if x.pct is not None and x.pct >= INTERFERENCE_PCT and x.compute_ms is not None and x.baseline_compute_ms is not None
-    ]
+    known = [row for row in measured_interference(summary_of(m).interference) if row[1] >= INTERFERENCE_PCT]
     if not known:
         return None
-    lost, worst = max(known, key=lambda pair: pair[0])
+    lost, _, worst = max(known, key=lambda row: row[0])
     if m.env.get("backend") == "gloo":
         why = (
             "On CPU, gloo runs each collective on worker threads that take cores from compute; fewer ranks per host than "

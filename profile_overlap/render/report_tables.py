@@ -1,13 +1,11 @@
-"""The report's tables: the modes side by side, the timeline figure's section, communication per
-phase, the overlap yield and interference, collectives (nccl-tests style) and stragglers (wait vs
-transfer per rank)."""
+"""The report's tables: the modes side by side, the timeline's section, communication per phase,
+the overlap yield and interference, collectives (nccl-tests style) and stragglers (wait, transfer)."""
 
 from __future__ import annotations
 
-from profile_overlap.core.modes import YIELD_BASELINE, YIELD_MODE
 from profile_overlap.record.folder import Run
 from profile_overlap.record.metrics import ModeSummary, RunMetrics
-from profile_overlap.record.summary import summary_of
+from profile_overlap.record.summary import measured_interference, summary_of
 from profile_overlap.render.document import (
     Figure,
     Inline,
@@ -120,6 +118,8 @@ def phase_blocks(m: RunMetrics, s: dict[str, ModeSummary]) -> tuple:
         )
     ]
     for x in profiled:
+        if found := _phases_found(x):
+            blocks.append(Paragraph(found))
         blocks.append(Paragraph(_phase_verdict(x)))
         blocks.append(
             Table(
@@ -149,6 +149,30 @@ def phase_blocks(m: RunMetrics, s: dict[str, ModeSummary]) -> tuple:
             )
         )
     return tuple(blocks)
+
+
+SOURCE_WORDS = {  # how the report names each source of a phase window (PhaseSummary.sources)
+    "labels": "its labels",
+    "FSDP2": "FSDP2's ranges",
+    "DDP": "DDP's ranges",
+    "torch.optim": "torch.optim's ranges",
+    "profile_overlap": "our schedules' optimizer range",
+    "autograd": "autograd's frames",
+    "step": "the rest of the step before the backward",
+}
+
+
+def _phases_found(x: ModeSummary) -> Inline:
+    """One sentence when some phase was not labelled: where each phase was found instead."""
+    if all(set(p.sources) <= {"labels"} for p in x.phases):
+        return ()
+    where = "; ".join(f"{p.phase} from {' and '.join(SOURCE_WORDS.get(s, s) for s in p.sources)}" for p in x.phases)
+    some = "some of its steps have" if any("labels" in p.sources for p in x.phases) else "its steps have"
+    return (
+        f"{x.mode}'s phases were ",
+        Ref("found from what torch records", "phase"),
+        f" ({some} no forward/backward/optimizer labels): {where}.",
+    )
 
 
 def _phase_verdict(x: ModeSummary) -> Inline:
@@ -210,8 +234,7 @@ def yield_blocks(m: RunMetrics) -> tuple:
             text += [", ", Ref(f"{pct(y.pct_of_comm)}%", "overlap_yield_pct"), f" of {y.baseline}'s ", Ref(f"{ms(comm)} ms", "comm_ms")]
             text.append(" of communication per step")
         if y.within_noise:
-            noise = summary_of(m).noise
-            interval = noise.overlap_yield_ms if noise else None
+            interval = noise.overlap_yield_ms if (noise := summary_of(m).noise) else None
             text += [*noise_reason(m, interval, within=True, unit="ms"), ": ", Ref("within run-to-run noise", "within_noise")]
         blocks.append(Paragraph((*text, "."), tone="verdict"))
         blocks.append(
@@ -224,12 +247,8 @@ def yield_blocks(m: RunMetrics) -> tuple:
             )
         )
     if rows:
-        mode, baseline = (y.mode, y.baseline) if y else (YIELD_MODE, YIELD_BASELINE)
-        known = [
-            (abs(x.compute_ms - x.baseline_compute_ms), x.pct, x)
-            for x in rows
-            if x.pct is not None and x.compute_ms is not None and x.baseline_compute_ms is not None
-        ]
+        mode, baseline = (y.mode, y.baseline) if y else ("split", "split-blocking")
+        known = measured_interference(rows)
         text = [
             Ref("Interference", "interference_pct"),
             f": how much slower each phase's compute ran in {mode}, with communication running beside it, than the same "
@@ -237,7 +256,7 @@ def yield_blocks(m: RunMetrics) -> tuple:
             "of its yield.",
         ]
         if known:
-            _, worst_pct, worst = max(known, key=lambda row: row[0])
+            _, worst_pct, worst = max(known, key=lambda row: abs(row[0]))
             text += [
                 f" The most time {'lost' if worst_pct >= 0 else 'gained'}: {worst.phase}, ",
                 Ref(f"{worst_pct:+.1f}%", "interference_pct"),
