@@ -13,6 +13,7 @@ from profile_overlap.analysis.clocks import ClockAlignment, align_clocks
 from profile_overlap.analysis.collectives import CallKey, collective_stats
 from profile_overlap.analysis.integrity import Integrity, check_integrity
 from profile_overlap.analysis.per_rank import RankAnalysis
+from profile_overlap.record.exposed import Exposed
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class TraceAnalysis:
     """Why communication is exposed (analysis/causes.py); None only in analyses built by hand."""
 
     @property
-    def exposed(self):
+    def exposed(self) -> Exposed | None:
         """The typed record of the causes (record/exposed.py), or None."""
         return self.causes.exposed if self.causes is not None else None
 

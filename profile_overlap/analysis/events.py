@@ -113,13 +113,13 @@ def extract(trace: Trace) -> FileEvents:
     if len(kernels):
         device = "cuda"
         comm, compute, calls, comm_rows, compute_rows = _gpu_events(trace, labeller)
-        kernels = tuple(np.concatenate([getattr(comm, k), getattr(compute, k)]) for k in ("launch", "start", "end"))
+        kernel_times = tuple(np.concatenate([getattr(comm, k), getattr(compute, k)]) for k in ("launch", "start", "end"))
         exclude = iv.EMPTY
         unclassified = np.zeros(0, dtype=np.int64)
     else:
         device = "cpu"
         comm, compute, calls, exclude = _cpu_events(trace, labeller, main)
-        kernels = None
+        kernel_times = None
         comm_rows = compute_rows = np.zeros(0, dtype=np.int64)
         unclassified = cpu_unclassified(trace, main, iv.union(comm.start, comm.end))
         # One process without a process group (a one-rank job profiled with the trace handler) has
@@ -131,7 +131,7 @@ def extract(trace: Trace) -> FileEvents:
                 "overlap to measure; profile with ProfilerActivity.CUDA on GPU runs, or use the gloo "
                 "backend on CPU"
             )
-    phases = phase_windows(trace, main, steps, kernels)
+    phases = phase_windows(trace, main, steps, kernel_times)
     every = np.concatenate([comm.start, comm.end, compute.start, compute.end, [s for _, s, _ in steps], [e for _, _, e in steps]])
     return FileEvents(
         path=str(trace.path),

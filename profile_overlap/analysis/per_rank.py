@@ -100,6 +100,8 @@ class RankAnalysis:
     timeline: tuple[TimelineSpan, ...]
     facts: RankFacts
     """What the integrity checks rest on (analysis/facts.py)."""
+    times: RankTimes
+    """What the causes of exposed communication rest on (analysis/rank_times.py)."""
     phases: tuple[PhaseMetrics, ...] = ()
     """Per phase, summed over the steps (empty without phase labels or steps)."""
     phase_collectives: tuple[PhaseCollectives, ...] = ()
@@ -107,8 +109,6 @@ class RankAnalysis:
     the calling thread; GPU: by their kernel's start, in the labels' device-side ranges)."""
     phase_windows: tuple[tuple[int, str, float, float], ...] = ()
     """(step, phase, start_us, end_us) of each phase range, clipped to the timeline's steps (for the figures)."""
-    times: RankTimes | None = None
-    """What the causes of exposed communication rest on (analysis/rank_times.py); None only in analyses built by hand."""
     spans: OverlapSpans | None = None
     """The intervals behind the totals (analysis/overlap_spans.py); only with finish_rank(keep_spans=True)."""
 
@@ -354,7 +354,11 @@ def _sum_phases(steps: list[StepMetrics]) -> tuple[PhaseMetrics, ...]:
             for i, value in enumerate((p.window_us, p.comm_us, p.compute_us, p.overlap_us, p.exposed_comm_us)):
                 acc[i] += value
             sources.setdefault(p.phase, {}).update(dict.fromkeys(p.sources))
-    return tuple(PhaseMetrics(name, *totals[name], sources=tuple(sources[name])) for name in PHASES if name in totals)
+    out = []
+    for name in (p for p in PHASES if p in totals):
+        window, comm, compute, overlap, exposed = totals[name]
+        out.append(PhaseMetrics(name, window, comm, compute, overlap, exposed, sources=tuple(sources[name])))
+    return tuple(out)
 
 
 def _phase_spans(

@@ -40,8 +40,6 @@ from profile_overlap.record.metrics import (
 )
 
 MIB = 2**20
-PHASE_ORDER = PHASES
-"""The analysis record's phases, in step order (definitions: "Phases")."""
 OTHER_PHASE = "other"
 """phase_collectives' phase for a collective issued outside every phase."""
 BYTES_PADDING = 0.02
@@ -193,8 +191,12 @@ def _phases(ranks: list[dict], steps: int) -> tuple[PhaseSummary, ...]:
             for i, key in enumerate(keys):
                 acc[i] += p[key] or 0.0
             sources.setdefault(p["phase"], {}).update(dict.fromkeys(p.get("sources", ())))
-    names = [p for p in PHASE_ORDER if p in totals] + sorted(p for p in totals if p not in PHASE_ORDER)
-    return tuple(PhaseSummary(name, *(x / len(ranks) / steps / 1e3 for x in totals[name]), sources=tuple(sources[name])) for name in names)
+    names = [p for p in PHASES if p in totals] + sorted(p for p in totals if p not in PHASES)
+    out = []
+    for name in names:
+        window, comm, compute, hidden, exposed = (x / len(ranks) / steps / 1e3 for x in totals[name])
+        out.append(PhaseSummary(name, window, comm, compute, hidden, exposed, sources=tuple(sources[name])))
+    return tuple(out)
 
 
 def _phase_collectives(ranks: list[dict], steps: int) -> tuple[PhaseCollective, ...]:
@@ -207,7 +209,7 @@ def _phase_collectives(ranks: list[dict], steps: int) -> tuple[PhaseCollective, 
             acc[0] += c["count"]
             acc[1] = None if acc[1] is None or c["nbytes"] is None else acc[1] + c["nbytes"]
             acc[2] += c["dur_us"]
-    order = {p: i for i, p in enumerate((*PHASE_ORDER, OTHER_PHASE))}
+    order = {p: i for i, p in enumerate((*PHASES, OTHER_PHASE))}
     n = len(ranks) * steps
     return tuple(
         PhaseCollective(
@@ -307,7 +309,7 @@ def interference(modes: dict[str, ModeSummary]) -> tuple[PhaseInterference, ...]
     if not ours or not base:
         return ()
     rows = []
-    for name in [p for p in PHASE_ORDER if p in ours or p in base] + sorted((set(ours) | set(base)) - set(PHASE_ORDER)):
+    for name in [p for p in PHASES if p in ours or p in base] + sorted((set(ours) | set(base)) - set(PHASES)):
         x, b = ours.get(name), base.get(name)
         pct = 100 * (x / b - 1) if x and b else None
         rows.append(PhaseInterference(phase=name, compute_ms=x, baseline_compute_ms=b, pct=pct))

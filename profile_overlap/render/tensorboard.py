@@ -165,7 +165,7 @@ def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_te
 
     # Why exposed, over all profiled steps (rank mean per step): one point, at the last profiled step.
     wait_ms, transfer_ms = m.exposed.per_rank_step_ms(len(steps)) if m.exposed is not None else (None, None)
-    if steps and wait_ms is not None:
+    if steps and wait_ms is not None and transfer_ms is not None:
         yield _scalar("exposed/wait_ms", wait_ms), steps[-1]
         yield _scalar("exposed/transfer_ms", transfer_ms), steps[-1]
 
