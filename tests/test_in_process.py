@@ -37,7 +37,11 @@ def test_analyze_prints_the_overlap_and_writes_the_record_and_the_tab_data(tmp_p
     # The tab's two files: a record the run loader reads back, one mode holding this analysis.
     tab_run = load_run(tab)
     (mode,) = tab_run.metrics.modes
-    assert tab_run.metrics.modes[mode].analysis["ranks"] == record["ranks"]
+    analysis = tab_run.metrics.modes[mode].analysis
+    assert analysis is not None
+    assert [(r.rank, r.comm_us, r.overlap_us) for r in analysis.ranks] == [
+        (r["rank"], r["comm_us"], r["overlap_us"]) for r in record["ranks"]
+    ]
     assert (tab / TIMELINE_JSON).is_file()
 
 

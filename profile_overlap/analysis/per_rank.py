@@ -18,11 +18,12 @@ from profile_overlap.analysis.events import EventIntervals, FileEvents, extract
 from profile_overlap.analysis.facts import RankFacts, rank_facts
 from profile_overlap.analysis.hta_compat import hta_filter
 from profile_overlap.analysis.overlap_spans import OverlapSpans, overlap_spans
+from profile_overlap.analysis.rank_input import rank_of, selected_steps
 from profile_overlap.analysis.rank_times import RankTimes, rank_times
+from profile_overlap.analysis.replay import ReplayStep, replay_steps
 from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TimelineSpan, timeline_spans
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
-from profile_overlap.core.errors import UserError
 from profile_overlap.core.modes import PHASES
 
 
@@ -109,6 +110,8 @@ class RankAnalysis:
     the calling thread; GPU: by their kernel's start, in the labels' device-side ranges)."""
     phase_windows: tuple[tuple[int, str, float, float], ...] = ()
     """(step, phase, start_us, end_us) of each phase range, clipped to the timeline's steps (for the figures)."""
+    replay: tuple[ReplayStep, ...] = ()
+    """Per profiled step, what whatif replays (analysis/replay.py)."""
     spans: OverlapSpans | None = None
     """The intervals behind the totals (analysis/overlap_spans.py); only with finish_rank(keep_spans=True)."""
 
@@ -147,21 +150,7 @@ def finish_rank(
     spans of the same worker (disjoint in time); their events are pooled."""
     assert files
     files = sorted(files, key=lambda f: f.t_min)
-    rank = files[0].rank
-    assert all(f.rank == rank for f in files)
-    for a, b in zip(files, files[1:]):
-        if b.t_min < a.t_max:
-            raise UserError(
-                f"{a.path} and {b.path} both claim rank {rank} and cover the same time, so they are not "
-                "successive profiler spans of one worker; remove the duplicate or analyze each run's folder separately"
-            )
-    notes = []
-    if rank is None:
-        assert len(files) == 1
-        rank = 0
-        notes.append(f"{files[0].path}: no distributedInfo.rank and no number in the file name; taken as rank 0")
-    elif files[0].rank_source == "file name":
-        notes.append(f"rank {rank} taken from the file name {Path(files[0].path).name} (the trace has no distributedInfo.rank)")
+    rank, notes = rank_of(files)
     device = files[0].device
     labels, remap = _pool_labels(files)
     comm = _cat([f.comm for f in files], remap)
@@ -182,18 +171,7 @@ def finish_rank(
     instances = every_call = number_calls(calls)
     all_calls = calls
     if steps is not None:
-        lo, hi = steps
-        sel = np.ones(step_num.size, bool)
-        if lo is not None:
-            sel &= step_num >= lo
-        if hi is not None:
-            sel &= step_num < hi
-        if not sel.any():
-            have = ", ".join(str(n) for n in step_num) or "none"
-            raise UserError(
-                f"rank {rank} has no ProfilerStep in --steps {lo if lo is not None else ''}:{hi if hi is not None else ''} "
-                f"(its steps: {have}); pick steps the traces contain"
-            )
+        sel = selected_steps(step_num, steps, rank=rank)
         step_num, step_start, step_end = step_num[sel], step_start[sel], step_end[sel]
         windows = iv.union(step_start, step_end)
         in_window = iv.covers(windows, np.array([c.start_us for c in calls]))
@@ -252,6 +230,7 @@ def finish_rank(
     whole = _measure(comm_u, compute_u)
 
     world = max((f.world_size for f in files if f.world_size), default=None)
+    kept = set(step_num.tolist())
     return RankAnalysis(
         rank=rank,
         device=device,
@@ -274,6 +253,7 @@ def finish_rank(
         phase_collectives=_phase_collectives(calls, phase, phase_start, phase_end),
         phase_windows=_phase_spans(phase, phase_start, phase_end, step_num, step_start, step_end),
         facts=facts,
+        replay=tuple(s for f in files for s in replay_steps(f) if s.step in kept),
         times=times,
         spans=overlap_spans(comm_u, compute_u) if keep_spans else None,
     )

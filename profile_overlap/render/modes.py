@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from profile_overlap.core.modes import MODES
 from profile_overlap.record.metrics import BytesCheck, ModeSummary, PhaseCollective, RunMetrics
-from profile_overlap.record.summary import BYTES_PADDING, MIB, OTHER_PHASE, summary_of
-from profile_overlap.render.document import Inline, Paragraph, Ref, Table, mib, ms, times
+from profile_overlap.record.summary import BYTES_PADDING, MIB, OTHER_PHASE
+from profile_overlap.render.document import Inline, Paragraph, Ref, Table
+from profile_overlap.render.numbers import mib, ms, times
 
 VERBS = {"all_reduce": "all-reduced", "reduce_scatter": "reduce-scattered", "all_gather": "all-gathered"}
 
@@ -31,7 +32,7 @@ def modes_text(m: RunMetrics) -> str:
 
 def versus_first(m: RunMetrics) -> Inline | None:
     """'Against sequential, the first mode (median step 12.4 ms): split took 22.0 ms (0.57×), ...'; None for one mode."""
-    rows = summary_of(m).speedup_vs_first
+    rows = m.summary.speedup_vs_first
     if len(rows) < 2:
         return None
     first = rows[0].mode
@@ -55,15 +56,13 @@ def noise_reason(m: RunMetrics, interval, *, within: bool, unit: str = "×") -> 
     if interval is None:
         return (", each inside the other's p10–p90 range" if within else ", outside each other's p10–p90 range",)
     show = (lambda x: f"{x:.3f}×") if unit == "×" else (lambda x: f"{ms(x)} ms")
-    noise = summary_of(m).noise
-    assert noise is not None  # the interval is the noise summary's
-    blocks = f" over {noise.num_blocks} paired blocks {'contains' if within else 'excludes'} {'1' if unit == '×' else '0'}"
+    blocks = f" over {m.summary.noise.num_blocks} paired blocks {'contains' if within else 'excludes'} {'1' if unit == '×' else '0'}"
     return (", whose ", Ref(f"95% interval {show(interval.low)} – {show(interval.high)}", "speedup_ci"), blocks)
 
 
 def speedup_cell(m: RunMetrics, mode: str) -> str:
     """'1.09×', '0.98×*' (within run-to-run noise of the first mode) or '–'."""
-    x = next((r for r in summary_of(m).speedup_vs_first if r.mode == mode), None)
+    x = next((r for r in m.summary.speedup_vs_first if r.mode == mode), None)
     if x is None or x.speedup is None:
         return "–"
     return times(x.speedup) + ("*" if x.within_noise else "")
@@ -101,8 +100,7 @@ def describe(x: ModeSummary) -> str:
     for i, (kind, rows) in enumerate(kinds.items()):
         phases = [_phase_name(r.phase) for r in rows]
         where = phases[0] if len(phases) == 1 else ", ".join(phases[:-1]) + " and " + phases[-1]
-        sizes = [r.bytes_per_step for r in rows if r.bytes_per_step is not None]
-        nbytes = sum(sizes) if len(sizes) == len(rows) else None
+        nbytes = None if any(r.bytes_per_step is None for r in rows) else sum(r.bytes_per_step for r in rows)
         calls = sum(r.calls_per_step for r in rows)
         parts.append(f"{kind} {'issued ' if i == 0 else ''}in {where} ({_calls(calls)}, {_mib(nbytes)})")
     return f"{x.mode}: " + ", ".join(parts)
@@ -167,8 +165,7 @@ def result(c: BytesCheck) -> str:
 
 
 def bytes_blocks(m: RunMetrics, s: dict[str, ModeSummary]) -> tuple:
-    rows: list[tuple[tuple[str], ...]] = []
-    bad: set[int] = set()
+    rows, bad = [], set()
     for x in s.values():
         for c in x.bytes_checks:
             found = next((r for r in x.phase_collectives if (r.phase, r.kind) == (c.phase, c.kind)), None)
@@ -238,7 +235,7 @@ def bytes_console_line(m: RunMetrics) -> str | None:
     """'collective bytes per step / parameter bytes (...): sequential bwd all_reduce 1.00x; ...: all match'; None without checks."""
     short = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
     per_mode, bad = [], 0
-    for x in summary_of(m).modes.values():
+    for x in m.summary.modes.values():
         if not x.bytes_checks:
             continue
         rows = []
@@ -250,6 +247,6 @@ def bytes_console_line(m: RunMetrics) -> str | None:
         per_mode.append(f"{x.mode} " + ", ".join(rows))
     if not per_mode:
         return None
-    param_bytes = next(m.modes[name].model_param_bytes for name, x in summary_of(m).modes.items() if x.bytes_checks)
+    param_bytes = next(m.modes[name].model_param_bytes for name, x in m.summary.modes.items() if x.bytes_checks)
     verdict = f"{bad} MISMATCH" if bad else "all match"
     return f"collective bytes per step / parameter bytes (P = {mib(param_bytes)} MiB, expected 1x): " + "; ".join(per_mode) + f": {verdict}"

@@ -7,10 +7,11 @@ A rule returns None when it has nothing to say; the order of RULES is the order 
 
 from __future__ import annotations
 
-from profile_overlap.record.metrics import RunMetrics, StepTimes
-from profile_overlap.record.summary import ModeSummary, measured_interference, summary_of
-from profile_overlap.render.document import Inline, Ref, mib, ms, pct, times
+from profile_overlap.record.metrics import RunMetrics
+from profile_overlap.record.summary import ModeSummary
+from profile_overlap.render.document import Inline, Ref
 from profile_overlap.render.modes import bytes_inline, expectation
+from profile_overlap.render.numbers import mib, ms, pct, times
 
 # Thresholds, with the reason each is where it is.
 GLOO_RS_AS_ALL_REDUCE = 0.7
@@ -54,7 +55,7 @@ def failed_checks(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
 
 
 def gloo_reduce_scatter(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
-    if m.env.get("backend") != "gloo" or "sequential" not in s or "split" not in s:
+    if m.env.backend != "gloo" or "sequential" not in s or "split" not in s:
         return None
     ar = _kind(s["sequential"], "all_reduce")
     rs = _kind(s["split"], "reduce_scatter")
@@ -74,7 +75,7 @@ def gloo_reduce_scatter(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | No
     ]
     if ag is not None:
         text += [", and split then all_gathers on top (", Ref(f"{ms(ag.time_per_call_us.mean / 1e3)} ms", "time_per_call_us"), " per call)"]
-    won = bool(m.speedup and m.speedup.measured > 1 and not summary_of(m).within_noise)
+    won = bool(m.speedup and m.speedup.measured > 1 and not m.summary.within_noise)
     text += [
         ". So split communicates more than sequential here ("
         if (s["split"].comm_ms or 0) > (s["sequential"].comm_ms or 0)
@@ -90,7 +91,7 @@ def gloo_reduce_scatter(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | No
 
 
 def exposed_dominates(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
-    x = s[summary_of(m).headline_mode]
+    x = s[m.summary.headline_mode]
     if x.exposed_comm_ms is None or not x.compute_ms or x.exposed_comm_ms / x.compute_ms < EXPOSED_OVER_COMPUTE:
         return None
     return (
@@ -156,7 +157,7 @@ def short_of_ideal(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
 def stragglers(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     worst = None
     for name, mode in m.modes.items():
-        ranks = {r["rank"]: r for r in mode.analysis["ranks"]} if mode.analysis else {}
+        ranks = {r.rank: r for r in mode.analysis.ranks} if mode.analysis else {}
         slow = s[name].slowest_rank
         if slow is None:
             continue
@@ -168,21 +169,21 @@ def stragglers(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
         return None
     share, name, r, slow = worst
     analysis = m.modes[name].analysis
-    assert analysis is not None  # the mode's wait shares came from it
-    late = {x["rank"]: x for x in analysis["ranks"]}[slow].get("last_arrival_pct")  # absent from older records
+    slow_rank = analysis.rank(slow) if analysis else None
+    late = slow_rank.last_arrival_pct if slow_rank else None  # absent from older records
     arrival = ("; it arrived last at ", Ref(f"{pct(late)}%", "last_arrival_pct"), " of the calls") if late is not None else ()
-    hosts = {x["rank"]: x["host"] for x in m.env.get("ranks", [])}
-    shared = m.env.get("num_nodes") == 1 and m.env.get("device_type") == "cpu"
+    hosts = {x.rank: x.host for x in m.env.ranks}
+    shared = m.env.num_nodes == 1 and m.env.device_type == "cpu"
     advice = (
         "All ranks share one CPU host here, so this is most likely the OS scheduling ranks unevenly, not a slow link."
         if shared
         else f"Look at what else runs on {hosts.get(slow, 'its host')}, and at its links."
     )
     return (
-        f"Ranks wait for each other: in {name}, rank {r['rank']} spent ",
+        f"Ranks wait for each other: in {name}, rank {r.rank} spent ",
         Ref(f"{pct(100 * share)}%", "wait_share_pct"),
         " of its collective time (",
-        Ref(f"{ms(r['wait_us'] / 1e3)} ms", "wait_us"),
+        Ref(f"{ms((r.wait_us or 0.0) / 1e3)} ms", "wait_us"),
         ") waiting, mostly for rank ",
         str(slow),
         " (",
@@ -193,26 +194,23 @@ def stragglers(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     )
 
 
-def relative_spread(st: StepTimes) -> float | None:
-    """(p90 − p10) / median of a timed mode; None without timed steps."""
-    if not st.median_ms or st.p10_ms is None or st.p90_ms is None:
-        return None
-    return (st.p90_ms - st.p10_ms) / st.median_ms
-
-
 def noisy_steps(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
-    spreads = {x.mode: sp for x in m.modes.values() if (sp := relative_spread(x.step_time)) is not None and sp > NOISY_SPREAD}
-    if not spreads:
+    noisy = [
+        x
+        for x in m.modes.values()
+        if x.step_time.median_ms and (x.step_time.p90_ms - x.step_time.p10_ms) / x.step_time.median_ms > NOISY_SPREAD
+    ]
+    if not noisy:
         return None
-    x = m.modes[max(spreads, key=lambda mode: spreads[mode])]
+    x = max(noisy, key=lambda x: (x.step_time.p90_ms - x.step_time.p10_ms) / x.step_time.median_ms)
     st = x.step_time
     tail = ""
-    if m.speedup and summary_of(m).within_noise:
+    if m.speedup and m.summary.within_noise:
         tail = " That is why the verdict calls the two modes equal."
     return (
         f"Step times are noisy: {x.mode}'s p10–p90 spans ",
         Ref(f"{ms(st.p10_ms)} – {ms(st.p90_ms)} ms", "step_time_ms"),
-        f", {spreads[x.mode]:.0%} of its median ",
+        f", {(st.p90_ms - st.p10_ms) / st.median_ms:.0%} of its median ",
         Ref(f"{ms(st.median_ms)} ms", "step_time_ms"),
         f". Differences smaller than that are not meaningful; use more --steps (now {m.config['steps']}), --repeats 5 (intervals "
         "over blocks of steps, modes alternating) or a quieter machine.",
@@ -221,11 +219,12 @@ def noisy_steps(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
 
 
 def interference(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
-    known = [row for row in measured_interference(summary_of(m).interference) if row[1] >= INTERFERENCE_PCT]
+    known = [x for x in m.summary.interference if x.pct is not None and x.pct >= INTERFERENCE_PCT]
     if not known:
         return None
-    lost, _, worst = max(known, key=lambda row: row[0])
-    if m.env.get("backend") == "gloo":
+    worst = max(known, key=lambda x: x.compute_ms - x.baseline_compute_ms)
+    lost = worst.compute_ms - worst.baseline_compute_ms
+    if m.env.backend == "gloo":
         why = (
             "On CPU, gloo runs each collective on worker threads that take cores from compute; fewer ranks per host than "
             "cores leaves them room."
@@ -254,9 +253,9 @@ def bytes_mismatch(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
         text += ["; " if i else "", *bytes_inline(mode, [c])]
         text.append(f", where {c.expected:.0f}× was expected ({expectation(m, mode, c)})")
     why = []
-    if any(c.ratio is not None and c.ratio < c.expected for _, c in bad):
+    if any(c.ratio < c.expected for _, c in bad):
         why.append(" Below it: some of those collectives ran outside the profiled steps' windows or in another phase, or never ran.")
-    if any(c.ratio is not None and c.ratio > c.expected for _, c in bad):
+    if any(c.ratio > c.expected for _, c in bad):
         why.append(" Above it: extra collectives, or more padding than a multiple of the world size explains.")
     return (*text, ".", *why, " The bytes table under Communication by phase has every row.")
 
