@@ -22,6 +22,7 @@ from profile_overlap.record import noise
 from profile_overlap.record.analysis import RankRecord
 from profile_overlap.record.metrics import (
     BytesCheck,
+    CheckResult,
     CollectiveRow,
     ModeMetrics,
     ModeSummary,
@@ -62,7 +63,9 @@ HEADLINE_NAMES = (
 
 def within_noise(a: StepTimes, b: StepTimes) -> bool:
     """Each median lies inside the other's p10-p90 range (definitions: `within_noise`, rule p10-p90)."""
-    return a.p10_ms <= b.median_ms <= a.p90_ms and b.p10_ms <= a.median_ms <= b.p90_ms
+    a10, a90, b10, b90 = a.p10_ms, a.p90_ms, b.p10_ms, b.p90_ms
+    assert a10 is not None and a90 is not None and b10 is not None and b90 is not None, "two timed modes"
+    return a10 <= median_ms(b) <= a90 and b10 <= median_ms(a) <= b90
 
 
 def blocks(st: StepTimes) -> tuple[tuple[float, ...], ...]:
@@ -103,13 +106,35 @@ def _within(a: StepTimes, b: StepTimes, interval: noise.Interval | None, *, null
     return interval.contains(null) if interval is not None else within_noise(a, b)
 
 
+def summary_of(metrics: RunMetrics) -> RunSummary:
+    """The record's summary, for its readers: with_summary and load_metrics always fill it (it is None
+    only while with_summary builds the record)."""
+    assert metrics.summary is not None, "a record is read only once summarized (with_summary, load_metrics)"
+    return metrics.summary
+
+
+def measured_interference(rows: Sequence[PhaseInterference]) -> list[tuple[float, float, PhaseInterference]]:
+    """The interference rows with both compute times: (compute_ms − baseline_compute_ms, pct, row)."""
+    return [
+        (x.compute_ms - x.baseline_compute_ms, x.pct, x)
+        for x in rows
+        if x.pct is not None and x.compute_ms is not None and x.baseline_compute_ms is not None
+    ]
+
+
+def median_ms(st: StepTimes) -> float:
+    """The median step time of a timed mode (one with times_ms)."""
+    assert st.median_ms is not None, "a mode without timed steps has no median"
+    return st.median_ms
+
+
 def speedup(modes: dict[str, ModeMetrics]) -> Speedup | None:
     """sequential / split median step time, and the ideal from the sequential mode's comm and
     compute (definitions: `speedup`, `predicted_speedup`). None unless both modes were timed."""
     if not all(name in modes and modes[name].step_time.times_ms for name in (SPEEDUP_BASELINE, SPEEDUP_MODE)):
         return None
     seq, split = modes[SPEEDUP_BASELINE], modes[SPEEDUP_MODE]
-    measured = seq.step_time.median_ms / split.step_time.median_ms
+    measured = median_ms(seq.step_time) / median_ms(split.step_time)
     predicted = None
     if seq.analysis and seq.analysis.ranks:
         ranks = seq.analysis.ranks
@@ -196,7 +221,7 @@ def _phase_collectives(ranks: Sequence[RankRecord], steps: int) -> tuple[PhaseCo
             phase=phase,
             kind=kind,
             calls_per_step=calls[phase, kind] / n,
-            bytes_per_step=None if nbytes[phase, kind] is None else nbytes[phase, kind] / n,
+            bytes_per_step=None if (size := nbytes[phase, kind]) is None else size / n,
             ms_per_step=dur_us[phase, kind] / n / 1e3,
         )
         for phase, kind in sorted(calls, key=lambda k: (order.get(k[0], len(order)), k))
@@ -204,9 +229,8 @@ def _phase_collectives(ranks: Sequence[RankRecord], steps: int) -> tuple[PhaseCo
 
 
 def bytes_checks(mode: str, rows: tuple[PhaseCollective, ...], param_bytes: int | None, *, reshard: bool) -> tuple[BytesCheck, ...]:
-    """The mode's expected_bytes rows (core/modes.py): bytes per step / the model's parameter bytes,
-    against 1 (0 for a resharded_bytes row without resharding, as fsdp2's backward all_gather). Empty
-    without attribution or parameter bytes."""
+    """The mode's expected_bytes rows (core/modes.py): bytes per step / parameter bytes, against 1 (0 for
+    a resharded_bytes row without resharding). Empty without attribution or parameter bytes."""
     spec = MODES.get(mode)
     if not rows or not param_bytes or spec is None:
         return ()
@@ -274,14 +298,14 @@ def overlap_yield(metrics: RunMetrics, modes: dict[str, ModeSummary], spread: no
     timed = [metrics.modes[n].step_time for n in (YIELD_MODE, YIELD_BASELINE) if n in metrics.modes]
     if len(timed) < 2 or not all(t.times_ms for t in timed):
         return None
-    gain_ms = timed[1].median_ms - timed[0].median_ms
+    gain_ms = median_ms(timed[1]) - median_ms(timed[0])
     comm = modes[YIELD_BASELINE].comm_ms
     return OverlapYield(
         ms=gain_ms,
         pct_of_comm=100 * gain_ms / comm if comm else None,
         mode=YIELD_MODE,
         baseline=YIELD_BASELINE,
-        within_noise=_within(*timed, spread.overlap_yield_ms, null=0.0),
+        within_noise=_within(timed[0], timed[1], spread.overlap_yield_ms, null=0.0),
     )
 
 
@@ -314,7 +338,7 @@ def speedup_vs_first(metrics: RunMetrics, spread: noise.NoiseSummary) -> tuple[R
             RelativeSpeedup(
                 mode=name,
                 baseline=names[0],
-                speedup=first.median_ms / this.median_ms if timed else None,
+                speedup=median_ms(first) / median_ms(this) if timed else None,
                 within_noise=_within(first, this, spread.speedup_vs_first.get(name)) if timed and name != names[0] else None,
             )
         )
@@ -338,9 +362,15 @@ def _headline(metrics: RunMetrics, modes: dict[str, ModeSummary], main: str, gai
         "compute_ms": x.compute_ms,
         "optimizer_state_mib": x.optimizer_state_bytes / MIB,
         # None when some compared value was not finite (then failed_checks counts that check).
-        "max_error": None if any(c.max_abs_err is None for c in checks) else max((c.max_abs_err for c in checks), default=None),
+        "max_error": _max_error(checks),
         "failed_checks": float(sum(not c.passed for c in checks)),
     }
+
+
+def _max_error(checks: list[CheckResult]) -> float | None:
+    """The largest max_abs_err; None without checks or when one is not finite (None)."""
+    errors = [c.max_abs_err for c in checks if c.max_abs_err is not None]
+    return max(errors) if errors and len(errors) == len(checks) else None
 
 
 def summarize(metrics: RunMetrics) -> RunSummary:
@@ -352,7 +382,7 @@ def summarize(metrics: RunMetrics) -> RunSummary:
         metrics.modes[n].step_time for n in (SPEEDUP_BASELINE, SPEEDUP_MODE) if n in metrics.modes and metrics.modes[n].step_time.times_ms
     ]
     spread = noise_summary(metrics)
-    same = _within(*timed, spread.speedup) if len(timed) == 2 else None
+    same = _within(timed[0], timed[1], spread.speedup) if len(timed) == 2 else None
     gain = overlap_yield(metrics, modes, spread)
     return RunSummary(
         modes=modes,
