@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from profile_overlap.core.modes import MODES
 from profile_overlap.record.metrics import BytesCheck, ModeSummary, PhaseCollective, RunMetrics
-from profile_overlap.record.summary import BYTES_PADDING, MIB, OTHER_PHASE
+from profile_overlap.record.summary import BYTES_PADDING, MIB, OTHER_PHASE, summary_of
 from profile_overlap.render.document import Inline, Paragraph, Ref, Table
 from profile_overlap.render.numbers import mib, ms, times
 
@@ -32,7 +32,7 @@ def modes_text(m: RunMetrics) -> str:
 
 def versus_first(m: RunMetrics) -> Inline | None:
     """'Against sequential, the first mode (median step 12.4 ms): split took 22.0 ms (0.57×), ...'; None for one mode."""
-    rows = m.summary.speedup_vs_first
+    rows = summary_of(m).speedup_vs_first
     if len(rows) < 2:
         return None
     first = rows[0].mode
@@ -56,13 +56,13 @@ def noise_reason(m: RunMetrics, interval, *, within: bool, unit: str = "×") -> 
     if interval is None:
         return (", each inside the other's p10–p90 range" if within else ", outside each other's p10–p90 range",)
     show = (lambda x: f"{x:.3f}×") if unit == "×" else (lambda x: f"{ms(x)} ms")
-    blocks = f" over {m.summary.noise.num_blocks} paired blocks {'contains' if within else 'excludes'} {'1' if unit == '×' else '0'}"
+    blocks = f" over {summary_of(m).noise.num_blocks} paired blocks {'contains' if within else 'excludes'} {'1' if unit == '×' else '0'}"
     return (", whose ", Ref(f"95% interval {show(interval.low)} – {show(interval.high)}", "speedup_ci"), blocks)
 
 
 def speedup_cell(m: RunMetrics, mode: str) -> str:
     """'1.09×', '0.98×*' (within run-to-run noise of the first mode) or '–'."""
-    x = next((r for r in m.summary.speedup_vs_first if r.mode == mode), None)
+    x = next((r for r in summary_of(m).speedup_vs_first if r.mode == mode), None)
     if x is None or x.speedup is None:
         return "–"
     return times(x.speedup) + ("*" if x.within_noise else "")
@@ -235,7 +235,7 @@ def bytes_console_line(m: RunMetrics) -> str | None:
     """'collective bytes per step / parameter bytes (...): sequential bwd all_reduce 1.00x; ...: all match'; None without checks."""
     short = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
     per_mode, bad = [], 0
-    for x in m.summary.modes.values():
+    for x in summary_of(m).modes.values():
         if not x.bytes_checks:
             continue
         rows = []
@@ -247,6 +247,6 @@ def bytes_console_line(m: RunMetrics) -> str | None:
         per_mode.append(f"{x.mode} " + ", ".join(rows))
     if not per_mode:
         return None
-    param_bytes = next(m.modes[name].model_param_bytes for name, x in m.summary.modes.items() if x.bytes_checks)
+    param_bytes = next(m.modes[name].model_param_bytes for name, x in summary_of(m).modes.items() if x.bytes_checks)
     verdict = f"{bad} MISMATCH" if bad else "all match"
     return f"collective bytes per step / parameter bytes (P = {mib(param_bytes)} MiB, expected 1x): " + "; ".join(per_mode) + f": {verdict}"

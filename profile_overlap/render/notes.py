@@ -8,7 +8,7 @@ A rule returns None when it has nothing to say; the order of RULES is the order 
 from __future__ import annotations
 
 from profile_overlap.record.metrics import RunMetrics
-from profile_overlap.record.summary import ModeSummary
+from profile_overlap.record.summary import ModeSummary, summary_of
 from profile_overlap.render.document import Inline, Ref
 from profile_overlap.render.modes import bytes_inline, expectation
 from profile_overlap.render.numbers import mib, ms, pct, times
@@ -75,7 +75,7 @@ def gloo_reduce_scatter(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | No
     ]
     if ag is not None:
         text += [", and split then all_gathers on top (", Ref(f"{ms(ag.time_per_call_us.mean / 1e3)} ms", "time_per_call_us"), " per call)"]
-    won = bool(m.speedup and m.speedup.measured > 1 and not m.summary.within_noise)
+    won = bool(m.speedup and m.speedup.measured > 1 and not summary_of(m).within_noise)
     text += [
         ". So split communicates more than sequential here ("
         if (s["split"].comm_ms or 0) > (s["sequential"].comm_ms or 0)
@@ -91,7 +91,7 @@ def gloo_reduce_scatter(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | No
 
 
 def exposed_dominates(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
-    x = s[m.summary.headline_mode]
+    x = s[summary_of(m).headline_mode]
     if x.exposed_comm_ms is None or not x.compute_ms or x.exposed_comm_ms / x.compute_ms < EXPOSED_OVER_COMPUTE:
         return None
     return (
@@ -205,7 +205,7 @@ def noisy_steps(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     x = max(noisy, key=lambda x: (x.step_time.p90_ms - x.step_time.p10_ms) / x.step_time.median_ms)
     st = x.step_time
     tail = ""
-    if m.speedup and m.summary.within_noise:
+    if m.speedup and summary_of(m).within_noise:
         tail = " That is why the verdict calls the two modes equal."
     return (
         f"Step times are noisy: {x.mode}'s p10–p90 spans ",
@@ -219,7 +219,7 @@ def noisy_steps(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
 
 
 def interference(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
-    known = [x for x in m.summary.interference if x.pct is not None and x.pct >= INTERFERENCE_PCT]
+    known = [x for x in summary_of(m).interference if x.pct is not None and x.pct >= INTERFERENCE_PCT]
     if not known:
         return None
     worst = max(known, key=lambda x: x.compute_ms - x.baseline_compute_ms)
