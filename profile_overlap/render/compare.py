@@ -8,7 +8,7 @@ from profile_overlap.record import noise
 from profile_overlap.record.analysis import as_json
 from profile_overlap.record.folder import Run
 from profile_overlap.record.metrics import Env
-from profile_overlap.record.summary import HEADLINE_NAMES, compare_runs, summary_of
+from profile_overlap.record.summary import HEADLINE_NAMES, compare_runs, median_ms, summary_of
 from profile_overlap.render.document import Code, Paragraph, Ref, Report, Section, Table
 from profile_overlap.render.modes import speedup_cell
 from profile_overlap.render.numbers import ms, significant
@@ -177,21 +177,27 @@ def _spread(run: Run, mode: str) -> str:
 
 
 def _has_blocks(run: Run) -> bool:
-    return bool(summary_of(run.metrics).noise) and summary_of(run.metrics).noise.num_blocks > 1
+    noise = summary_of(run.metrics).noise
+    return noise is not None and noise.num_blocks > 1
 
 
 def _interval(run: Run, mode: str) -> str:
-    x = summary_of(run.metrics).noise.step_time_ms.get(mode) if mode in run.metrics.modes else None
+    noise = summary_of(run.metrics).noise
+    x = noise.step_time_ms.get(mode) if noise and mode in run.metrics.modes else None
     return f"{ms(x.low)} – {ms(x.high)}" if x else "–"
 
 
 def _ratio(a: Run, b: Run, mode: str) -> str:
     ta, tb = (r.metrics.modes[mode].step_time if mode in r.metrics.modes else None for r in (a, b))
-    return f"{tb.median_ms / ta.median_ms:.3f}" if ta and tb and ta.times_ms and tb.times_ms else "–"
+    return f"{median_ms(tb) / median_ms(ta):.3f}" if ta and tb and ta.times_ms and tb.times_ms else "–"
 
 
 def _vs_first(run: Run, mode: str) -> str:
     return speedup_cell(run.metrics, mode) if mode in run.metrics.modes else "–"
+
+
+def _delta(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else b - a
 
 
 def compare_record(a: Run, b: Run) -> dict:
@@ -199,7 +205,7 @@ def compare_record(a: Run, b: Run) -> dict:
     return {
         "a": {"run_dir": str(a.dir), "headline": ha},
         "b": {"run_dir": str(b.dir), "headline": hb},
-        "delta": {k: (hb[k] - ha[k] if ha.get(k) is not None and hb.get(k) is not None else None) for k in HEADLINE_NAMES},
+        "delta": {k: _delta(ha.get(k), hb.get(k)) for k in HEADLINE_NAMES},
         # Per mode timed in both: run_ratio, its interval (runs with repeats), the rule and the verdict.
         "step_time": {mode: as_json(diff) for mode, diff in compare_runs(a.metrics, b.metrics).items()},
     }

@@ -37,7 +37,7 @@ def summary_columns(metrics: RunMetrics) -> tuple[str, ...]:
 
 def summary_rows(metrics: RunMetrics) -> list[tuple[str, ...]]:
     """The summary table's cells, one row per mode in the run's order, in SUMMARY_COLUMNS order (console, TensorBoard)."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for m in summary_of(metrics).modes.values():
         st = metrics.modes[m.mode].step_time
         spread = f"{st.p10_ms:.2f}-{st.p90_ms:.2f}" if st.p10_ms is not None else "-"

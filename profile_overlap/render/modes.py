@@ -56,7 +56,9 @@ def noise_reason(m: RunMetrics, interval, *, within: bool, unit: str = "×") -> 
     if interval is None:
         return (", each inside the other's p10–p90 range" if within else ", outside each other's p10–p90 range",)
     show = (lambda x: f"{x:.3f}×") if unit == "×" else (lambda x: f"{ms(x)} ms")
-    blocks = f" over {summary_of(m).noise.num_blocks} paired blocks {'contains' if within else 'excludes'} {'1' if unit == '×' else '0'}"
+    noise = summary_of(m).noise
+    assert noise is not None  # the interval is the noise summary's
+    blocks = f" over {noise.num_blocks} paired blocks {'contains' if within else 'excludes'} {'1' if unit == '×' else '0'}"
     return (", whose ", Ref(f"95% interval {show(interval.low)} – {show(interval.high)}", "speedup_ci"), blocks)
 
 
@@ -100,7 +102,8 @@ def describe(x: ModeSummary) -> str:
     for i, (kind, rows) in enumerate(kinds.items()):
         phases = [_phase_name(r.phase) for r in rows]
         where = phases[0] if len(phases) == 1 else ", ".join(phases[:-1]) + " and " + phases[-1]
-        nbytes = None if any(r.bytes_per_step is None for r in rows) else sum(r.bytes_per_step for r in rows)
+        sizes = [r.bytes_per_step for r in rows if r.bytes_per_step is not None]
+        nbytes = sum(sizes) if len(sizes) == len(rows) else None
         calls = sum(r.calls_per_step for r in rows)
         parts.append(f"{kind} {'issued ' if i == 0 else ''}in {where} ({_calls(calls)}, {_mib(nbytes)})")
     return f"{x.mode}: " + ", ".join(parts)
@@ -165,7 +168,8 @@ def result(c: BytesCheck) -> str:
 
 
 def bytes_blocks(m: RunMetrics, s: dict[str, ModeSummary]) -> tuple:
-    rows, bad = [], set()
+    rows: list[tuple[tuple[str], ...]] = []
+    bad: set[int] = set()
     for x in s.values():
         for c in x.bytes_checks:
             found = next((r for r in x.phase_collectives if (r.phase, r.kind) == (c.phase, c.kind)), None)

@@ -170,7 +170,7 @@ def _split_verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
         Ref(f"{mib(seq.optimizer_state_bytes)} MiB", "optimizer_state_bytes"),
         ").",
     )
-    interval = summary_of(m).noise.speedup if summary_of(m).noise else None
+    interval = spread.speedup if (spread := summary_of(m).noise) else None
     speed = m.speedup.measured if m.speedup else 1.0
     if summary_of(m).within_noise:
         head: Inline = ("split and sequential took the same time, ", Ref("within run-to-run noise", "within_noise"), " (median step ")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from profile_overlap.record.folder import Run
 from profile_overlap.record.metrics import ModeSummary, RunMetrics
-from profile_overlap.record.summary import summary_of
+from profile_overlap.record.summary import measured_interference, summary_of
 from profile_overlap.render.document import Figure, Inline, Paragraph, Ref, Table
 from profile_overlap.render.modes import noise_reason, speedup_cell
 from profile_overlap.render.numbers import gbps, mib, ms, pct, times, us
@@ -224,7 +224,7 @@ def yield_blocks(m: RunMetrics) -> tuple:
             text += [", ", Ref(f"{pct(y.pct_of_comm)}%", "overlap_yield_pct"), f" of {y.baseline}'s ", Ref(f"{ms(comm)} ms", "comm_ms")]
             text.append(" of communication per step")
         if y.within_noise:
-            interval = summary_of(m).noise.overlap_yield_ms if summary_of(m).noise else None
+            interval = noise.overlap_yield_ms if (noise := summary_of(m).noise) else None
             text += [*noise_reason(m, interval, within=True, unit="ms"), ": ", Ref("within run-to-run noise", "within_noise")]
         blocks.append(Paragraph((*text, "."), tone="verdict"))
         blocks.append(
@@ -238,7 +238,7 @@ def yield_blocks(m: RunMetrics) -> tuple:
         )
     if rows:
         mode, baseline = (y.mode, y.baseline) if y else ("split", "split-blocking")
-        known = [x for x in rows if x.pct is not None]
+        known = measured_interference(rows)
         text = [
             Ref("Interference", "interference_pct"),
             f": how much slower each phase's compute ran in {mode}, with communication running beside it, than the same "
@@ -246,10 +246,10 @@ def yield_blocks(m: RunMetrics) -> tuple:
             "of its yield.",
         ]
         if known:
-            worst = max(known, key=lambda x: abs(x.compute_ms - x.baseline_compute_ms))
+            _, worst_pct, worst = max(known, key=lambda row: abs(row[0]))
             text += [
-                f" The most time {'lost' if worst.pct >= 0 else 'gained'}: {worst.phase}, ",
-                Ref(f"{worst.pct:+.1f}%", "interference_pct"),
+                f" The most time {'lost' if worst_pct >= 0 else 'gained'}: {worst.phase}, ",
+                Ref(f"{worst_pct:+.1f}%", "interference_pct"),
                 f" ({ms(worst.baseline_compute_ms)} ms alone, {ms(worst.compute_ms)} ms beside communication).",
             ]
         if m.env.backend == "gloo":

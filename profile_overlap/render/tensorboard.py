@@ -13,7 +13,7 @@ from a finished folder as cheaply as at the end of a run.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -167,7 +167,7 @@ def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_te
 
     # Why exposed, over all profiled steps (rank mean per step): one point, at the last profiled step.
     wait_ms, transfer_ms = m.exposed.per_rank_step_ms(len(steps)) if m.exposed is not None else (None, None)
-    if steps and wait_ms is not None:
+    if steps and wait_ms is not None and transfer_ms is not None:
         yield _scalar("exposed/wait_ms", wait_ms), steps[-1]
         yield _scalar("exposed/transfer_ms", transfer_ms), steps[-1]
 
@@ -255,7 +255,7 @@ def _custom_scalars_layout() -> summary_pb2.Summary:
     )
 
 
-def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]], *, left: int = 1) -> str:
+def _md_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], *, left: int = 1) -> str:
     """`left` columns of text, then right-aligned numbers."""
     align = ["---" if i < left else "---:" for i in range(len(header))]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]

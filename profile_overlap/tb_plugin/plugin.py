@@ -130,7 +130,8 @@ class OverlapPlugin(base_plugin.TBPlugin):
 
     def __init__(self, context: base_plugin.TBContext) -> None:
         self._logdir_flag = context.logdir
-        self._replies: OrderedDict[tuple, bytes] = OrderedDict()
+        self._replies: OrderedDict[tuple[str, int, int, int | None], dict[str, bytes]] = OrderedDict()
+        """(timeline.json, its mtime and size, max_spans) -> each mode's serialised reply."""
         self._lock = threading.Lock()  # TensorBoard serves requests from several threads
 
     # ------------------------------------------------------------- TensorBoard's interface
@@ -172,20 +173,20 @@ class OverlapPlugin(base_plugin.TBPlugin):
 
     # ------------------------------------------------------------- routes
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_static(self, request):
         name, mimetype = _STATIC[request.path[request.path.rindex("/") :]]
-        content = resources.files(__package__).joinpath("static", name).read_bytes()
+        content = resources.files(__package__).joinpath("static").joinpath(name).read_bytes()
         return http_util.Respond(request, content, mimetype)
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_runs(self, request):
         logdir = self._logdir()
         runs = [describe_run(logdir, d) for d in find_runs(logdir)] if logdir else []
         reply = {"logdir": str(logdir) if logdir else None, "runs": runs, "phases": list(registry.PHASES)}
         return http_util.Respond(request, reply, "application/json")
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_metrics(self, request):
         try:
             # Byte for byte: the tab shows the record's own numbers, never a re-serialisation.
@@ -194,7 +195,7 @@ class OverlapPlugin(base_plugin.TBPlugin):
             return _error(request, err)
         return http_util.Respond(request, content, "application/json")
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_perfetto(self, request):
         try:
             path = self._run_dir(request) / PERFETTO_TRACE
@@ -208,7 +209,7 @@ class OverlapPlugin(base_plugin.TBPlugin):
         response.headers["Content-Disposition"] = f'attachment; filename="{PERFETTO_TRACE}"'
         return response
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_timeline(self, request):
         try:
             return http_util.Respond(request, self._timeline(request), "application/json")
@@ -219,12 +220,13 @@ class OverlapPlugin(base_plugin.TBPlugin):
         """One mode's reply, serialised; every mode of the file is prepared on the first request."""
         run_dir = self._run_dir(request)
         mode = request.args.get("mode")
-        max_spans = request.args.get("max_spans")
-        if max_spans is not None:
+        asked = request.args.get("max_spans")
+        max_spans: int | None = None
+        if asked is not None:
             try:
-                max_spans = int(max_spans)
+                max_spans = int(asked)
             except ValueError:
-                raise RequestError(f"max_spans={max_spans!r} is not a whole number") from None
+                raise RequestError(f"max_spans={asked!r} is not a whole number") from None
             if max_spans < MIN_MAX_SPANS:
                 raise RequestError(f"max_spans={max_spans} is below {MIN_MAX_SPANS}")
         path = run_dir / TIMELINE_JSON
