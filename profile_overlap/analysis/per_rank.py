@@ -116,6 +116,34 @@ class RankAnalysis:
     """The intervals behind the totals (analysis/overlap_spans.py); only with finish_rank(keep_spans=True)."""
 
 
+def _step_metrics(
+    comm_u: iv.Union,
+    compute_u: iv.Union,
+    by_phase: tuple[np.ndarray, ...],
+    step_num: np.ndarray,
+    step_start: np.ndarray,
+    step_end: np.ndarray,
+) -> list[StepMetrics]:
+    """Each ProfilerStep window's metrics: the rank's unions clipped to it, and its phases."""
+    out = []
+    for n, s, e in zip(step_num.tolist(), step_start.tolist(), step_end.tolist()):
+        m = _measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e))
+        out.append(
+            StepMetrics(
+                step=int(n),
+                start_us=float(s),
+                step_us=float(e - s),
+                comm_us=m.comm_us,
+                compute_us=m.compute_us,
+                overlap_us=m.overlap_us,
+                exposed_comm_us=m.exposed_comm_us,
+                overlap_pct=m.overlap_pct,
+                phases=_phases(comm_u, compute_u, by_phase, s, e),
+            )
+        )
+    return out
+
+
 @dataclass(frozen=True)
 class _Overlap:
     """The overlap metrics of a comm and a compute union, by their field names in StepMetrics and RankAnalysis."""
@@ -211,22 +239,7 @@ def finish_rank(
         phase_start=phase_start,
         phase_end=phase_end,
     )
-    step_metrics = []
-    for n, s, e in zip(step_num.tolist(), step_start.tolist(), step_end.tolist()):
-        m = _measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e))
-        step_metrics.append(
-            StepMetrics(
-                step=int(n),
-                start_us=float(s),
-                step_us=float(e - s),
-                comm_us=m.comm_us,
-                compute_us=m.compute_us,
-                overlap_us=m.overlap_us,
-                exposed_comm_us=m.exposed_comm_us,
-                overlap_pct=m.overlap_pct,
-                phases=_phases(comm_u, compute_u, by_phase, s, e),
-            )
-        )
+    step_metrics = _step_metrics(comm_u, compute_u, by_phase, step_num, step_start, step_end)
     whole = _measure(comm_u, compute_u)
 
     world = max((f.world_size for f in files if f.world_size), default=None)
