@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # `python -m profile_overlap analyze` in a subprocess
+
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parent.parent
 TRACE_FILTER = DATA / "hta_trace_filter_2rank"

@@ -9,6 +9,8 @@ import pytest
 
 from conftest import FEW_STEPS, TINY_TRANSFORMER, cli, only_run_dir, torchrun
 
+pytestmark = pytest.mark.slow  # torchrun jobs of the engine modes
+
 
 def _calls(rank: dict) -> dict[tuple[str, str], dict]:
     return {(c["phase"], c["kind"]): c for c in rank["phase_collectives"]}

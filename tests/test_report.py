@@ -17,6 +17,8 @@ from profile_overlap.render import numbers, write
 
 from conftest import cli
 
+pytestmark = pytest.mark.slow  # reads the shared compare run and runs `report` in a subprocess
+
 SECTIONS = (
     "verdict",
     "setup",

@@ -20,7 +20,10 @@ import pytest
 from test_tb_plugin import tb_logdir, tensorboard  # noqa: F401  (shared session fixtures)
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason=f"{CHROMIUM} not found: apt-get install -y chromium")
+pytestmark = [
+    pytest.mark.slow,  # tensorboard and chromium
+    pytest.mark.skipif(not shutil.which(CHROMIUM), reason=f"{CHROMIUM} not found: apt-get install -y chromium"),
+]
 MODES = ["sequential", "split", "split-blocking"]
 """The modes of the shared compare run, in the tab's order."""
 COLORS = {"compute": (0x4E, 0x79, 0xA7), "comm": (0xF2, 0x8E, 0x2B), "overlap": (0x59, 0xA1, 0x4F)}

@@ -9,11 +9,11 @@ from typing import Any
 
 import msgspec
 
-from profile_overlap.analysis.classify import PHASES
 from profile_overlap.analysis.cross_rank import RankWait, TraceAnalysis
 from profile_overlap.analysis.exposed_timeline import rank_exposure
 from profile_overlap.analysis.per_rank import PhaseMetrics, RankAnalysis
 from profile_overlap.analysis.replay import ReplayStep
+from profile_overlap.core.modes import PHASES
 from profile_overlap.record.analysis import (
     AnalysisRecord,
     CollectiveRecord,

@@ -287,8 +287,18 @@ def _draw_panel(ax, panel: _ModeStep, *, colours: dict[str, str], xmax_ms: float
         for a, b in zip(shaded[0].tolist(), shaded[1].tolist()):
             ax.add_patch(Rectangle((a, top - 0.5), b - a, 2, facecolor=OVERLAP_COLOUR, alpha=0.55, edgecolor="none", zorder=1))
             # The hatch on the comm bar itself: the shading stays visible where bars cover the band.
-            hatch = {"facecolor": "none", "edgecolor": OVERLAP_HATCH_COLOUR, "lw": 0.0, "hatch": "////", "zorder": 2.5}
-            ax.add_patch(Rectangle((a, top + 1 - lane_h / 2), b - a, lane_h, **hatch))
+            ax.add_patch(
+                Rectangle(
+                    (a, top + 1 - lane_h / 2),
+                    b - a,
+                    lane_h,
+                    facecolor="none",
+                    edgecolor=OVERLAP_HATCH_COLOUR,
+                    lw=0.0,
+                    hatch="////",
+                    zorder=2.5,
+                )
+            )
         for a, b, kind, label in r.spans:
             sl = span_label(label)
             y = top + (1 if kind == "comm" else 0)

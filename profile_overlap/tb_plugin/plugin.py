@@ -8,7 +8,8 @@ timeline.json is optional. Routes, under /data/plugin/profile_overlap/:
     index.js, timeline.js,          the frontend: ES modules and a style sheet (no build step, no
     exposed.js,
     common.js, style.css            external request)
-    runs                            {"runs": [{"run", "modes", "world_size", "status", "has_timeline", "perfetto", "error"}]}
+    runs                            {"runs": [{"run", "modes", "mode_titles", "world_size", "status", "has_timeline",
+                                    "perfetto", "error"}], "phases"}
                                     (status: status.json's state, e.g. succeeded or failed)
     metrics?run=R                   R/metrics.json, byte for byte
     timeline?run=R&mode=M           one mode of R/timeline.json (each rank's steps, spans and, where
@@ -36,6 +37,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from profile_overlap.analysis.spans import coarsen
+from profile_overlap.core import modes as registry
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, PERFETTO_TRACE, STATUS_JSON, TIMELINE_JSON
 from profile_overlap.record.folder import RunStatus
@@ -83,6 +85,7 @@ def describe_run(logdir: Path, run_dir: Path) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "run": run_dir.relative_to(logdir).as_posix(),
         "modes": [],
+        "mode_titles": {},
         "world_size": None,
         "status": None,
         "has_timeline": (run_dir / TIMELINE_JSON).is_file(),
@@ -92,6 +95,7 @@ def describe_run(logdir: Path, run_dir: Path) -> dict[str, Any]:
     try:
         record = load_metrics(run_dir / METRICS_JSON)
         entry["modes"] = list(record.modes)
+        entry["mode_titles"] = {mode: registry.title(mode) for mode in entry["modes"]}
         entry["world_size"] = record.env.world_size
     except UserError as err:
         entry["error"] = f"unreadable {METRICS_JSON}: {err}"
@@ -126,7 +130,8 @@ class OverlapPlugin(base_plugin.TBPlugin):
 
     def __init__(self, context: base_plugin.TBContext) -> None:
         self._logdir_flag = context.logdir
-        self._replies: OrderedDict[tuple, bytes] = OrderedDict()
+        self._replies: OrderedDict[tuple[str, int, int, int | None], dict[str, bytes]] = OrderedDict()
+        """(timeline.json, its mtime and size, max_spans) -> each mode's serialised reply."""
         self._lock = threading.Lock()  # TensorBoard serves requests from several threads
 
     # ------------------------------------------------------------- TensorBoard's interface
@@ -168,19 +173,20 @@ class OverlapPlugin(base_plugin.TBPlugin):
 
     # ------------------------------------------------------------- routes
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_static(self, request):
         name, mimetype = _STATIC[request.path[request.path.rindex("/") :]]
-        content = resources.files(__package__).joinpath("static", name).read_bytes()
+        content = resources.files(__package__).joinpath("static").joinpath(name).read_bytes()
         return http_util.Respond(request, content, mimetype)
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_runs(self, request):
         logdir = self._logdir()
         runs = [describe_run(logdir, d) for d in find_runs(logdir)] if logdir else []
-        return http_util.Respond(request, {"logdir": str(logdir) if logdir else None, "runs": runs}, "application/json")
+        reply = {"logdir": str(logdir) if logdir else None, "runs": runs, "phases": list(registry.PHASES)}
+        return http_util.Respond(request, reply, "application/json")
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_metrics(self, request):
         try:
             # Byte for byte: the tab shows the record's own numbers, never a re-serialisation.
@@ -189,7 +195,7 @@ class OverlapPlugin(base_plugin.TBPlugin):
             return _error(request, err)
         return http_util.Respond(request, content, "application/json")
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_perfetto(self, request):
         try:
             path = self._run_dir(request) / PERFETTO_TRACE
@@ -203,7 +209,7 @@ class OverlapPlugin(base_plugin.TBPlugin):
         response.headers["Content-Disposition"] = f'attachment; filename="{PERFETTO_TRACE}"'
         return response
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_timeline(self, request):
         try:
             return http_util.Respond(request, self._timeline(request), "application/json")
@@ -214,12 +220,13 @@ class OverlapPlugin(base_plugin.TBPlugin):
         """One mode's reply, serialised; every mode of the file is prepared on the first request."""
         run_dir = self._run_dir(request)
         mode = request.args.get("mode")
-        max_spans = request.args.get("max_spans")
-        if max_spans is not None:
+        asked = request.args.get("max_spans")
+        max_spans: int | None = None
+        if asked is not None:
             try:
-                max_spans = int(max_spans)
+                max_spans = int(asked)
             except ValueError:
-                raise RequestError(f"max_spans={max_spans!r} is not a whole number") from None
+                raise RequestError(f"max_spans={asked!r} is not a whole number") from None
             if max_spans < MIN_MAX_SPANS:
                 raise RequestError(f"max_spans={max_spans} is below {MIN_MAX_SPANS}")
         path = run_dir / TIMELINE_JSON

@@ -3,8 +3,8 @@
 // routes and draws them; it computes no metric (renderers never recompute) and requests nothing
 // outside this TensorBoard server. The timeline panels are timeline.js; helpers, common.js.
 
-import { bytes, el, exact, fixed, foldable, getJSON, PHASE_COLORS, PHASE_OTHER_COLOR, table } from "./common.js";
-import { MODE_TITLES, Timeline } from "./timeline.js";
+import { bytes, el, exact, fixed, foldable, getJSON, PHASE_COLORS, PHASE_OTHER_COLOR, setPhases, table } from "./common.js";
+import { Timeline } from "./timeline.js";
 
 // Spans asked of the server per rank and kind (it merges beyond this and says so): about
 // 2^17 per kind in all, so that 64 ranks stay smooth; never fewer than 256 per rank.
@@ -193,13 +193,13 @@ async function showRun(main, run, view) {
   for (const mode of modes) {
     const analysis = metrics.modes[mode]?.analysis;
     if (!run.has_timeline || !analysis) {
-      panels.append(el("section", { class: "po-panel" }, el("h3", { text: MODE_TITLES[mode] || mode }),
+      panels.append(el("section", { class: "po-panel" }, el("h3", { text: run.mode_titles[mode] || mode }),
         el("p", { class: "po-muted", text: run.status === "failed" && !analysis
           ? "no timeline: the run failed before this mode was profiled" : "not profiled: no timeline for this mode" })));
       continue;
     }
     const reply = await getJSON(`timeline?run=${encodeURIComponent(run.run)}&mode=${encodeURIComponent(mode)}&max_spans=${maxSpans(run.world_size)}`);
-    const tl = new Timeline(mode, reply, analysis, slowestRank(metrics, mode));
+    const tl = new Timeline(mode, reply, analysis, slowestRank(metrics, mode), run.mode_titles[mode]);
     timelines.push(tl);
     panels.append(tl.node);
   }
@@ -248,7 +248,9 @@ export async function render() {
     el("b", { text: "Overlap" }), el("label", {}, "run ", runSelect), el("label", {}, "view ", viewSelect)), main);
   let runs;
   try {
-    runs = (await getJSON("runs")).runs.filter((r) => !r.error);
+    const reply = await getJSON("runs");
+    setPhases(reply.phases);
+    runs = reply.runs.filter((r) => !r.error);
   } catch (err) {
     main.replaceChildren(el("p", { class: "po-error", text: String(err.message || err) }));
     return;
