@@ -75,7 +75,7 @@ def timeline_of(analyses: Mapping[str, TraceAnalysis | None]) -> Timeline:
                     phases=tuple(PhaseWindow(step, phase, round(a - off, 3), round(b - off, 3)) for step, phase, a, b in r.phase_windows),
                 )
             )
-        modes[mode] = TimelineMode(reference_rank=clocks.reference_rank, ranks=tuple(ranks))
+        modes[mode] = TimelineMode(reference_rank=clocks.reference_rank, ranks=tuple(ranks), heatmap=result.heatmap)
     return Timeline(schema=TIMELINE_SCHEMA, modes=modes)
 
 
