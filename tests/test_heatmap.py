@@ -3,6 +3,12 @@ slow node of 8 ranks and a phase-wide pattern planted (benchmarks/many_ranks.py)
 
 from __future__ import annotations
 
+import csv
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from many_ranks import planted, write
@@ -52,3 +58,27 @@ def test_a_bin_gets_the_fraction_of_it_an_interval_union_covers():
     u = (np.array([1.0, 4.0]), np.array([2.5, 8.0]))
     edges = np.array([0.0, 2.0, 4.0, 6.0, 10.0])
     assert covered(u, edges).tolist() == [0.5, 0.25, 1.0, 0.5]
+
+
+@pytest.mark.slow
+def test_analyze_of_64_ranks_prints_each_number_s_spread_and_writes_the_full_tables_to_csv(job, tmp_path):
+    late, node = planted(64)
+    out = tmp_path / "a.json"
+    p = subprocess.run(
+        [sys.executable, "-m", "profile_overlap", "analyze", job.source, "--json", out],
+        capture_output=True, text=True, env={**os.environ, "COLUMNS": "160"},
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert len(lines) <= 60 and "Overlap per rank" not in p.stdout
+    assert f"a.ranks.csv and {tmp_path / 'a.steps.csv'}" in p.stdout
+    waits = next(line for line in lines if line.startswith("│ wait_us"))
+    assert waits.split("│")[8].strip().startswith(f"{late}, ")  # best: the late rank waits least
+    ranks = list(csv.DictReader((tmp_path / "a.ranks.csv").open()))
+    steps = list(csv.DictReader((tmp_path / "a.steps.csv").open()))
+    assert [int(r["rank"]) for r in ranks] == list(range(64)) and len(steps) == 64 * 3
+    record = json.loads(out.read_text())
+    wait = next(s for s in record["spread"] if s["metric"] == "wait_us")
+    assert wait["best"][0] == late and set(range(node, node + 8)) <= set(wait["outliers"])
+    full = subprocess.run([sys.executable, "-m", "profile_overlap", "analyze", job.source, "--per-rank"], capture_output=True, text=True)
+    assert "Overlap per rank" in full.stdout and "Profiler steps" in full.stdout

@@ -14,6 +14,7 @@ from profile_overlap.analysis.cross_rank import RankWait, TraceAnalysis
 from profile_overlap.analysis.exposed_timeline import rank_exposure
 from profile_overlap.analysis.per_rank import PhaseMetrics, RankAnalysis
 from profile_overlap.analysis.replay import ReplayStep
+from profile_overlap.analysis.spread import spread
 from profile_overlap.record.analysis import (
     AnalysisRecord,
     CollectiveRecord,
@@ -203,13 +204,15 @@ def _replay(s: ReplayStep) -> ReplayStepRecord:
 def analysis_record(analysis: TraceAnalysis) -> AnalysisRecord:
     """The typed `analyze --json` record (schema in the README, "Output"; record/analysis.py)."""
     waits = {w.rank: w for w in analysis.waits}
+    ranks = tuple(_rank(r, waits.get(r.rank)) for r in analysis.ranks)
     return AnalysisRecord(
-        ranks=tuple(_rank(r, waits.get(r.rank)) for r in analysis.ranks),
+        ranks=ranks,
         world_size=analysis.world_size,
         slowest_rank=analysis.slowest_rank,
         source=analysis.source,
         integrity=integrity_record(analysis),
         exposed=analysis.exposed,
+        spread=spread(ranks),
     )
 
 
