@@ -169,7 +169,7 @@ def test_overlap_tab_renders_offline_with_the_records_numbers(browser, tensorboa
     assert frame.js("document.getElementById('po-view').value") == "all"
 
     # Every mode's timeline, stacked, drawn with compute and comm; split also overlaps.
-    assert frame.js("[...document.querySelectorAll('canvas')].map(c => c.dataset.mode)") == MODES
+    assert frame.js("[...document.querySelectorAll('canvas[data-mode]')].map(c => c.dataset.mode)") == MODES
     for mode in MODES:
         pixels = lane_pixels(frame, mode)
         assert pixels["compute"] > 100 and pixels["comm"] > 100, (mode, pixels)
