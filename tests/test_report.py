@@ -23,6 +23,7 @@ SECTIONS = (
     "verification",
     "comparison",
     "timeline",
+    "heatmap",
     "phases",
     "attribution",
     "yield",

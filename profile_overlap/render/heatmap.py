@@ -6,6 +6,8 @@ record's digits, drawn."""
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
@@ -68,3 +70,9 @@ def figure(h: Heatmap, *, title: str, in_flight: bool = False) -> Figure:
     height = axes_in + 2.4
     fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.45 / height, bottom=1.0 / height)
     return fig
+
+
+def png_bytes(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, facecolor="white")
+    return buf.getvalue()
