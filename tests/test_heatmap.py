@@ -82,3 +82,22 @@ def test_analyze_of_64_ranks_prints_each_number_s_spread_and_writes_the_full_tab
     assert wait["best"][0] == late and set(range(node, node + 8)) <= set(wait["outliers"])
     full = subprocess.run([sys.executable, "-m", "profile_overlap", "analyze", job.source, "--per-rank"], capture_output=True, text=True)
     assert "Overlap per rank" in full.stdout and "Profiler steps" in full.stdout
+
+
+@pytest.mark.slow
+def test_a_truncated_an_empty_and_another_job_s_file_among_64_ranks_get_one_line_answers_and_the_missing_are_named(tmp_path):
+    folder = write(tmp_path / "damaged", 64, 2, damage=True)
+
+    def analyze(*extra):
+        cmd = [sys.executable, "-m", "profile_overlap", "analyze", folder, *extra]
+        return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "COLUMNS": "160"})
+
+    p = analyze()
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert "rank5.pt.trace.json is not valid JSON" in p.stderr and "--skip-bad" in p.stderr
+    p = analyze("--skip-bad")
+    assert p.returncode == 0, p.stderr
+    warnings = p.stderr.strip().splitlines()
+    assert len(warnings) == 3 and all(w.startswith("warning: ") for w in warnings)
+    assert "rank6.pt.trace.json is empty" in p.stderr and "rank7.pt.trace.json both claim rank 1" in p.stderr
+    assert "missing ranks 5, 6, 7, 9" in p.stdout and len(p.stdout.splitlines()) <= 60
