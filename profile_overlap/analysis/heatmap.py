@@ -74,6 +74,7 @@ def heatmap(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], clocks: 
     for r in shown:
         off = clocks.offset(r.rank)
         t = r.times
+        assert t is not None  # `shown` keeps ranks with times
         if r.rank in windows:  # a rank without this step leaves its row empty
             a, b = windows[r.rank]
             exposed = iv.clip(_shift(t.exposed, off), a, b)

@@ -15,9 +15,10 @@ from matplotlib.patches import Patch
 from profile_overlap.record.heatmap import Heatmap
 from profile_overlap.render.timeline_style import PHASE_COLOURS
 
-WAIT_RGB = np.array([0.90, 0.40, 0.0])
-TRANSFER_RGB = np.array([0.0, 0.35, 0.85])
-IN_FLIGHT_RGB = np.array([0.45, 0.20, 0.60])
+WAIT = (0.90, 0.40, 0.0)
+TRANSFER = (0.0, 0.35, 0.85)
+IN_FLIGHT = (0.45, 0.20, 0.60)
+WAIT_RGB, TRANSFER_RGB, IN_FLIGHT_RGB = np.array(WAIT), np.array(TRANSFER), np.array(IN_FLIGHT)
 COMPUTE_GREY = 0.18
 PHASE_RGB = {k[0]: np.array([int(v[i : i + 2], 16) / 255 for i in (1, 3, 5)]) for k, v in PHASE_COLOURS.items()}
 DPI = 100
@@ -60,9 +61,9 @@ def figure(h: Heatmap, *, title: str, in_flight: bool = False) -> Figure:
     ax.set_yticks(ticks, [str(h.ranks[i]) for i in ticks])
     ax.set_ylabel("rank" if h.ranks_per_row == 1 else f"ranks ({h.ranks_per_row} per row)")
     ax.set_xlabel(f"ms from the first rank's start of step {h.step} (aligned clock; {h.bins} bins of {h.bin_us:,.1f} µs)")
-    handles = [Patch(color=IN_FLIGHT_RGB, label="collective in flight")] if in_flight else [
-        Patch(color=WAIT_RGB, label="exposed: waiting for a peer"),
-        Patch(color=TRANSFER_RGB, label="exposed: transfer"),
+    handles = [Patch(color=IN_FLIGHT, label="collective in flight")] if in_flight else [
+        Patch(color=WAIT, label="exposed: waiting for a peer"),
+        Patch(color=TRANSFER, label="exposed: transfer"),
     ]  # fmt: skip
     handles.append(Patch(color=(1 - COMPUTE_GREY,) * 3, label="compute"))
     handles += [Patch(color=c, label=name) for name, c in PHASE_COLOURS.items()]

@@ -323,7 +323,7 @@ def straggler_blocks(m: RunMetrics) -> tuple:
             blocks.append(Paragraph((f"{name}: no collective was matched on two or more ranks, so there is no wait/transfer split.",)))
             continue
         rows, hi = [], set()
-        many = len(ranks) > TABLE_RANKS and mode.analysis is not None and mode.analysis.spread
+        many = mode.analysis if len(ranks) > TABLE_RANKS and mode.analysis is not None and mode.analysis.spread else None
         shares = dict(m.summary.modes[name].wait_share_pct)
         for i, r in enumerate(ranks):
             share = shares.get(r.rank)
@@ -369,7 +369,7 @@ def straggler_blocks(m: RunMetrics) -> tuple:
             )
         )
         if many:  # the spread over the ranks instead of a row per rank
-            blocks.append(spread_table(name, mode.analysis))
+            blocks.append(spread_table(name, many))
             continue
         blocks.append(
             Table(

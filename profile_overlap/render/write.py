@@ -4,6 +4,7 @@ comparison of two runs."""
 from __future__ import annotations
 
 import re
+from functools import partial
 from pathlib import Path
 
 from profile_overlap.core.files import REPORT_HTML, REPORT_JSON, REPORT_MD, TIMELINE_PNG
@@ -59,7 +60,7 @@ def write_files(report, metrics: RunMetrics, fig, *, out: Path, formats: tuple[s
             written.append(out / TIMELINE_PNG)
             png = TIMELINE_PNG
         for picture in (b for section in report.sections for b in section.blocks if isinstance(b, Picture)):
-            written.append(replace_atomically(out / picture.name, lambda tmp, data=picture.png: tmp.write_bytes(data)))
+            written.append(replace_atomically(out / picture.name, partial(_write_bytes, data=picture.png)))
         written.append(write_text_atomic(out / REPORT_MD, report_md.render(report, figure_png=png)))
     if "json" in formats:
         write_json_atomic(out / REPORT_JSON, metrics.to_json())
@@ -94,6 +95,10 @@ def _figure(run: Run):
     from profile_overlap.render import timeline
 
     return timeline.figure(run.metrics, run.timeline)
+
+
+def _write_bytes(path: Path, *, data: bytes) -> None:
+    path.write_bytes(data)
 
 
 def _safe(name: str) -> str:
