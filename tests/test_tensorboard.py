@@ -128,7 +128,7 @@ def test_scalars_for_both_modes_match_the_record(server):
     assert {p[1]: round(p[2], 3) for p in points} == {k: round(v, 3) for k, v in expected.items()}
     # Why exposed: wait and transfer per rank and profiled step, one point per mode.
     for mode in MODES:
-        want = metrics.modes[mode].exposed.per_rank_step_ms(len(ranks[0]["steps"]))
+        want = metrics.modes[mode].exposed.per_rank_step_ms(len(ranks[0].steps))
         got = [
             server.json("data/plugin/scalars/scalars", run=f"{server.run}/{mode}", tag=f"exposed/{x}_ms")[-1][2]
             for x in ("wait", "transfer")

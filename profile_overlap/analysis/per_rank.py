@@ -116,6 +116,27 @@ class RankAnalysis:
     """The intervals behind the totals (analysis/overlap_spans.py); only with finish_rank(keep_spans=True)."""
 
 
+def _step_metrics(
+    comm_u: iv.Union,
+    compute_u: iv.Union,
+    by_phase: tuple[np.ndarray, ...],
+    step_num: np.ndarray,
+    step_start: np.ndarray,
+    step_end: np.ndarray,
+) -> list[StepMetrics]:
+    """Each ProfilerStep window's metrics: the rank's unions clipped to it, and its phases."""
+    return [
+        StepMetrics(
+            step=int(n),
+            start_us=float(s),
+            step_us=float(e - s),
+            **_measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e)),
+            phases=_phases(comm_u, compute_u, by_phase, s, e),
+        )
+        for n, s, e in zip(step_num, step_start, step_end)
+    ]
+
+
 def _measure(comm: iv.Union, compute: iv.Union) -> dict[str, float | None]:
     """The overlap metrics of a comm and a compute union, by their field names in StepMetrics and RankAnalysis."""
     comm_us = iv.length(comm)
@@ -210,16 +231,7 @@ def finish_rank(
         phase_start=phase_start,
         phase_end=phase_end,
     )
-    step_metrics = [
-        StepMetrics(
-            step=int(n),
-            start_us=float(s),
-            step_us=float(e - s),
-            **_measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e)),
-            phases=_phases(comm_u, compute_u, by_phase, s, e),
-        )
-        for n, s, e in zip(step_num, step_start, step_end)
-    ]
+    step_metrics = _step_metrics(comm_u, compute_u, by_phase, step_num, step_start, step_end)
 
     world = max((f.world_size for f in files if f.world_size), default=None)
     kept = set(step_num.tolist())
