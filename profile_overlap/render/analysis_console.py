@@ -31,7 +31,7 @@ def render(
     tables are (for the summary's last line)."""
     if record is not None and not per_rank and len(analysis.ranks) > PER_RANK_UP_TO:
         console.print(spread_table(analysis, record))
-        where = tables or "pass --per-rank to print them"
+        where = tables or "pass --per-rank to print them, or --json OUT to write them to OUT.ranks.csv and OUT.steps.csv"
         console.print(f"Full per-rank, per-step and collective tables: {where}", markup=False, soft_wrap=True)
         print_notes(analysis, console, grouped=True)
         return
