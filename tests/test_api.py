@@ -124,7 +124,7 @@ def test_report_of_a_trace_folder_builds_the_record_first(foreign_job, tmp_path)
     shutil.copytree(foreign_job, folder)
     run_dir, written = job.write_report(folder)
     assert run_dir == folder
-    assert {p.name for p in written} == {"report.html", "timeline.png", "report.md", "report.json"}
+    assert {p.name for p in written} == {"report.html", "timeline.png", "heatmap.png", "report.md", "report.json"}
     for name in ("metrics.json", "timeline.json", "status.json"):
         assert (folder / name).is_file(), name
     assert json.loads((folder / "status.json").read_text())["state"] == "succeeded"

@@ -25,6 +25,7 @@ SECTIONS = (
     "verification",
     "comparison",
     "timeline",
+    "heatmap",
     "phases",
     "attribution",
     "yield",

@@ -11,9 +11,11 @@ from dataclasses import dataclass, replace
 from profile_overlap.analysis.causes import Explained, explain
 from profile_overlap.analysis.clocks import ClockAlignment, align_clocks
 from profile_overlap.analysis.collectives import CallKey, collective_stats
+from profile_overlap.analysis.heatmap import heatmap
 from profile_overlap.analysis.integrity import Integrity, check_integrity
 from profile_overlap.analysis.per_rank import RankAnalysis
 from profile_overlap.record.exposed import Exposed
+from profile_overlap.record.heatmap import Heatmap
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class TraceAnalysis:
     """The integrity checks of these traces (analysis/integrity.py)."""
     causes: Explained | None = None
     """Why communication is exposed (analysis/causes.py); None only in analyses built by hand."""
+    heatmap: Heatmap | None = None
+    """The rank x time heatmap of the median step (analysis/heatmap.py); None without steps or causes."""
 
     @property
     def exposed(self) -> Exposed | None:
@@ -119,4 +123,5 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False,
         clocks=clocks,
         integrity=integrity,
         causes=causes,
+        heatmap=heatmap(ranks, causes.splits, clocks) if causes is not None else None,
     )

@@ -25,6 +25,7 @@ from profile_overlap.render import exposed, integrity, modes, notes, notes_job, 
 from profile_overlap.render.document import Code, Inline, Items, Paragraph, Ref, Report, Section, Table
 from profile_overlap.render.numbers import mib, ms, pct, times
 from profile_overlap.render.perfetto_link import perfetto_blocks
+from profile_overlap.render.report_scale import heatmap_sections
 from profile_overlap.render.report_tables import (
     collectives_table,
     phase_blocks,
@@ -51,6 +52,7 @@ def build(run: Run) -> Report:
             else Section("comparison", comparison_title(s), (side_by_side(m, s),))
         ),
         Section("timeline", "Overlap timeline", timeline_blocks(run) + perfetto_blocks(run.dir)),
+        *heatmap_sections(run),
         Section("phases", "Phases: where communication hides", phase_blocks(m, s) + (report_job.phase_hint(s) if job else ())),
         Section("attribution", "Communication by phase", modes.attribution_blocks(m, s)),
         *(() if job else (Section("yield", "What overlapping won: overlap yield and interference", yield_blocks(m)),)),

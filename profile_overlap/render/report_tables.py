@@ -10,6 +10,7 @@ from profile_overlap.record.summary import measured_interference, summary_of
 from profile_overlap.render.document import Figure, Inline, Paragraph, Ref, Table
 from profile_overlap.render.modes import noise_reason, speedup_cell
 from profile_overlap.render.numbers import gbps, mib, ms, pct, times, us
+from profile_overlap.render.report_scale import TABLE_RANKS, spread_table
 
 
 def side_by_side(m: RunMetrics, s: dict[str, ModeSummary]) -> Table:
@@ -323,6 +324,7 @@ def straggler_blocks(m: RunMetrics) -> tuple:
             blocks.append(Paragraph((f"{name}: no collective was matched on two or more ranks, so there is no wait/transfer split.",)))
             continue
         rows, hi = [], set()
+        many = mode.analysis if len(ranks) > TABLE_RANKS and mode.analysis is not None and mode.analysis.spread else None
         shares = dict(summary_of(m).modes[name].wait_share_pct)
         for i, r in enumerate(ranks):
             share = shares.get(r.rank)
@@ -367,6 +369,9 @@ def straggler_blocks(m: RunMetrics) -> tuple:
                 )
             )
         )
+        if many:  # the spread over the ranks instead of a row per rank
+            blocks.append(spread_table(name, many))
+            continue
         blocks.append(
             Table(
                 header=(

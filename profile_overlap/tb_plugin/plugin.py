@@ -15,6 +15,8 @@ timeline.json is optional. Routes, under /data/plugin/profile_overlap/:
     timeline?run=R&mode=M           one mode of R/timeline.json (each rank's steps, spans and, where
                                     the file has them, phase windows); &max_spans=K merges each rank's
                                     spans of each kind down to K (the reply says how many it merged)
+    heatmap?run=R&mode=M            the mode's rank x time heatmap (record/heatmap.py: at most
+                                    MAX_ROWS x BINS cells per layer), or 404 when the timeline has none
     perfetto?run=R                  R/perfetto.json.gz byte for byte, as a download, where
                                     `profile_overlap perfetto R` wrote one (the runs route's "perfetto")
 
@@ -54,6 +56,7 @@ _STATIC = {
     "/index.js": ("index.js", "text/javascript"),
     "/timeline.js": ("timeline.js", "text/javascript"),
     "/exposed.js": ("exposed.js", "text/javascript"),
+    "/heatmap.js": ("heatmap.js", "text/javascript"),
     "/common.js": ("common.js", "text/javascript"),
     "/style.css": ("style.css", "text/css"),
 }
@@ -130,7 +133,7 @@ class OverlapPlugin(base_plugin.TBPlugin):
 
     def __init__(self, context: base_plugin.TBContext) -> None:
         self._logdir_flag = context.logdir
-        self._replies: OrderedDict[tuple[str, int, int, int | None], dict[str, bytes]] = OrderedDict()
+        self._replies: OrderedDict[tuple[str, int, int, str | int | None], dict[str, bytes]] = OrderedDict()
         """(timeline.json, its mtime and size, max_spans) -> each mode's serialised reply."""
         self._lock = threading.Lock()  # TensorBoard serves requests from several threads
 
@@ -139,6 +142,7 @@ class OverlapPlugin(base_plugin.TBPlugin):
     def get_plugin_apps(self):
         apps = {route: self._serve_static for route in _STATIC}
         apps.update({"/runs": self._serve_runs, "/metrics": self._serve_metrics, "/timeline": self._serve_timeline})
+        apps["/heatmap"] = self._serve_heatmap
         apps["/perfetto"] = self._serve_perfetto
         return apps
 
@@ -216,11 +220,18 @@ class OverlapPlugin(base_plugin.TBPlugin):
         except RequestError as err:
             return _error(request, err)
 
-    def _timeline(self, request) -> bytes:
+    @wrappers.Request.application  # type: ignore[arg-type]  # as _serve_timeline
+    def _serve_heatmap(self, request):
+        try:
+            return http_util.Respond(request, self._timeline(request, heatmap=True), "application/json")
+        except RequestError as err:
+            return _error(request, err)
+
+    def _timeline(self, request, *, heatmap: bool = False) -> bytes:
         """One mode's reply, serialised; every mode of the file is prepared on the first request."""
         run_dir = self._run_dir(request)
         mode = request.args.get("mode")
-        asked = request.args.get("max_spans")
+        asked = request.args.get("max_spans") if not heatmap else None
         max_spans: int | None = None
         if asked is not None:
             try:
@@ -234,11 +245,11 @@ class OverlapPlugin(base_plugin.TBPlugin):
             stat = path.stat()
         except OSError:
             raise RequestError(f"this run has no {TIMELINE_JSON} (it was not profiled)", code=404) from None
-        key = (str(path), stat.st_mtime_ns, stat.st_size, max_spans)
+        key = (str(path), stat.st_mtime_ns, stat.st_size, "heatmap" if heatmap else max_spans)
         with self._lock:
             replies = self._replies.get(key)
             if replies is None:
-                replies = timeline_replies(path, max_spans=max_spans)
+                replies = heatmap_replies(path) if heatmap else timeline_replies(path, max_spans=max_spans)
                 self._replies[key] = replies
                 while len(self._replies) > CACHED_REPLIES:
                     self._replies.popitem(last=False)
@@ -246,6 +257,15 @@ class OverlapPlugin(base_plugin.TBPlugin):
         if mode not in replies:
             raise RequestError(f"mode {mode!r} is not in this run's timeline (it has {', '.join(replies) or 'none'})", code=404)
         return replies[mode]
+
+
+def heatmap_replies(path: Path) -> dict[str, bytes]:
+    """Per mode of a timeline.json that has a heatmap: the heatmap route's reply (the Heatmap itself)."""
+    try:
+        timeline = load_timeline(path)
+    except UserError as err:
+        raise RequestError(f"unreadable {TIMELINE_JSON}: {err}", code=500) from None
+    return {mode: msgspec.json.encode(drawn.heatmap) for mode, drawn in timeline.modes.items() if drawn.heatmap is not None}
 
 
 def timeline_replies(path: Path, *, max_spans: int | None) -> dict[str, bytes]:
