@@ -71,7 +71,7 @@ def test_overlap_tab_draws_the_phase_band_of_split(tensorboard, tb_logdir, tmp_p
         browser.page("Page.navigate", url=f"{tensorboard}/#profile_overlap")
         frame = plugin_frame(browser)
         choose(frame, "po-view", "split")
-        assert frame.js("[...document.querySelectorAll('canvas')].map(c => c.dataset.mode)") == ["split"]
+        assert frame.js("[...document.querySelectorAll('canvas[data-mode]')].map(c => c.dataset.mode)") == ["split"]
 
         # The band: every phase window of the file drawn, in the three colours, with a legend.
         assert int(frame.js("document.querySelector('.po-panel').dataset.phaseWindows")) == sum(len(r["phases"]) for r in record)
@@ -120,7 +120,7 @@ def test_overlap_tab_draws_the_phase_band_of_split(tensorboard, tb_logdir, tmp_p
         # Foreign traces have no phase labels: no band, no legend entry, no per-phase table.
         runs = frame.js("[...document.getElementById('po-run').options].map(o => o.text)")
         choose(frame, "po-run", str(next(i for i, text in enumerate(runs) if text.startswith("foreign"))))
-        assert frame.js("[...document.querySelectorAll('canvas')].map(c => c.dataset.mode)") == ["trace"]
+        assert frame.js("[...document.querySelectorAll('canvas[data-mode]')].map(c => c.dataset.mode)") == ["trace"]
         assert phase_pixels(frame, "trace") == dict.fromkeys(PHASE_COLORS, 0)
         assert "phase" not in frame.js("document.querySelector('.po-legend').innerText")
         assert not frame.js("document.querySelector('table[data-phases]')")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from matplotlib.colors import to_hex
 from matplotlib.patches import Rectangle
 from test_timeline import bare_metrics, one_rank
@@ -69,7 +70,9 @@ def test_real_compare_run_has_a_band_per_rank_in_every_mode(compare_run_2, tmp_p
             y = g * (3 + timeline.BAND_OFFSET) - timeline.BAND_OFFSET - timeline.BAND_HEIGHT / 2
             mine = [(n, a, b) for n, a, b, at in drawn if abs(at - y) < 1e-6]
             assert [n for n, *_ in want] == ["forward", "backward", "optimizer"]
-            assert mine == want, (mode, r["rank"])
+            # Drawn from the same microseconds, up to the float rounding of the figure's axis (1 ns).
+            assert [n for n, *_ in mine] == [n for n, *_ in want], (mode, r["rank"])
+            assert [(a, b) for _, a, b in mine] == pytest.approx([(a, b) for _, a, b in want], abs=1e-5), (mode, r["rank"])
             if mode == "split":
                 # What the band is for: the reduce_scatters start under the backward band, and no
                 # all_gather runs under it (they run in the optimizer and the next forward).
