@@ -213,7 +213,7 @@ def _image(tag: str, png: bytes) -> summary_pb2.Summary:
 
 def _hparams(metrics: RunMetrics, mode: str) -> dict:
     """The run configuration as hparams (the config's own mode is the run's; `mode` is this folder's)."""
-    cfg = {k: v for k, v in metrics.config.items() if isinstance(v, (bool, int, float, str))}
+    cfg: dict[str, object] = {k: v for k, v in metrics.config.items() if isinstance(v, (bool, int, float, str))}
     cfg["run_mode"] = cfg.pop("mode", "")
     env = metrics.env
     return {

@@ -193,7 +193,7 @@ def sweep_record(sweep: SweepConfig, point_dirs: list[Path]) -> dict:
         entry = {
             "name": run_dir.name,
             "knobs": point,
-            "workload": {k: metrics.config.get(k) for k in WORKLOAD},
+            "workload": {k: getattr(metrics.config, k) for k in WORKLOAD},
             "passed": metrics.passed,
             "headline": summary.headline,
             "within_noise": summary.within_noise,
