@@ -57,8 +57,8 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
     # a bare folder's record (tb_plugin/export.py)
     source: str | None = None
     hta_compat: bool | None = None
-    keys: tuple[str, ...] = ()
-    """The keys metrics.json holds, in its order (not itself a key there); () means every field."""
+    keys: tuple[str, ...] | None = None
+    """The keys metrics.json holds, in its order (not itself a key there); None: every field."""
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> RunConfig:
@@ -75,7 +75,7 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
     def present(self) -> tuple[str, ...]:
         """The keys this config has in metrics.json, in order (a key this version does not know is not kept)."""
         fields = tuple(f for f in self.__struct_fields__ if f != "keys")
-        return tuple(k for k in self.keys if k in fields) if self.keys else fields
+        return fields if self.keys is None else tuple(k for k in self.keys if k in fields)
 
     def items(self) -> list[tuple[str, Any]]:
         """(key, value) of every key metrics.json holds, in its order (the config table, hparams)."""
@@ -83,5 +83,5 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object metrics.json holds."""
-        plain: dict[str, Any] = msgspec.to_builtins(msgspec.structs.replace(self, keys=()))
+        plain: dict[str, Any] = msgspec.to_builtins(msgspec.structs.replace(self, keys=None))
         return {k: plain[k] for k in self.present()}
