@@ -18,7 +18,7 @@ from profile_overlap.analysis.events import FileEvents, extract
 from profile_overlap.analysis.facts import RankFacts, rank_facts
 from profile_overlap.analysis.overlap_spans import OverlapSpans, overlap_spans
 from profile_overlap.analysis.rank_input import rank_of
-from profile_overlap.analysis.rank_pool import pool, step_window
+from profile_overlap.analysis.rank_pool import busy, pool, step_window
 from profile_overlap.analysis.rank_times import RankTimes, rank_times
 from profile_overlap.analysis.replay import ReplayStep, replay_steps
 from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TimelineSpan, timeline_spans
@@ -186,20 +186,8 @@ def finish_rank(
     # is then the same call on every rank even where a step window cuts through the calls
     # differently on each rank (gloo starts the split's all_gathers across the step boundary).
     every_call = number_calls(all_calls)
-    cut = step_window(pooled, every_call, steps=steps, rank=rank)
-    windows, step_num, step_start, step_end, calls, instances = (
-        cut.windows,
-        cut.step_num,
-        cut.step_start,
-        cut.step_end,
-        cut.calls,
-        cut.instances,
-    )
-
-    comm_u = iv.union(comm.start, comm.end)
-    # No c10d time counts as compute, even of an operator that only partly overlaps a c10d op.
-    exclude = iv.union(np.concatenate([f.exclude[0] for f in files]), np.concatenate([f.exclude[1] for f in files]))
-    compute_u = iv.difference(iv.union(compute.start, compute.end), exclude)
+    windows, step_num, step_start, step_end, calls, instances = step_window(pooled, every_call, steps=steps, rank=rank)
+    comm_u, compute_u = busy(files, pooled)
     facts = rank_facts(
         [f.facts for f in files],
         comm_u=comm_u,

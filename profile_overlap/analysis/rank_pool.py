@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,8 +45,14 @@ def pool(files: Sequence[FileEvents], *, hta_compat: bool, notes: list[str]) -> 
     return Pooled(labels, comm, compute, step_num, step_start, step_end, calls)
 
 
-@dataclass(frozen=True)
-class StepWindow:
+def busy(files: Sequence[FileEvents], p: Pooled) -> tuple[iv.Union, iv.Union]:
+    """The union of communication and of compute; no c10d time counts as compute, even of an
+    operator that only partly overlaps a c10d operator."""
+    exclude = iv.union(np.concatenate([f.exclude[0] for f in files]), np.concatenate([f.exclude[1] for f in files]))
+    return iv.union(p.comm.start, p.comm.end), iv.difference(iv.union(p.compute.start, p.compute.end), exclude)
+
+
+class StepWindow(NamedTuple):
     """What of a pooled rank lies in the --steps window (everything when none was given)."""
 
     windows: iv.Union | None
