@@ -113,7 +113,7 @@ def test_job_record_of_a_trace_folder(foreign_job):
             by_step[s.step] = max(by_step.get(s.step, 0), s.step_us / 1e3)
     assert list(mode.step_time.times_ms) == pytest.approx([by_step[k] for k in sorted(by_step)])
     assert metrics.job.missing_ranks == () and metrics.job.profiled_ranks == (0, 1)
-    assert metrics.config["missing_ranks"] == [] and metrics.config["profiled_ranks"] == [0, 1]  # also there, as before
+    assert metrics.config.missing_ranks == () and metrics.config.profiled_ranks == (0, 1)  # also there, as before
     summary = metrics.summary.modes["job"]
     assert summary.comm_ms > 0 and summary.overlap_pct == pytest.approx(100 * summary.overlap_ms / summary.comm_ms)
     assert metrics.summary.headline["overlap_pct"] == summary.overlap_pct

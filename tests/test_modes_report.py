@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from profile_overlap.record.analysis import AnalysisRecord
+from profile_overlap.record.config import RunConfig
 from profile_overlap.record.folder import load_run
 from profile_overlap.record.metrics import SCHEMA_VERSION, Env, ModeMetrics, RunMetrics, StepTimes
 from profile_overlap.record.summary import BYTES_PADDING, HEADLINE_NAMES, speedup, with_summary
@@ -69,7 +70,7 @@ def _run(*mode_list: ModeMetrics, reshard: str = "true") -> RunMetrics:
     metrics = RunMetrics(
         schema_version=SCHEMA_VERSION,
         run_dir="/nowhere",
-        config={"reshard_after_forward": reshard},
+        config=RunConfig.from_dict({"reshard_after_forward": reshard}),
         env=Env(world_size=2),
         modes=by_name,
         checks=(),

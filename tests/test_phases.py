@@ -17,6 +17,7 @@ from rich.console import Console
 from profile_overlap.cli.report import gate, parse_condition
 from profile_overlap.core.errors import UserError
 from profile_overlap.record.analysis import AnalysisRecord
+from profile_overlap.record.config import RunConfig
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.load import load_metrics
 from profile_overlap.record.metrics import SCHEMA_VERSION, Env, ModeMetrics, RunMetrics, StepTimes
@@ -71,7 +72,7 @@ def _run(*modes: ModeMetrics) -> RunMetrics:
     metrics = RunMetrics(
         schema_version=SCHEMA_VERSION,
         run_dir="/nowhere",
-        config={},
+        config=RunConfig.from_dict({}),
         env=Env(world_size=2),
         modes=by_name,
         checks=(),

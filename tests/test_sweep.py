@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
+
+from profile_overlap.tools.sweep_record import SweepRecord
 
 from conftest import cli, only_run_dir, torchrun
 
@@ -23,6 +26,8 @@ def test_sweep_over_models_runs_every_point_in_one_job(tmp_path):
     assert sweep_dir.name.endswith("-sweep-gloo-w2")
     record = json.loads((sweep_dir / "sweep.json").read_text())
     assert record["vary"] == {"model": ["mlp", "transformer"], "heads": [2]}
+    # Read typed (each point's modes gathered from beside its fixed keys) and written back, the same file.
+    assert json.dumps(SweepRecord.from_json(record).to_json(), indent=1) == json.dumps(record, indent=1)
     assert [p["knobs"] for p in record["points"]] == [{"model": "mlp", "heads": 2}, {"model": "transformer", "heads": 2}]
     assert [p["name"] for p in record["points"]] == ["00-mlp-heads2", "01-transformer-heads2"]
     # --dim was not given: each point has its own model's default width (run/config.py MODEL_DEFAULTS).
@@ -91,13 +96,19 @@ def _point(x, speedup, noisy, knob="dim", mode="split"):
     return {"name": f"p{x}", "knobs": {knob: x}, mode: {"speedup_vs_first": speedup, "within_noise_vs_first": noisy}}
 
 
+def _full(p: dict) -> dict:
+    """A point as sweep.json holds it, with its fixed keys filled in around its knobs and mode entries."""
+    return {"workload": {}, "passed": True, "headline": {}, "within_noise": None, **p}
+
+
 def test_crossover_ignores_wins_within_noise():
     from profile_overlap.tools.sweep import crossover
 
     point, vary = _point, (("dim", (1, 2, 3)),)
 
     def at(points, vary=vary, modes=("sequential", "split")):
-        return crossover(points, vary, list(modes))[0]
+        raw = {"vary": dict(vary), "modes": list(modes), "points": [_full(p) for p in points], "crossover": []}
+        return msgspec.to_builtins(crossover(SweepRecord.from_json(raw).points, vary, list(modes))[0])
 
     assert at([point(1, 0.8, False), point(2, 1.2, False), point(3, 1.5, False)])["at"] == {"dim": 2}
     assert at([point(1, 0.8, False), point(2, 1.05, True), point(3, 1.5, False)])["at"] == {"dim": 3}
@@ -132,25 +143,28 @@ def test_renderers_take_names_and_missing_numbers():
     points = [point("transformer", None), point("mlp", 1.4)]
     record = {"vary": {"model": ["transformer", "mlp"]}, "modes": list(MODES), "points": points, "crossover": [{"series": {},
               "kind": "crossover", "at": {"model": "mlp"}, "point": "mlp"}]}  # fmt: skip
-    fig = figure(record)
+    fig = figure(SweepRecord.from_json(record))
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["transformer", "mlp"]
-    assert table_rows(record)[0][:2] == ("transformer", "K2 d64 B4 T8") and "–" in table_rows(record)[0]
-    assert explain_crossover(record)[0].startswith("split starts to beat sequential at model=mlp: 1.40×")
+    assert (
+        table_rows(SweepRecord.from_json(record))[0][:2] == ("transformer", "K2 d64 B4 T8")
+        and "–" in table_rows(SweepRecord.from_json(record))[0]
+    )
+    assert explain_crossover(SweepRecord.from_json(record))[0].startswith("split starts to beat sequential at model=mlp: 1.40×")
     record["points"] = [point("transformer", None), point("mlp", None)]
     record["crossover"] = [{"series": {}, "kind": "never", "at": None, "point": None}]
-    assert "cannot say where split wins" in explain_crossover(record)[0]
+    assert "cannot say where split wins" in explain_crossover(SweepRecord.from_json(record))[0]
 
     # Any modes, in the order given: a column per mode, every other mode against the first, a line per mode.
     five = ("ddp", "sequential", "split", "split-blocking", "fsdp2")
     crossed = [{"series": {}, "kind": "crossover", "at": {"model": "mlp"}, "point": "mlp"}]
     points = [point("transformer", 0.9, five), point("mlp", 1.2, five)]
     record = {"vary": {"model": ["transformer", "mlp"]}, "modes": list(five), "points": points, "crossover": crossed}
-    assert table_columns(record)[:9] == [*(f"{m} step ms" for m in five), *(f"{m} vs ddp" for m in five[1:])]
-    assert table_rows(record)[1][2 + 5 : 2 + 9] == ("1.20×",) * 4
-    fig = figure(record)
+    assert table_columns(SweepRecord.from_json(record))[:9] == [*(f"{m} step ms" for m in five), *(f"{m} vs ddp" for m in five[1:])]
+    assert table_rows(SweepRecord.from_json(record))[1][2 + 5 : 2 + 9] == ("1.20×",) * 4
+    fig = figure(SweepRecord.from_json(record))
     assert fig.axes[0].get_title() == "speedup vs ddp (x)"
     assert len([ln for ln in fig.axes[1].get_lines() if ln.get_linestyle() == ":"]) == 5 * 1  # a line per mode (one series)
-    assert explain_crossover(record)[0].startswith("sequential starts to beat ddp at model=mlp: 1.20×")
+    assert explain_crossover(SweepRecord.from_json(record))[0].startswith("sequential starts to beat ddp at model=mlp: 1.20×")
 
 
 @pytest.mark.slow

@@ -8,13 +8,15 @@ import pytest
 from matplotlib.patches import Rectangle
 
 from profile_overlap.core.errors import UserError
+from profile_overlap.record.config import RunConfig
 from profile_overlap.record.load import load_metrics
 from profile_overlap.record.metrics import Env, RunMetrics
 from profile_overlap.render import timeline
 
 
 def bare_metrics(**config) -> RunMetrics:
-    return RunMetrics(schema_version=1, run_dir="runs/hand-made", config=config, env=Env(world_size=1), modes={}, checks=(), speedup=None)
+    typed = RunConfig.from_dict(config)
+    return RunMetrics(schema_version=1, run_dir="runs/hand-made", config=typed, env=Env(world_size=1), modes={}, checks=(), speedup=None)
 
 
 def one_rank(rank: int, steps: dict[int, float], spans: list) -> dict:

@@ -26,6 +26,11 @@ from profile_overlap.analysis.per_rank import RankAnalysis
 
 
 def classification_checks(ranks: list[RankAnalysis]) -> list[Check]:
+    return [_unclassified_check(ranks), _comm_like_check(ranks), _sizes_check(ranks)]
+
+
+def _unclassified_check(ranks: list[RankAnalysis]) -> Check:
+    """Time in events of no class (neither compute nor communication)."""
     unclassified = {r.rank: r.facts.unclassified for r in ranks if r.facts.unclassified_us > 0}
     share = {r.rank: 100 * r.facts.unclassified_us / r.facts.all_compute_us for r in ranks if r.facts.all_compute_us > 0}
     heavy = [rank for rank in unclassified if share.get(rank, 100.0) > UNCLASSIFIED_WARNING_PCT]
@@ -48,12 +53,15 @@ def classification_checks(ranks: list[RankAnalysis]) -> list[Check]:
         if unclassified
         else "every event is communication, compute or ignored by rule"
     )
-    neither = with_meaning(
+    return with_meaning(
         Check("classification.unclassified", status_of(False, bool(heavy)), detail, figures),
         "time in no class counts neither as compute nor as communication: if it is compute, overlap is under-counted",
         OVERLAP,
     )
 
+
+def _comm_like_check(ranks: list[RankAnalysis]) -> Check:
+    """Communication not recognised as such: compute kernels named like it, ranks with collectives and no communication."""
     like = {r.rank: r.facts.comm_like for r in ranks if r.facts.comm_like}
     blind = [
         r.rank for r in ranks if r.facts.comm_events == 0 and (r.facts.comm_like or r.facts.collective_ops) and (r.world_size or 2) > 1
@@ -68,7 +76,7 @@ def classification_checks(ranks: list[RankAnalysis]) -> list[Check]:
         detail = f"compute kernels named like communication on {rank_list(list(like))}: {listed(names, 3)}"
     else:
         detail = "no compute event is named like communication"
-    comm_like = with_meaning(
+    return with_meaning(
         Check(
             "classification.communication",
             status_of(bool(blind), bool(like)),
@@ -85,6 +93,9 @@ def classification_checks(ranks: list[RankAnalysis]) -> list[Check]:
         BANDWIDTH,
     )
 
+
+def _sizes_check(ranks: list[RankAnalysis]) -> Check:
+    """Collective calls of unknown size (traced without record_shapes)."""
     unknown: dict[int, dict[str, int]] = {}
     for r in ranks:
         for inst in r.instances:
@@ -94,7 +105,7 @@ def classification_checks(ranks: list[RankAnalysis]) -> list[Check]:
     total = sum(len(r.instances) for r in ranks)
     n_unknown = sum(sum(v.values()) for v in unknown.values())
     kinds = sorted({k for v in unknown.values() for k in v})
-    sizes = with_meaning(
+    return with_meaning(
         Check(
             "classification.sizes",
             status_of(False, bool(unknown)),
@@ -106,7 +117,6 @@ def classification_checks(ranks: list[RankAnalysis]) -> list[Check]:
         "calls of unknown size are left out of bytes and bandwidth (record_shapes=True records them)",
         BANDWIDTH,
     )
-    return [neither, comm_like, sizes]
 
 
 # ---------------------------------------------------------------- streams

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from profile_overlap.analysis.collectives import CollectiveCall, CollectiveInstance, CollectiveStats, collective_stats, number_calls
-from profile_overlap.analysis.events import EventIntervals, FileEvents, extract
+from profile_overlap.analysis.events import FileEvents, extract
 from profile_overlap.analysis.facts import RankFacts, rank_facts
-from profile_overlap.analysis.hta_compat import hta_filter
 from profile_overlap.analysis.overlap_spans import OverlapSpans, overlap_spans
-from profile_overlap.analysis.rank_input import rank_of, selected_steps
+from profile_overlap.analysis.rank_input import rank_of
+from profile_overlap.analysis.rank_pool import busy, pool, step_window
 from profile_overlap.analysis.rank_times import RankTimes, rank_times
 from profile_overlap.analysis.replay import ReplayStep, replay_steps
 from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TimelineSpan, timeline_spans
@@ -180,38 +180,14 @@ def finish_rank(
     files = sorted(files, key=lambda f: f.t_min)
     rank, notes = rank_of(files)
     device = files[0].device
-    labels, remap = _pool_labels(files)
-    comm = _cat([f.comm for f in files], remap)
-    compute = _cat([f.compute for f in files], remap)
-    step_num = np.concatenate([f.step_num for f in files])
-    step_start = np.concatenate([f.step_start for f in files])
-    step_end = np.concatenate([f.step_end for f in files])
-    calls = [c for f in files for c in f.calls]
-
-    if hta_compat:
-        comm, compute, calls, step_num, step_start, step_end, note = hta_filter(comm, compute, calls, step_num, step_start, step_end)
-        if note:
-            notes.append(note)
-
+    pooled = pool(files, hta_compat=hta_compat, notes=notes)
+    comm, compute, all_calls = pooled.comm, pooled.compute, pooled.calls
     # Number the calls over the whole trace, before any window: the k-th call of a kind and group
     # is then the same call on every rank even where a step window cuts through the calls
     # differently on each rank (gloo starts the split's all_gathers across the step boundary).
-    instances = every_call = number_calls(calls)
-    all_calls = calls
-    if steps is not None:
-        sel = selected_steps(step_num, steps, rank=rank)
-        step_num, step_start, step_end = step_num[sel], step_start[sel], step_end[sel]
-        windows = iv.union(step_start, step_end)
-        in_window = iv.covers(windows, np.array([c.start_us for c in calls]))
-        calls = [c for c, ok in zip(calls, in_window) if ok]
-        instances = tuple(i for i, ok in zip(instances, iv.covers(windows, np.array([i.start_us for i in instances]))) if ok)
-    else:
-        windows = None
-
-    comm_u = iv.union(comm.start, comm.end)
-    # No c10d time counts as compute, even of an operator that only partly overlaps a c10d op.
-    exclude = iv.union(np.concatenate([f.exclude[0] for f in files]), np.concatenate([f.exclude[1] for f in files]))
-    compute_u = iv.difference(iv.union(compute.start, compute.end), exclude)
+    every_call = number_calls(all_calls)
+    windows, step_num, step_start, step_end, calls, instances = step_window(pooled, every_call, steps=steps, rank=rank)
+    comm_u, compute_u = busy(files, pooled)
     facts = rank_facts(
         [f.facts for f in files],
         comm_u=comm_u,
@@ -260,7 +236,11 @@ def finish_rank(
         collectives=collective_stats(instances),
         instances=instances,
         timeline=timeline_spans(
-            {kind: (x.start, x.end, x.label) for kind, x in (("comm", comm), ("compute", compute))}, labels, step_num, step_start, step_end
+            {kind: (x.start, x.end, x.label) for kind, x in (("comm", comm), ("compute", compute))},
+            pooled.labels,
+            step_num,
+            step_start,
+            step_end,
         ),
         phases=_sum_phases(step_metrics),
         phase_collectives=_phase_collectives(calls, phase, phase_start, phase_end),
@@ -364,23 +344,6 @@ def _phase_spans(
             if b > a:
                 spans.append((n, PHASES[p], a, b))
     return tuple(sorted(spans, key=lambda x: x[2]))
-
-
-def _pool_labels(files: Sequence[FileEvents]) -> tuple[tuple[str, ...], list[np.ndarray]]:
-    labels: dict[str, int] = {}
-    remap = []
-    for f in files:
-        remap.append(np.array([labels.setdefault(lab, len(labels)) for lab in f.labels] or [0], dtype=np.int32))
-    return tuple(labels), remap
-
-
-def _cat(parts: list[EventIntervals], remap: list[np.ndarray]) -> EventIntervals:
-    return EventIntervals(
-        np.concatenate([p.start for p in parts]),
-        np.concatenate([p.end for p in parts]),
-        np.concatenate([p.launch for p in parts]),
-        np.concatenate([m[p.label] if p.label.size else p.label for p, m in zip(parts, remap)]),
-    )
 
 
 def analyze_rank(paths: Sequence[Path], *, hta_compat: bool = False, steps: tuple[int | None, int | None] | None = None) -> RankAnalysis:

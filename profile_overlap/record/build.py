@@ -4,8 +4,10 @@ once, whichever made the measurements."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from profile_overlap.record.config import RunConfig
 from profile_overlap.record.metrics import SCHEMA_VERSION, CheckResult, Env, JobFacts, ModeMetrics, RunMetrics
 from profile_overlap.record.summary import speedup, with_summary
 
@@ -13,7 +15,7 @@ from profile_overlap.record.summary import speedup, with_summary
 def build_record(
     *,
     run_dir: str,
-    config: dict[str, Any],
+    config: Mapping[str, Any],
     env: Env,
     modes: dict[str, ModeMetrics],
     checks: tuple[CheckResult, ...] = (),
@@ -25,7 +27,7 @@ def build_record(
         RunMetrics(
             schema_version=SCHEMA_VERSION,
             run_dir=run_dir,
-            config=config,
+            config=RunConfig.from_dict(config),
             env=env,
             modes=modes,
             checks=checks,

@@ -19,18 +19,22 @@ from profile_overlap.record.summary import speedup, with_summary
 
 class _Version(msgspec.Struct):
     schema_version: int
+    config: dict[str, Any] | None = None
+    """Read raw for its keys, in order (RunConfig.keys)."""
 
 
 def decode_metrics(data: bytes, *, path: Path | str) -> RunMetrics:
     """A metrics record from its JSON bytes; UserError (one line) for one this version cannot read."""
     try:
-        version = msgspec.json.decode(data, type=_Version).schema_version
+        head = msgspec.json.decode(data, type=_Version)
+        version = head.schema_version
         if version > SCHEMA_VERSION:
             raise UserError(
                 f"{path} is a metrics record of schema {version}, newer than this version reads ({SCHEMA_VERSION}): "
                 "report it with the profile_overlap that wrote it, or upgrade"
             )
         metrics = msgspec.json.decode(data, type=RunMetrics)
+        metrics = msgspec.structs.replace(metrics, config=metrics.config.with_keys(head.config))
     except msgspec.ValidationError as err:
         raise UserError(
             f"{path}: field {_field(err)}: {_problem(err)}; not a metrics record this version can read: rerun, or fix that field"
@@ -72,24 +76,24 @@ def upgrade(metrics: RunMetrics) -> RunMetrics:
 
 def _job_facts(metrics: RunMetrics) -> JobFacts | None:
     """The facts of a job or bare-folder record written before RunMetrics.job: from its config."""
-    cfg: dict[str, Any] = metrics.config
-    if cfg.get("mode") == JOB_MODE and "profiled_ranks" in cfg:
+    cfg = metrics.config
+    if cfg.mode == JOB_MODE and "profiled_ranks" in cfg.present():
         return JobFacts(
             kind=JOB,
             source=metrics.run_dir,
-            trace_files=int(cfg.get("trace_files", 0)),
-            profiled_steps=int(cfg.get("profiled_steps", 0)),
-            profiled_ranks=tuple(cfg["profiled_ranks"]),
-            missing_ranks=tuple(cfg.get("missing_ranks") or ()),
-            dropped_traces=int(cfg.get("dropped_traces", 0)),
-            cycles=str(cfg.get("cycles", "all")),
+            trace_files=cfg.trace_files or 0,
+            profiled_steps=cfg.profiled_steps or 0,
+            profiled_ranks=cfg.profiled_ranks,
+            missing_ranks=cfg.missing_ranks,
+            dropped_traces=cfg.dropped_traces or 0,
+            cycles=cfg.cycles or "all",
         )
     mode = metrics.modes.get(FOLDER_MODE)
-    if list(metrics.modes) == [FOLDER_MODE] and mode is not None and "source" in cfg:
+    if list(metrics.modes) == [FOLDER_MODE] and mode is not None and cfg.source is not None:
         ranks = mode.analysis.ranks if mode.analysis else ()
         return JobFacts(
             kind=FOLDER,
-            source=str(cfg["source"]),
+            source=cfg.source,
             trace_files=None,
             profiled_steps=max((len(r.steps) for r in ranks), default=0),
             profiled_ranks=tuple(r.rank for r in ranks),

@@ -18,6 +18,7 @@ import msgspec
 from profile_overlap.core import modes
 from profile_overlap.core.errors import UserError
 from profile_overlap.record.analysis import AnalysisRecord, as_json
+from profile_overlap.record.config import RunConfig
 from profile_overlap.record.exposed import Exposed
 from profile_overlap.record.noise import NoiseSummary, percentile
 
@@ -354,7 +355,7 @@ class Speedup(msgspec.Struct, frozen=True, kw_only=True):
 class RunMetrics(msgspec.Struct, frozen=True, kw_only=True):
     schema_version: int
     run_dir: str
-    config: dict[str, Any]
+    config: RunConfig
     """The run's flags (config.json); a job's or a folder's own few facts."""
     env: Env
     modes: dict[str, ModeMetrics]
@@ -378,11 +379,13 @@ class RunMetrics(msgspec.Struct, frozen=True, kw_only=True):
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunMetrics:
         """The record of JSON already parsed, as it stands (record/load.py also converts older schemas)."""
-        return msgspec.convert(data, cls)
+        metrics = msgspec.convert(data, cls)
+        return msgspec.structs.replace(metrics, config=metrics.config.with_keys(data.get("config")))
 
     def to_json(self) -> dict[str, Any]:
-        """The record as JSON has it (metrics.json, report.json)."""
+        """The record as JSON has it (metrics.json, report.json): the config with the keys it was read with."""
         plain: dict[str, Any] = as_json(self)
+        plain["config"] = self.config.to_json()
         return plain
 
 

@@ -375,7 +375,7 @@ def _max_error(checks: list[CheckResult]) -> float | None:
 
 def summarize(metrics: RunMetrics) -> RunSummary:
     names = list(metrics.modes)  # the run's order: the first mode is the reference
-    reshard = metrics.config.get("reshard_after_forward", "true") != "false"
+    reshard = metrics.config.reshard_after_forward != "false"
     modes = {name: summarize_mode(metrics.modes[name], reshard=reshard) for name in names}
     main = SPEEDUP_MODE if SPEEDUP_MODE in modes else names[0]
     timed = [

@@ -114,7 +114,10 @@ def _spread_table(a: Run, b: Run) -> Table:
 def _differences(a: Run, b: Run) -> tuple:
     """The config flags and environment facts that differ (not dates, pids or folders)."""
     rows = []
-    for label, da, db in (("config", a.metrics.config, b.metrics.config), ("env", _env_view(a.metrics.env), _env_view(b.metrics.env))):
+    for label, da, db in (
+        ("config", dict(a.metrics.config.items()), dict(b.metrics.config.items())),
+        ("env", _env_view(a.metrics.env), _env_view(b.metrics.env)),
+    ):
         for key in sorted(set(da) | set(db)):
             if da.get(key) != db.get(key):
                 rows.append(((f"{label}.{key}",), (_show(da.get(key)),), (_show(db.get(key)),)))

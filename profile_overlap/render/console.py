@@ -10,6 +10,7 @@ from rich.table import Table
 
 from profile_overlap.core import rank_output
 from profile_overlap.core.files import REPORT_HTML
+from profile_overlap.record.config import RunConfig
 from profile_overlap.record.metrics import RunMetrics
 from profile_overlap.record.summary import summary_of
 from profile_overlap.render import exposed, integrity, modes
@@ -139,14 +140,14 @@ def attribution_lines(metrics: RunMetrics) -> list[str]:
     return lines + ([line] if line else [])
 
 
-def workload_text(cfg: dict) -> str:
+def workload_text(cfg: RunConfig) -> str:
     """The workload in a few words (records before --model were all mlp)."""
-    if cfg.get("model", "mlp") == "transformer":
+    if cfg.model == "transformer":
         return (
-            f"transformer of K={cfg['layers']} blocks, width {cfg['dim']}, {cfg['heads']} heads, sequence {cfg['seq_len']}, "
-            f"{cfg['dtype']}, batch {cfg['batch']}"
+            f"transformer of K={cfg.layers} blocks, width {cfg.dim}, {cfg.heads} heads, sequence {cfg.seq_len}, "
+            f"{cfg.dtype}, batch {cfg.batch}"
         )
-    return f"K={cfg['layers']} layers of {cfg['dim']}x{cfg['dim']} {cfg['dtype']}, batch {cfg['batch']}"
+    return f"K={cfg.layers} layers of {cfg.dim}x{cfg.dim} {cfg.dtype}, batch {cfg.batch}"
 
 
 def make_console() -> Console:
@@ -161,7 +162,7 @@ def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> No
     console = console or make_console()
     cfg, env = metrics.config, metrics.env
     where = f"{env.world_size} ranks, {env.backend} ({env.device_type})"
-    console.print(f"[bold]profile_overlap[/bold] {cfg['mode']} on {where}, {workload_text(cfg)}")
+    console.print(f"[bold]profile_overlap[/bold] {cfg.mode} on {where}, {workload_text(cfg)}")
     console.print(summary_table(metrics))
 
     busbw = [

@@ -101,8 +101,8 @@ def exposed_dominates(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None
         f"{x.exposed_comm_ms / x.compute_ms:.1f}× the ",
         Ref(f"{ms(x.compute_ms)} ms", "compute_ms"),
         " of compute there is to hide it behind. Give the overlap more to work with: "
-        f"more layers (more, smaller units, so the first collective starts sooner; now --layers {m.config['layers']}) "
-        f"or a larger batch (more forward compute per step; now --batch {m.config['batch']}).",
+        f"more layers (more, smaller units, so the first collective starts sooner; now --layers {m.config.layers}) "
+        f"or a larger batch (more forward compute per step; now --batch {m.config.batch}).",
     )
 
 
@@ -215,7 +215,7 @@ def noisy_steps(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
         Ref(f"{ms(st.p10_ms)} – {ms(st.p90_ms)} ms", "step_time_ms"),
         f", {spreads[x.mode]:.0%} of its median ",
         Ref(f"{ms(st.median_ms)} ms", "step_time_ms"),
-        f". Differences smaller than that are not meaningful; use more --steps (now {m.config['steps']}), --repeats 5 (intervals "
+        f". Differences smaller than that are not meaningful; use more --steps (now {m.config.steps}), --repeats 5 (intervals "
         "over blocks of steps, modes alternating) or a quieter machine.",
         tail,
     )

@@ -67,7 +67,7 @@ def build(run: Run) -> Report:
     subtitle = (
         report_job.subtitle(m, job)
         if job
-        else f"{m.config['mode']} run {run.name}: {env.world_size} ranks, {env.backend} on {env.device_type}, {env.date}"
+        else f"{m.config.mode} run {run.name}: {env.world_size} ranks, {env.backend} on {env.device_type}, {env.date}"
     )
     return Report(title="profile_overlap report", subtitle=subtitle, banner=banner(run), sections=sections)
 
@@ -231,22 +231,22 @@ def setup_blocks(run: Run) -> tuple:
         ("CUDA / NCCL / gloo", " / ".join(str(v or "–") for v in (env.cuda, env.nccl, env.gloo))),
         ("step timing", next(iter(m.modes.values())).step_time.method),
     ]
-    steps = f" Per mode: {cfg['warmup_steps']} warmup steps (verified), {cfg['steps']} timed steps, {cfg['profile_steps']} profiled steps."
-    if cfg.get("model", "mlp") == "transformer":
+    steps = f" Per mode: {cfg.warmup_steps} warmup steps (verified), {cfg.steps} timed steps, {cfg.profile_steps} profiled steps."
+    if cfg.model == "transformer":
         workload = (
-            f"The workload: a transformer with token and position embeddings, K = {cfg['layers']} pre-norm decoder blocks of "
-            f"width d = {cfg['dim']} with {cfg['heads']} heads, a final LayerNorm and an LM head, in {cfg['dtype']}; "
-            f"{cfg['batch']} sequences of {cfg['seq_len']} tokens per rank and step, next-token cross-entropy. The communication "
+            f"The workload: a transformer with token and position embeddings, K = {cfg.layers} pre-norm decoder blocks of "
+            f"width d = {cfg.dim} with {cfg.heads} heads, a final LayerNorm and an LM head, in {cfg.dtype}; "
+            f"{cfg.batch} sequences of {cfg.seq_len} tokens per rank and step, next-token cross-entropy. The communication "
             f"units (one gradient bucket each) are the embeddings, each block and the head.{steps}",
         )
     else:
-        itemsize = DTYPE_BYTES[cfg["dtype"]]
-        params = cfg["layers"] * cfg["dim"] ** 2
+        itemsize = DTYPE_BYTES[cfg.dtype]
+        params = (cfg.layers or 0) * (cfg.dim or 0) ** 2
         workload = (
-            f"The workload: an MLP of K = {cfg['layers']} layers, each a {cfg['dim']}×{cfg['dim']} {cfg['dtype']} weight with tanh, "
+            f"The workload: an MLP of K = {cfg.layers} layers, each a {cfg.dim}×{cfg.dim} {cfg.dtype} weight with tanh, "
             f"and a mean-squared-error loss, so P = K·d² = {params:,} parameters ({mib(params * itemsize)} MiB); each layer's "
-            f"gradient is one communication bucket, and the forward pass is {cfg['layers']} matmuls of {cfg['batch']}×{cfg['dim']} "
-            f"by {cfg['dim']}×{cfg['dim']}.{steps}",
+            f"gradient is one communication bucket, and the forward pass is {cfg.layers} matmuls of {cfg.batch}×{cfg.dim} "
+            f"by {cfg.dim}×{cfg.dim}.{steps}",
         )
     pairs = [((k,), (v if isinstance(v, str) else json.dumps(v),)) for k, v in cfg.items()]
     pairs += [(("",), ("",))] * (-len(pairs) % 3)

@@ -27,9 +27,9 @@ from tensorboard.util import tensor_util
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, TIMELINE_JSON
-from profile_overlap.record.analysis import PhaseRecord, StepRecord, as_json
+from profile_overlap.record.analysis import PhaseRecord, RankRecord, StepRecord, as_json
 from profile_overlap.record.load import load_metrics
-from profile_overlap.record.metrics import RunMetrics
+from profile_overlap.record.metrics import ModeMetrics, RunMetrics
 from profile_overlap.record.summary import summary_of
 from profile_overlap.record.timeline import Timeline, load_timeline
 from profile_overlap.render import console
@@ -125,9 +125,14 @@ def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_te
     """(summary, step) pairs for one mode folder."""
     m = metrics.modes[mode]
     ranks = m.analysis.ranks if m.analysis else ()
-
-    # Per profiled step: per rank, and the rank mean and max (ranks missing a step are skipped).
     steps = sorted({s.step for r in ranks for s in r.steps})
+    yield from _step_summaries(ranks, steps)
+    yield from _profile_summaries(m, ranks, steps)
+    yield from _run_summaries(metrics, mode, png=png, run_text=run_text)
+
+
+def _step_summaries(ranks: tuple[RankRecord, ...], steps: list[int]):
+    """Per profiled step: per rank, and the rank mean and max (ranks missing a step are skipped); per phase: the rank mean."""
     for step in steps:
         for name, number in PER_STEP.items():
             values = []
@@ -153,6 +158,9 @@ def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_te
                 total = sum((phase_number(e) or 0.0) for e in entries if e is not None)
                 yield _scalar(f"phase/{phase}/{name}", total / len(rows) / 1e3), step
 
+
+def _profile_summaries(m: ModeMetrics, ranks: tuple[RankRecord, ...], steps: list[int]):
+    """Numbers over all profiled steps (bus bandwidth, why exposed: at the last profiled step), memory, step times."""
     # Bus bandwidth is recorded over all profiled steps together: one point, at the last profiled step.
     if steps:
         by_kind: dict[str, list[float]] = {}
@@ -184,6 +192,9 @@ def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_te
         if getattr(st, name) is not None:
             yield _scalar(f"step_time/{name}", getattr(st, name)), 0
 
+
+def _run_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_text: bool):
+    """The timeline image, the run's text tabs, the hparams and headline numbers."""
     if png is not None:
         yield _image("timeline", png), 0
     if run_text:
@@ -213,7 +224,7 @@ def _image(tag: str, png: bytes) -> summary_pb2.Summary:
 
 def _hparams(metrics: RunMetrics, mode: str) -> dict:
     """The run configuration as hparams (the config's own mode is the run's; `mode` is this folder's)."""
-    cfg = {k: v for k, v in metrics.config.items() if isinstance(v, (bool, int, float, str))}
+    cfg: dict[str, object] = {k: v for k, v in metrics.config.items() if isinstance(v, (bool, int, float, str))}
     cfg["run_mode"] = cfg.pop("mode", "")
     env = metrics.env
     return {

@@ -29,6 +29,7 @@ from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import replace_atomically
 from profile_overlap.record.analysis import StepRecord
+from profile_overlap.record.config import RunConfig
 from profile_overlap.record.metrics import RunMetrics
 from profile_overlap.record.timeline import Timeline, TimelineMode, as_timeline
 from profile_overlap.render.numbers import us_as_ms
@@ -178,11 +179,11 @@ def png_bytes(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def _model(cfg: dict) -> str:
-    k, d, batch = cfg.get("layers"), cfg.get("dim"), f"{cfg.get('dtype')}, batch {cfg.get('batch')}"
-    transformer = f"transformer, K={k} layers, dim {d}, {cfg.get('heads')} heads, {batch}"
+def _model(cfg: RunConfig) -> str:
+    k, d, batch = cfg.layers, cfg.dim, f"{cfg.dtype}, batch {cfg.batch}"
+    transformer = f"transformer, K={k} layers, dim {d}, {cfg.heads} heads, {batch}"
     # A profiled job of the user's own has no K: its model is not ours to describe.
-    return "the job's own model" if k is None else transformer if cfg.get("model") == "transformer" else f"K={k} layers of {d}x{d} {batch}"
+    return "the job's own model" if k is None else transformer if cfg.model == "transformer" else f"K={k} layers of {d}x{d} {batch}"
 
 
 def _pitch(phased: bool) -> float:

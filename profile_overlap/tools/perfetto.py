@@ -13,6 +13,7 @@ modes of a run that overlap in time are laid one after another. Nothing is measu
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import itertools
@@ -197,15 +198,20 @@ def _write(source, out, analyses, mode_shift_ns, ranks: dict[int, Rank], arrows,
     )
 
 
-def _clock(a: TraceAnalysis, rank: int) -> dict:
+@dataclass(frozen=True)
+class _Clock:
+    """A rank's clock against the reference rank's, as the process's args in the trace (field order: the keys')."""
+
+    reference_rank: int
+    clock_offset_us: float | None
+    clock_uncertainty_us: float | None
+    moved: bool
+
+
+def _clock(a: TraceAnalysis, rank: int) -> _Clock:
     clocks = a.clocks
     unc = clocks.uncertainty_us.get(rank)
-    return {
-        "reference_rank": clocks.reference_rank,
-        "clock_offset_us": _finite(clocks.offsets_us.get(rank)),
-        "clock_uncertainty_us": _finite(unc),
-        "moved": clocks.applies(rank),
-    }
+    return _Clock(clocks.reference_rank, _finite(clocks.offsets_us.get(rank)), _finite(unc), clocks.applies(rank))
 
 
 def _finite(x: float | None) -> float | None:
@@ -218,9 +224,9 @@ def _clock_label(analyses, rank: int) -> str:
     for mode, a in analyses:
         if any(r.rank == rank for r in a.ranks):
             c = _clock(a, rank)
-            off = "unknown" if c["clock_offset_us"] is None else f"{c['clock_offset_us']:,.1f} us"
-            unc = "" if c["clock_uncertainty_us"] is None else f" ± {c['clock_uncertainty_us']:,.1f} us"
-            parts.append(f"{mode}: clock {off}{unc} vs rank {c['reference_rank']} ({'moved' if c['moved'] else 'not moved'})")
+            off = "unknown" if c.clock_offset_us is None else f"{c.clock_offset_us:,.1f} us"
+            unc = "" if c.clock_uncertainty_us is None else f" ± {c.clock_uncertainty_us:,.1f} us"
+            parts.append(f"{mode}: clock {off}{unc} vs rank {c.reference_rank} ({'moved' if c.moved else 'not moved'})")
     return "; ".join(parts)
 
 
@@ -236,7 +242,12 @@ def _record(source: Source, analyses, mode_shift_ns, base_ns: int) -> dict:
                 "mode": mode,
                 "shift_us": shift / 1000,
                 "ranks": [
-                    {"rank": r.rank, "host": source.hosts.get(r.rank), "steps": [s.step for s in r.steps], **_clock(a, r.rank)}
+                    {
+                        "rank": r.rank,
+                        "host": source.hosts.get(r.rank),
+                        "steps": [s.step for s in r.steps],
+                        **dataclasses.asdict(_clock(a, r.rank)),
+                    }
                     for r in a.ranks
                 ],
             }

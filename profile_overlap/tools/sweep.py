@@ -35,6 +35,7 @@ from profile_overlap.core.files import CONFIG_JSON, METRICS_JSON, SWEEP_JSON
 from profile_overlap.run import config as run_config
 from profile_overlap.run import flags
 from profile_overlap.tools.sweep_axes import series_of
+from profile_overlap.tools.sweep_record import WORKLOAD, Crossover, ModeEntry, SweepPoint, SweepRecord, Workload
 
 _FLAGS = {f.name: f for f in flags.flags(run_config.Config)}
 KNOBS = {name: _FLAGS[name] for name in ("dim", "layers", "batch", "dtype", "model", "heads", "seq_len")}
@@ -42,8 +43,6 @@ KNOBS = {name: _FLAGS[name] for name in ("dim", "layers", "batch", "dtype", "mod
 RUN_FLAGS = tuple(name for name in _FLAGS if name not in run_config.JOB_FLAGS)
 """The run's own flags (the job flags aside): what a point's Config is built from."""
 _EXAMPLES = {"dim": "256,512", "layers": "4,8", "batch": "16,64", "heads": "2,4", "seq_len": "32,64"}
-WORKLOAD = ("model", "layers", "dim", "batch", "heads", "seq_len", "dtype")
-"""The config fields that describe a point's workload (its record keeps them, resolved)."""
 
 
 @run_config.flat_job_flags
@@ -159,14 +158,14 @@ def run_rank(sweep: SweepConfig) -> int:
             passed = True
             if dist.get_rank() == 0:
                 record = sweep_record(sweep, point_dirs)
-                write_json_atomic(sweep_dir / SWEEP_JSON, record)
+                write_json_atomic(sweep_dir / SWEEP_JSON, record.to_json())
                 write_reports(sweep_dir, record)
                 print_summary(record, sweep_dir)
-                passed = all(p["passed"] for p in record["points"])
+                passed = all(p.passed for p in record.points)
                 if passed:
                     run_status.write(sweep_dir, "succeeded")
                 else:
-                    failed = [p["name"] for p in record["points"] if not p["passed"]]
+                    failed = [p.name for p in record.points if not p.passed]
                     run_status.write(sweep_dir, "failed", reason="verification failed at " + ", ".join(failed))
             dist.barrier()
     return 0 if passed else 1
@@ -180,46 +179,47 @@ def _mkdir(path: Path) -> Path:
 # ---------------------------------------------------------------- the record (rank 0)
 
 
-def sweep_record(sweep: SweepConfig, point_dirs: list[Path]) -> dict:
+def sweep_record(sweep: SweepConfig, point_dirs: list[Path]) -> SweepRecord:
     """Each point's knobs, resolved workload, headline numbers and per-mode numbers, read from its metrics.json."""
     from profile_overlap.record.load import load_metrics
 
-    points = []
+    points: list[SweepPoint] = []
     modes: list[str] = []
     for point, run_dir in zip(sweep.points(), point_dirs):
         metrics = load_metrics(run_dir / METRICS_JSON)
         summary = metrics.summary
         assert summary is not None  # load_metrics reads a record with its summary
-        entry = {
-            "name": run_dir.name,
-            "knobs": point,
-            "workload": {k: metrics.config.get(k) for k in WORKLOAD},
-            "passed": metrics.passed,
-            "headline": summary.headline,
-            "within_noise": summary.within_noise,
-        }
         versus = {x.mode: x for x in summary.speedup_vs_first}
-        for mode, m in summary.modes.items():  # the run's order: --modes, else sequential, split, split-blocking
-            entry[mode] = {
-                "step_ms": metrics.modes[mode].step_time.median_ms,
-                "speedup_vs_first": versus[mode].speedup,
-                "within_noise_vs_first": versus[mode].within_noise,
-                "comm_ms": m.comm_ms,
-                "compute_ms": m.compute_ms,
-                "exposed_comm_ms": m.exposed_comm_ms,
-                "overlap_pct": m.overlap_pct,
-            }
-        points.append(entry)
+        entries = {  # the run's order: --modes, else sequential, split, split-blocking
+            mode: ModeEntry(
+                step_ms=metrics.modes[mode].step_time.median_ms,
+                speedup_vs_first=versus[mode].speedup,
+                within_noise_vs_first=versus[mode].within_noise,
+                comm_ms=m.comm_ms,
+                compute_ms=m.compute_ms,
+                exposed_comm_ms=m.exposed_comm_ms,
+                overlap_pct=m.overlap_pct,
+            )
+            for mode, m in summary.modes.items()
+        }
+        workload = Workload(**{k: getattr(metrics.config, k) for k in WORKLOAD})
+        points.append(
+            SweepPoint(
+                name=run_dir.name,
+                knobs=point,
+                workload=workload,
+                passed=metrics.passed,
+                headline=summary.headline,
+                within_noise=summary.within_noise,
+                modes=entries,
+            )
+        )
         modes = list(summary.modes)  # every point runs the same modes
-    return {
-        "vary": {k: list(v) for k, v in sweep.vary},
-        "modes": modes,
-        "points": points,
-        "crossover": crossover(points, sweep.vary, modes),
-    }
+    vary = {k: list(v) for k, v in sweep.vary}
+    return SweepRecord(vary=vary, modes=modes, points=points, crossover=crossover(points, sweep.vary, modes))
 
 
-def crossover(points: list[dict], vary, modes: list[str]) -> list[dict]:
+def crossover(points: list[SweepPoint], vary, modes: list[str]) -> list[Crossover]:
     """Per series (one per combination of the other knobs): the first x where the second mode (split
     by default) beats the first (sequential) after an x where it did not, or a statement that it
     never/always did. A knob of names (model, dtype) is taken in the order given."""
@@ -228,7 +228,7 @@ def crossover(points: list[dict], vary, modes: list[str]) -> list[dict]:
     out = []
     for other, series in series_of(points, vary):
         # A win must be outside run-to-run noise (the report's within_noise rule).
-        wins = [(p["knobs"][x_name], (p[mode]["speedup_vs_first"] or 0) > 1 and not p[mode]["within_noise_vs_first"], p) for p in series]
+        wins = [(p.knobs[x_name], (p.mode(mode).speedup_vs_first or 0) > 1 and not p.mode(mode).within_noise_vs_first, p) for p in series]
         first_win = next((i for i, (_, won, _) in enumerate(wins) if won and all(w for _, w, _ in wins[i:])), None)
         if first_win is None:
             kind = "never"
@@ -238,13 +238,13 @@ def crossover(points: list[dict], vary, modes: list[str]) -> list[dict]:
             kind = "crossover"
         point = wins[first_win][2] if first_win is not None else None
         out.append(
-            {
-                "series": other,
-                "mode": mode,
-                "baseline": baseline,
-                "kind": kind,
-                "at": {x_name: wins[first_win][0]} if first_win is not None else None,
-                "point": point["name"] if point else None,
-            }
+            Crossover(
+                series=other,
+                mode=mode,
+                baseline=baseline,
+                kind=kind,
+                at={x_name: wins[first_win][0]} if first_win is not None else None,
+                point=point.name if point else None,
+            )
         )
     return out

@@ -4,6 +4,11 @@ record (tools/sweep.py) and its renderers (tools/sweep_report.py)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from profile_overlap.tools.sweep_record import SweepPoint
+
 
 def numeric_knob(values) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
@@ -15,10 +20,10 @@ def x_position(vary, value) -> float:
     return value if numeric_knob(values) else values.index(value)
 
 
-def series_of(points: list[dict], vary) -> list[tuple[dict, list[dict]]]:
+def series_of(points: list[SweepPoint], vary) -> list[tuple[dict, list[SweepPoint]]]:
     x_name = vary[0][0]
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[SweepPoint]] = {}
     for p in points:
-        key = tuple((k, v) for k, v in p["knobs"].items() if k != x_name)
+        key = tuple((k, v) for k, v in p.knobs.items() if k != x_name)
         groups.setdefault(key, []).append(p)
-    return [(dict(key), sorted(ps, key=lambda p: x_position(vary, p["knobs"][x_name]))) for key, ps in groups.items()]
+    return [(dict(key), sorted(ps, key=lambda p: x_position(vary, p.knobs[x_name]))) for key, ps in groups.items()]

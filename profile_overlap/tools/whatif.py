@@ -253,48 +253,18 @@ def whatif(
     if clean is not None:
         same = ", ".join(m for m in modes if m in SAME_BODY)
         notes.append(f"forward and backward time of {same} from {clean.mode}, where no communication runs beside compute")
-    self_replay = []
-    for m in modes:
-        graph = step_graph(measured[m], units, durations=lambda c, n: c.dur_us, world_size=n0, measured_world=n0, compute_scale=1.0)
-        predicted = model.simulate(graph).step_us / 1e3
-        meas, prof = measured[m].step_ms, measured[m].profiled_ms
-        self_replay.append(
-            SelfReplay(
-                mode=m,
-                measured_ms=meas,
-                predicted_ms=predicted,
-                error_pct=100 * (predicted - meas) / meas if meas else None,
-                profiled_ms=prof,
-                profiled_error_pct=100 * (predicted - prof) / prof if prof else None,
-            )
-        )
-    points = []
-    for n in world_sizes:
-        for bw in link_gbps:
-
-            def cost(c: MeasuredCall, n: int, bw=bw) -> float:
-                return model.ring_cost_us(c.kind, c.nbytes or 0, n, latency_us=latency_us, link_gbps=bw)
-
-            steps = {}
-            for m in modes:
-                body = clean if m in SAME_BODY else None
-                graph = step_graph(
-                    measured[m], units, durations=cost, world_size=n, measured_world=n0, compute_scale=compute_scale, body=body
-                )
-                steps[m] = model.simulate(graph)
-            first = steps[modes[0]].step_us
-            for m, st in steps.items():
-                points.append(
-                    WhatifPoint(
-                        mode=m,
-                        world_size=n,
-                        link_gbps=bw,
-                        step_ms=st.step_us / 1e3,
-                        exposed_comm_ms=st.exposed_comm_us / 1e3,
-                        overlap_pct=st.overlap_pct,
-                        speedup_vs_first=first / st.step_us if st.step_us > 0 else 0.0,
-                    )
-                )
+    self_replay = _self_replay(measured, modes, units, n0)
+    points = _target_points(
+        measured,
+        modes,
+        units,
+        clean,
+        measured_world=n0,
+        world_sizes=world_sizes,
+        link_gbps=link_gbps,
+        latency_us=latency_us,
+        compute_scale=compute_scale,
+    )
     result = WhatifResult(
         schema=SCHEMA,
         run_dir=str(run.dir),
@@ -311,6 +281,69 @@ def whatif(
         notes=tuple(notes),
     )
     return _with_crossovers(result)
+
+
+def _self_replay(measured: dict[str, Measured], modes: tuple[str, ...], units: Units, n0: int) -> list[SelfReplay]:
+    """Each mode replayed at its own size with its own measured call times, against its measured step."""
+    out = []
+    for m in modes:
+        graph = step_graph(measured[m], units, durations=lambda c, n: c.dur_us, world_size=n0, measured_world=n0, compute_scale=1.0)
+        predicted = model.simulate(graph).step_us / 1e3
+        meas, prof = measured[m].step_ms, measured[m].profiled_ms
+        out.append(
+            SelfReplay(
+                mode=m,
+                measured_ms=meas,
+                predicted_ms=predicted,
+                error_pct=100 * (predicted - meas) / meas if meas else None,
+                profiled_ms=prof,
+                profiled_error_pct=100 * (predicted - prof) / prof if prof else None,
+            )
+        )
+    return out
+
+
+def _target_points(
+    measured: dict[str, Measured],
+    modes: tuple[str, ...],
+    units: Units,
+    clean: Measured | None,
+    *,
+    measured_world: int,
+    world_sizes: tuple[int, ...],
+    link_gbps: tuple[float, ...],
+    latency_us: float,
+    compute_scale: float,
+) -> list[WhatifPoint]:
+    """Every mode at every target world size and link bandwidth, its calls costed by the ring model."""
+    points = []
+    for n in world_sizes:
+        for bw in link_gbps:
+
+            def cost(c: MeasuredCall, n: int, bw=bw) -> float:
+                return model.ring_cost_us(c.kind, c.nbytes or 0, n, latency_us=latency_us, link_gbps=bw)
+
+            steps = {}
+            for m in modes:
+                body = clean if m in SAME_BODY else None
+                graph = step_graph(
+                    measured[m], units, durations=cost, world_size=n, measured_world=measured_world, compute_scale=compute_scale, body=body
+                )
+                steps[m] = model.simulate(graph)
+            first = steps[modes[0]].step_us
+            for m, st in steps.items():
+                points.append(
+                    WhatifPoint(
+                        mode=m,
+                        world_size=n,
+                        link_gbps=bw,
+                        step_ms=st.step_us / 1e3,
+                        exposed_comm_ms=st.exposed_comm_us / 1e3,
+                        overlap_pct=st.overlap_pct,
+                        speedup_vs_first=first / st.step_us if st.step_us > 0 else 0.0,
+                    )
+                )
+    return points
 
 
 def _with_crossovers(r: WhatifResult) -> WhatifResult:
