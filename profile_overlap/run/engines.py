@@ -94,6 +94,7 @@ def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.
         for unit in units:
             fully_shard(unit, mesh=mesh, reshard_after_forward=config.reshard)
         model = fully_shard(net, mesh=mesh)
+        set_prefetch(units, config.fsdp_prefetch)
     else:
         raise ValueError(f"not an engine: {mode}")
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=ADAM_BETAS, eps=ADAM_EPS)
@@ -109,6 +110,20 @@ def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.
         optimizer=optimizer,
         fault=Fault.from_env(),
     )
+
+
+def set_prefetch(units: list[nn.Module], distance: int) -> None:
+    """`--fsdp-prefetch N`: unit k's forward issues the all_gathers of units k+1..k+N, its backward
+    those of units k-1..k-N (0: leave FSDP2's implicit prefetch alone)."""
+    if distance <= 0:
+        return
+    for k, unit in enumerate(units):
+        ahead = units[k + 1 : k + 1 + distance]
+        behind = units[max(k - distance, 0) : k][::-1]
+        if ahead:
+            unit.set_modules_to_forward_prefetch(ahead)
+        if behind:
+            unit.set_modules_to_backward_prefetch(behind)
 
 
 def engine_step(state: EngineState, step: int) -> None:
