@@ -20,7 +20,7 @@ import json
 from profile_overlap.core.dtypes import DTYPE_BYTES
 from profile_overlap.record.folder import Run
 from profile_overlap.record.metrics import CheckResult, ModeSummary, RunMetrics
-from profile_overlap.render import exposed, integrity, modes, notes, whatif
+from profile_overlap.render import advice, exposed, integrity, modes, notes, whatif
 from profile_overlap.render.document import (
     Code,
     Inline,
@@ -74,6 +74,7 @@ def build(run: Run) -> Report:
         Section("stragglers", "Stragglers: wait vs transfer", straggler_blocks(m)),
         *exposed.report_sections(m),
         *whatif.report_sections(run.dir),
+        *advice.report_sections(run.dir),
         Section("notes", "Notes", (Items(notes.notes(m, s)),)),
     )
     sections = integrity.with_section(sections, m)
