@@ -58,6 +58,14 @@ def main(args: argparse.Namespace) -> int:
         result = advise_verify.verify(result, repeats=args.repeats, items=args.verify_items)
     advise.write(result, json_out=args.json)
     print_advice(result, make_console())
-    written = write_report(Path(result.source))
+    if result.is_job:
+        from profile_overlap.api.job import write_report as write_job_report
+
+        written = write_job_report(Path(result.source))[1]
+    else:
+        from profile_overlap.render.tensorboard import write_run
+
+        written = write_report(Path(result.source))
+        write_run(Path(result.source))
     print(f"report with its What to change section: {written[0]}")
     return 0

@@ -27,9 +27,11 @@ from tensorboard.util import tensor_util
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, TIMELINE_JSON
+from profile_overlap.record.advice import load_advice
 from profile_overlap.record.metrics import RunMetrics
 from profile_overlap.record.summary import load_metrics
 from profile_overlap.render import console
+from profile_overlap.render.advice import tensorboard_text
 
 EVENT_SUFFIX = ".profile_overlap"
 """Our event files end with this, so a rewrite replaces ours and nothing else."""
@@ -187,6 +189,9 @@ def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_te
         yield text_summary.text_pb("summary/table", summary_markdown(metrics)), 0
         yield text_summary.text_pb("summary/verification", verification_markdown(metrics)), 0
         yield text_summary.text_pb("summary/configuration", configuration_markdown(metrics)), 0
+        advice = load_advice(Path(metrics.run_dir))
+        if advice is not None:
+            yield text_summary.text_pb("summary/advice", tensorboard_text(advice)), 0
 
     yield (
         hp.hparams_config_pb(

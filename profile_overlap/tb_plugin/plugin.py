@@ -35,7 +35,10 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from profile_overlap.analysis.spans import coarsen
+from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, PERFETTO_TRACE, STATUS_JSON, TIMELINE_JSON
+from profile_overlap.record.advice import SHOWN, load_advice
+from profile_overlap.render.advice import item_line
 
 PLUGIN_NAME = "profile_overlap"
 TAB_NAME = "Overlap"
@@ -82,6 +85,7 @@ def describe_run(logdir: Path, run_dir: Path) -> dict:
         "status": None,
         "has_timeline": (run_dir / TIMELINE_JSON).is_file(),
         "perfetto": (run_dir / PERFETTO_TRACE).is_file(),
+        "advice": [],
         "error": None,
     }
     try:
@@ -90,6 +94,11 @@ def describe_run(logdir: Path, run_dir: Path) -> dict:
         entry["world_size"] = (record.get("env") or {}).get("world_size")
     except (OSError, ValueError, KeyError, TypeError) as err:
         entry["error"] = f"unreadable {METRICS_JSON}: {err}"
+    try:
+        advice = load_advice(run_dir)
+        entry["advice"] = [item_line(n, i) for n, i in enumerate(advice.items[:SHOWN], 1)] if advice else []
+    except UserError as err:
+        entry["error"] = str(err)
     try:
         entry["status"] = json.loads((run_dir / STATUS_JSON).read_text()).get("state")
     except (OSError, ValueError, AttributeError):

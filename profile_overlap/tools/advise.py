@@ -63,14 +63,17 @@ def _steps(m: ModeMetrics) -> int:
     return max(len(ranks[0].get("steps", [])), 1)
 
 
-def cause_items(name: str, m: ModeMetrics) -> list[AdviceItem]:
+def cause_items(name: str, m: ModeMetrics, summary) -> list[AdviceItem]:
     """The causes that no flag changes: the most late rank, and the exposed call that needs the most bandwidth."""
     e = m.exposed
     if e is None:
         return []
     base = m.step_time.median_ms
     out = []
-    if e.stragglers:
+    wait_ms = e.per_rank_step_ms(_steps(m))[0]
+    if e.stragglers and wait_ms:
+        # What the peers would stop waiting for: the mean wait per rank and step (not the late
+        # rank's extra time, which may be longer than anyone waits).
         s = max(e.stragglers, key=lambda s: s.extra_ms)
         out.append(
             AdviceItem(
@@ -81,15 +84,16 @@ def cause_items(name: str, m: ModeMetrics) -> list[AdviceItem]:
                 flag=None,
                 code=f"look at rank {s.rank} in {s.phase}: its host, its data, its {s.what}",
                 baseline_ms=base,
-                predicted_ms=None if base is None else base - s.extra_ms,
-                predicted_gain_ms=s.extra_ms,
+                predicted_ms=None if base is None else base - wait_ms,
+                predicted_gain_ms=wait_ms,
                 gain_low_ms=0.0,
-                gain_high_ms=s.extra_ms,
-                worth_it=s.extra_ms > noise_ms(m),
+                gain_high_ms=wait_ms,
+                worth_it=wait_ms > noise_ms(m),
                 verifiable=False,
             )
         )
-    needs = [c for c in e.top if c.required_gbps is not None and c.exposed_us > 0]
+    busbw = {c.kind: c.busbw_gbps.mean for c in (summary.collectives if summary else ()) if c.busbw_gbps}
+    needs = [c for c in e.top if c.required_gbps is not None and c.exposed_us > 0 and c.required_gbps > busbw.get(c.kind, 0.0)]
     if needs:
         c = max(needs, key=lambda c: c.exposed_us)
         per_step = c.exposed_us / 1e3 / max(len(e.ranks), 1) / _steps(m)
@@ -98,7 +102,8 @@ def cause_items(name: str, m: ModeMetrics) -> list[AdviceItem]:
                 kind="bandwidth",
                 mode=name,
                 cause=f"transfer: {c.kind} #{c.call} in {c.phase} is exposed",
-                change=f"no schedule hides it at this link's bandwidth: it fits in its slack at {c.required_gbps:.3g} GB/s bus bandwidth",
+                change=f"this schedule cannot hide it at the measured {busbw[c.kind]:.3g} GB/s: it fits in its slack only at "
+                f"{c.required_gbps:.3g} GB/s bus bandwidth (a faster link, or a schedule that issues it earlier)",
                 flag=None,
                 code=None,
                 baseline_ms=base,
@@ -106,7 +111,7 @@ def cause_items(name: str, m: ModeMetrics) -> list[AdviceItem]:
                 predicted_gain_ms=per_step,
                 gain_low_ms=0.0,
                 gain_high_ms=per_step,
-                worth_it=per_step > noise_ms(m),
+                worth_it=False,  # a bound of what the link costs, not a change to make
                 verifiable=False,
             )
         )
@@ -207,13 +212,17 @@ def _cause(kind: str) -> str:
 
 
 def _rank(items: list[AdviceItem]) -> list[AdviceItem]:
-    """Worth-it items by predicted gain, then the rest by gain (unknown last); only the best per (kind, mode)."""
+    """Worth-it items by predicted gain, then the rest by gain (unknown last, bounds after changes); the best per (kind, mode)."""
     best: dict[tuple[str, str], AdviceItem] = {}
     for i in items:
         key = (i.kind, i.mode)
         if key not in best or (i.predicted_gain_ms or 0) > (best[key].predicted_gain_ms or 0):
             best[key] = i
-    return sorted(best.values(), key=lambda i: (not i.worth_it, -(i.predicted_gain_ms if i.predicted_gain_ms is not None else -1e18)))
+    # A bandwidth item is a bound of what the link costs, not a change: after the changes.
+    return sorted(
+        best.values(),
+        key=lambda i: (not i.worth_it, i.kind == "bandwidth", -(i.predicted_gain_ms if i.predicted_gain_ms is not None else -1e18)),
+    )
 
 
 def advise(path: Path, *, top: int | None = None) -> Advice:
@@ -229,7 +238,7 @@ def advise(path: Path, *, top: int | None = None) -> Advice:
     else:
         items, errors = replay_items(run, notes)
     for name, m in run.metrics.modes.items():
-        items += cause_items(name, m)
+        items += cause_items(name, m, run.metrics.summary.modes.get(name))
     ranked = _rank(items)
     noises = {name: noise_ms(m) for name, m in run.metrics.modes.items()}
     if not any(i.worth_it for i in ranked):

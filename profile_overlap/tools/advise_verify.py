@@ -57,8 +57,10 @@ def _run_block(config, *, nproc: int, timeout_s: float) -> dict:
     return json.loads((run_dir / METRICS_JSON).read_text())
 
 
-def _times(metrics: dict, mode: str) -> tuple[float, ...]:
-    return tuple(metrics["modes"][mode]["step_time"]["times_ms"])
+def _times(metrics: dict) -> tuple[float, ...]:
+    """The block's step times: a verification run trains one mode (the item's, or the one it changes to)."""
+    (mode,) = metrics["modes"].values()
+    return tuple(mode["step_time"]["times_ms"])
 
 
 def verify_item(run_dir: Path, cfg: dict, env: dict, item: AdviceItem, *, index: int, repeats: int) -> Verification:
@@ -80,9 +82,10 @@ def verify_item(run_dir: Path, cfg: dict, env: dict, item: AdviceItem, *, index:
             metrics = _run_block(
                 _config(cfg, item, changed=is_changed, profile=profile, out=folder, name=name), nproc=nproc, timeout_s=timeout_s
             )
-            (changed if is_changed else base).append(_times(metrics, item.mode))
+            (changed if is_changed else base).append(_times(metrics))
             if profile:
-                overlap = ((metrics.get("summary") or {}).get("modes", {}).get(item.mode) or {}).get("overlap_pct")
+                (summary,) = ((metrics.get("summary") or {}).get("modes") or {"": {}}).values()
+                overlap = summary.get("overlap_pct")
     interval = noise.paired_difference_interval(base, changed)
     b, c = noise.pooled_median(base), noise.pooled_median(changed)
     gain = b - c
