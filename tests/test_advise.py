@@ -10,7 +10,7 @@ import pytest
 
 from profile_overlap.run.config import Config
 
-from conftest import FEW_STEPS, TINY_TRANSFORMER, cli, only_run_dir
+from conftest import FEW_STEPS, REPO, TINY_TRANSFORMER, cli, only_run_dir
 
 
 def _advise(*args: str):
@@ -31,6 +31,21 @@ def test_advise_is_a_command_with_its_own_description():
 
     module, text = COMMANDS["advise"]
     assert module == "profile_overlap.cli.advise" and "predicted gain" in text
+
+
+@pytest.mark.slow
+def test_a_jobs_traces_get_advice_from_their_causes_and_how_to_try_it(tmp_path):
+    job = tmp_path / "job"
+    shutil.copytree(REPO / "tests" / "data" / "gloo_2rank", job)
+    proc = _advise(job)
+    assert proc.returncode == 0, proc.stderr
+    advice = json.loads((job / "advice.json").read_text())
+    assert advice["is_job"] and all(not i["verifiable"] for i in advice["items"])
+    assert {i["kind"] for i in advice["items"]} <= {"straggler", "bandwidth", "nothing"}
+    report = (job / "report.md").read_text()
+    assert "What to change" in report and "report --compare" in report
+    proc = _advise(job, "--verify")
+    assert proc.returncode == 2 and "is a job" in proc.stderr
 
 
 @pytest.mark.slow

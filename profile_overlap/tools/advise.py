@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgspec
 
-from profile_overlap.api.job import is_job_record
+from profile_overlap.api.job import ensure_record, is_job_record
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, STATUS_JSON
 from profile_overlap.core.io import write_json_atomic
@@ -34,13 +34,18 @@ from profile_overlap.tools import whatif_model as model
 
 def load_source(path: Path) -> tuple[Run, bool]:
     """(the run or job, is it a job); one-line errors for a folder that is neither, or has no traces."""
-    path = Path(path)
+    path = folder = Path(path)
     if not path.is_dir():
         raise UserError(f"{path} is not a folder: give a run folder (runs/<run>) or a job folder with its traces")
     if not (path / STATUS_JSON).is_file() and not (path / METRICS_JSON).is_file():
+        try:  # a job's log_dir or trace folder: its record, built as `report` builds it
+            path = ensure_record(path)
+        except UserError:
+            path = None
+    if path is None or not (path / METRICS_JSON).is_file():
         raise UserError(
-            f"{path} is not a run or job folder (no metrics.json or status.json): give a folder made by `profile_overlap run`, "
-            "or run `profile_overlap report` on a job's traces first"
+            f"{folder} is not a run or job folder (no metrics.json, status.json or profiler traces): give a folder made by "
+            "`profile_overlap run`, or a job's folder of torch.profiler traces"
         )
     run = load_run(path)
     if not any(m.analysis for m in run.metrics.modes.values()):
@@ -72,9 +77,10 @@ def cause_items(name: str, m: ModeMetrics, summary) -> list[AdviceItem]:
     out = []
     wait_ms = e.per_rank_step_ms(_steps(m))[0]
     if e.stragglers and wait_ms:
-        # What the peers would stop waiting for: the mean wait per rank and step (not the late
-        # rank's extra time, which may be longer than anyone waits).
+        # What the peers would stop waiting for: at most the mean wait per rank and step, and at
+        # most the late rank's extra time.
         s = max(e.stragglers, key=lambda s: s.extra_ms)
+        wait_ms = min(wait_ms, s.extra_ms)
         out.append(
             AdviceItem(
                 kind="straggler",
