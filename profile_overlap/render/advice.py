@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from profile_overlap.record.advice import NOTHING, SHOWN, Advice, AdviceItem, load_advice
-from profile_overlap.render.document import Code, Items, Paragraph, Section, Table, ms
+from profile_overlap.render.document import Code, Items, Paragraph, Section, Table
+from profile_overlap.render.numbers import ms
 
 
 def _gain(i: AdviceItem) -> str:

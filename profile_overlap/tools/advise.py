@@ -64,8 +64,8 @@ def noise_ms(m: ModeMetrics) -> float:
 
 
 def _steps(m: ModeMetrics) -> int:
-    ranks = (m.analysis or {}).get("ranks") or [{}]
-    return max(len(ranks[0].get("steps", [])), 1)
+    ranks = m.analysis.ranks if m.analysis else ()
+    return max(len(ranks[0].steps), 1) if ranks else 1
 
 
 def cause_items(name: str, m: ModeMetrics, summary) -> list[AdviceItem]:
@@ -140,7 +140,7 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
     cfg, metrics = run.metrics.config, run.metrics
     modes = [m for m in metrics.modes if m in model.MODES and metrics.modes[m].analysis]
     measured = {m: whatif.measure_mode(run, m) for m in modes}
-    world = int(metrics.env["world_size"])
+    world = metrics.env.world_size
     params = replay.unit_params(cfg)
     units = replay.units_of(params, whatif.find_units(measured, []))
     if not units.measured_cuts:

@@ -10,7 +10,6 @@ changed run's overlap is measured too.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON
 from profile_overlap.record import noise
 from profile_overlap.record.advice import Advice, AdviceItem, Verification
+from profile_overlap.record.load import load_metrics
 
 VERIFY_DIR = "verify"
 
@@ -45,7 +45,7 @@ def _change(item: AdviceItem) -> dict:
     return {f.name: f.kind(value)}
 
 
-def _run_block(config, *, nproc: int, timeout_s: float) -> dict:
+def _run_block(config, *, nproc: int, timeout_s: float):
     from profile_overlap.run import flags
 
     argv = [sys.executable, "-m", "profile_overlap", "run", *flags.to_argv(config), "--nproc-per-node", str(nproc)]
@@ -54,22 +54,22 @@ def _run_block(config, *, nproc: int, timeout_s: float) -> dict:
     if proc.returncode != 0 or not (run_dir / METRICS_JSON).is_file():
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"a verification run failed ({run_dir}): {tail}")
-    return json.loads((run_dir / METRICS_JSON).read_text())
+    return load_metrics(run_dir / METRICS_JSON)
 
 
-def _times(metrics: dict) -> tuple[float, ...]:
+def _times(metrics) -> tuple[float, ...]:
     """The block's step times: a verification run trains one mode (the item's, or the one it changes to)."""
-    (mode,) = metrics["modes"].values()
-    return tuple(mode["step_time"]["times_ms"])
+    (mode,) = metrics.modes.values()
+    return tuple(mode.step_time.times_ms)
 
 
-def verify_item(run_dir: Path, cfg: dict, env: dict, item: AdviceItem, *, index: int, repeats: int) -> Verification:
+def verify_item(run_dir: Path, cfg: dict, env, item: AdviceItem, *, index: int, repeats: int) -> Verification:
     folder = Path(run_dir) / VERIFY_DIR / f"{index}-{item.kind}"
     n = 1
     while folder.exists():  # never overwrite an earlier verification
         n += 1
         folder = Path(run_dir) / VERIFY_DIR / f"{index}-{item.kind}-{n}"
-    nproc = int(env["world_size"])
+    nproc = env.world_size
     timeout_s = 60 + 30 * (cfg["steps"] + cfg["warmup_steps"] + cfg["profile_steps"])
     base: list[tuple[float, ...]] = []
     changed: list[tuple[float, ...]] = []
@@ -84,8 +84,8 @@ def verify_item(run_dir: Path, cfg: dict, env: dict, item: AdviceItem, *, index:
             )
             (changed if is_changed else base).append(_times(metrics))
             if profile:
-                (summary,) = ((metrics.get("summary") or {}).get("modes") or {"": {}}).values()
-                overlap = summary.get("overlap_pct")
+                (summary,) = metrics.summary.modes.values()
+                overlap = summary.overlap_pct
     interval = noise.paired_difference_interval(base, changed)
     b, c = noise.pooled_median(base), noise.pooled_median(changed)
     gain = b - c
@@ -114,7 +114,7 @@ def verify(advice: Advice, *, repeats: int, items: int = 1) -> Advice:
     from profile_overlap.record.folder import load_run
 
     run = load_run(Path(advice.source))
-    if int(run.metrics.env.get("num_nodes", 1)) > 1:
+    if (run.metrics.env.num_nodes or 1) > 1:
         raise UserError("--verify reruns on this machine: the run used several nodes; rerun its advice there by hand")
     todo = [k for k, i in enumerate(advice.items) if i.verifiable and i.flag][:items]
     if not todo:
