@@ -45,7 +45,7 @@ def _change(item: AdviceItem) -> dict:
     return {f.name: f.kind(value)}
 
 
-def _run_block(config, *, nproc: int, timeout_s: float):
+def _run_block(config, *, nproc: int, timeout_s: float) -> None:
     from profile_overlap.run import flags
 
     argv = [sys.executable, "-m", "profile_overlap", "run", *flags.to_argv(config), "--nproc-per-node", str(nproc)]
@@ -54,7 +54,6 @@ def _run_block(config, *, nproc: int, timeout_s: float):
     if proc.returncode != 0 or not (run_dir / METRICS_JSON).is_file():
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"a verification run failed ({run_dir}): {tail}")
-    return load_metrics(run_dir / METRICS_JSON)
 
 
 def _times(metrics) -> tuple[float, ...]:
@@ -71,21 +70,23 @@ def verify_item(run_dir: Path, cfg: dict, env, item: AdviceItem, *, index: int, 
         folder = Path(run_dir) / VERIFY_DIR / f"{index}-{item.kind}-{n}"
     nproc = env.world_size
     timeout_s = 60 + 30 * (cfg["steps"] + cfg["warmup_steps"] + cfg["profile_steps"])
-    base: list[tuple[float, ...]] = []
-    changed: list[tuple[float, ...]] = []
-    overlap = None
     for r in range(repeats):
         order = (False, True) if r % 2 == 0 else (True, False)
         for is_changed in order:
             name = f"{'changed' if is_changed else 'original'}-{r + 1}"
             profile = is_changed and r == 0
-            metrics = _run_block(
-                _config(cfg, item, changed=is_changed, profile=profile, out=folder, name=name), nproc=nproc, timeout_s=timeout_s
-            )
-            (changed if is_changed else base).append(_times(metrics))
-            if profile:
-                (summary,) = metrics.summary.modes.values()
-                overlap = summary.overlap_pct
+            config = _config(cfg, item, changed=is_changed, profile=profile, out=folder, name=name)
+            _run_block(config, nproc=nproc, timeout_s=timeout_s)
+    return measured(folder, item, repeats=repeats)
+
+
+def measured(folder: Path, item: AdviceItem, *, repeats: int) -> Verification:
+    """The verification of `item` from the runs in `folder` (original-1.., changed-1..), as verify_item left them."""
+    base = [_times(load_metrics(folder / f"original-{r}" / METRICS_JSON)) for r in range(1, repeats + 1)]
+    first = load_metrics(folder / "changed-1" / METRICS_JSON)
+    changed = [_times(first)] + [_times(load_metrics(folder / f"changed-{r}" / METRICS_JSON)) for r in range(2, repeats + 1)]
+    (summary,) = first.summary.modes.values()
+    overlap = summary.overlap_pct
     interval = noise.paired_difference_interval(base, changed)
     b, c = noise.pooled_median(base), noise.pooled_median(changed)
     gain = b - c
