@@ -87,6 +87,13 @@ def test_advice_on_four_modes_is_ranked_and_every_flag_passes_the_runs_checks(en
     worth = [i["worth_it"] for i in items]
     assert worth == sorted(worth, reverse=True)
     assert "What to change" in (run_dir / "report.md").read_text()
+    # The Overlap tab's run picker carries the top three; TensorBoard's text has every item.
+    from profile_overlap.tb_plugin.plugin import describe_run
+
+    tab = describe_run(tmp_path, run_dir)["advice"]
+    assert 1 <= len(tab) <= 3 and tab[0].startswith("1. ")
+    events = b"".join(p.read_bytes() for p in run_dir.glob("*/events.out.tfevents.*"))
+    assert b"summary/advice" in events
     assert "What to change" in proc.stdout and len([ln for ln in proc.stdout.splitlines() if ln[:2] in ("1.", "2.", "3.", "4.")]) <= 3
 
 

@@ -101,7 +101,7 @@ def write_run(run_dir: Path | str, metrics: RunMetrics | None = None) -> list[Pa
         try:
             # The run's summary, verification and configuration go to its first mode only, so the
             # Text dashboard shows them once.
-            for summary, step in _mode_summaries(metrics, mode, png=png, run_text=i == 0):
+            for summary, step in _mode_summaries(metrics, mode, png=png, run_text=i == 0, run_dir=run_dir):
                 writer.add_event(event_pb2.Event(wall_time=wall_s, step=step, summary=summary))
         finally:
             writer.close()
@@ -122,7 +122,7 @@ def _scalar(tag: str, value: float) -> summary_pb2.Summary:
     return summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))])
 
 
-def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_text: bool):
+def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_text: bool, run_dir: Path | None = None):
     """(summary, step) pairs for one mode folder."""
     m = metrics.modes[mode]
     ranks = m.analysis.ranks if m.analysis else ()
@@ -191,7 +191,7 @@ def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_te
         yield text_summary.text_pb("summary/table", summary_markdown(metrics)), 0
         yield text_summary.text_pb("summary/verification", verification_markdown(metrics)), 0
         yield text_summary.text_pb("summary/configuration", configuration_markdown(metrics)), 0
-        advice = load_advice(Path(metrics.run_dir))
+        advice = load_advice(run_dir or Path(metrics.run_dir))  # the folder read: a copied run records its old path
         if advice is not None:
             yield text_summary.text_pb("summary/advice", tensorboard_text(advice)), 0
 
