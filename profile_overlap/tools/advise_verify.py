@@ -23,6 +23,10 @@ from profile_overlap.record.advice import Advice, AdviceItem, Verification
 from profile_overlap.record.load import load_metrics
 
 VERIFY_DIR = "verify"
+WARMUP_STEPS = 10
+"""Untimed steps before each verification block (at least; the run's own when more): every block is a
+fresh process, and its first steps pay for start-up (gloo's threads, the allocator, lazy imports),
+which in one run with --repeats only the first block does."""
 
 
 def _config(cfg: dict, item: AdviceItem, *, changed: bool, profile: bool, out: Path, name: str):
@@ -31,6 +35,7 @@ def _config(cfg: dict, item: AdviceItem, *, changed: bool, profile: bool, out: P
     change = dict(_change(item)) if changed else {}
     values = {k: v for k, v in cfg.items() if k != "nproc_per_node"}
     values.update(mode=item.mode, compare_modes=None, repeats=1, profile=profile, out=str(out), name=name)
+    values["warmup_steps"] = max(values["warmup_steps"], WARMUP_STEPS)
     values.update(change)
     return Config(**values)
 
