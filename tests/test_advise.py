@@ -18,12 +18,14 @@ def _advise(*args: str):
     return proc
 
 
-def test_a_folder_that_is_no_run_or_job_gets_one_line_and_exit_2(tmp_path):
+def test_a_folder_that_is_no_run_or_job_gets_one_line_and_exit_2(tmp_path, capsys):
+    from profile_overlap.cli.main import main
+
     for target in (tmp_path / "missing", tmp_path):
-        proc = _advise(target)
-        assert proc.returncode == 2, proc.stderr
-        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-        assert "run" in proc.stderr and "job" in proc.stderr
+        assert main(["advise", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert "run" in err and "job" in err
 
 
 def test_advise_is_a_command_with_its_own_description():

@@ -25,11 +25,13 @@ def test_the_prefetch_flags_default_to_todays_behaviour():
         (["--split-prefetch", "-1"], "--split-prefetch -1 is out of range"),
     ],
 )
-def test_a_prefetch_beyond_the_units_gets_one_line_before_any_rank_starts(tmp_path, args, message):
-    proc = cli(["--nproc-per-node", "2", "--out", str(tmp_path), *TINY_TRANSFORMER, *args])
-    assert proc.returncode == 2, proc.stderr
-    assert message in proc.stderr
-    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+def test_a_prefetch_beyond_the_units_gets_one_line_before_any_rank_starts(tmp_path, capsys, args, message):
+    from profile_overlap.cli.main import main
+
+    assert main(["--nproc-per-node", "2", "--out", str(tmp_path), *TINY_TRANSFORMER, *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())
 
 

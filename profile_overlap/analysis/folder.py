@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -62,7 +63,7 @@ def analyze_dir(
     hta_compat: bool = False,
     steps: tuple[int | None, int | None] | None = None,
     skip_bad: bool = False,
-    warn=None,
+    warn: Callable[[str], None] | None = None,
     max_workers: int | None = None,
     keep_spans: bool = False,
 ) -> TraceAnalysis:

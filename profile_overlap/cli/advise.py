@@ -61,7 +61,9 @@ def main(args: argparse.Namespace) -> int:
     if result.is_job:
         from profile_overlap.api.job import write_report as write_job_report
 
-        written = write_job_report(Path(result.source))[1]
+        job = write_job_report(Path(result.source))
+        assert job is not None  # advise found a job record there
+        written = job[1]
     else:
         from profile_overlap.render.tensorboard import write_run
 

@@ -26,7 +26,7 @@ from profile_overlap.record import noise
 from profile_overlap.record.advice import ADVICE_JSON, NOTHING, SCHEMA, Advice, AdviceItem
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.metrics import ModeMetrics
-from profile_overlap.record.summary import blocks
+from profile_overlap.record.summary import blocks, summary_of
 from profile_overlap.tools import advise_replay as replay
 from profile_overlap.tools import whatif
 from profile_overlap.tools import whatif_model as model
@@ -37,16 +37,17 @@ def load_source(path: Path) -> tuple[Run, bool]:
     path = folder = Path(path)
     if not path.is_dir():
         raise UserError(f"{path} is not a folder: give a run folder (runs/<run>) or a job folder with its traces")
+    neither = UserError(
+        f"{folder} is not a run or job folder (no metrics.json, status.json or profiler traces): give a folder made by "
+        "`profile_overlap run`, or a job's folder of torch.profiler traces"
+    )
     if not (path / STATUS_JSON).is_file() and not (path / METRICS_JSON).is_file():
         try:  # a job's log_dir or trace folder: its record, built as `report` builds it
             path = ensure_record(path)
         except UserError:
-            path = None
-    if path is None or not (path / METRICS_JSON).is_file():
-        raise UserError(
-            f"{folder} is not a run or job folder (no metrics.json, status.json or profiler traces): give a folder made by "
-            "`profile_overlap run`, or a job's folder of torch.profiler traces"
-        )
+            raise neither from None
+    if not (path / METRICS_JSON).is_file():
+        raise neither
     run = load_run(path)
     if not any(m.analysis for m in run.metrics.modes.values()):
         raise UserError(f"{path} has no analysed traces: advise needs profiled steps; rerun with --profile-steps 2 or more")
@@ -138,7 +139,7 @@ def _valid(cfg: dict, change: dict) -> bool:
 def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str, float]]:
     """The replayed candidates of every profiled mode of our run, and each mode's self-replay error (%)."""
     cfg, metrics = run.metrics.config, run.metrics
-    modes = [m for m in metrics.modes if m in model.MODES and metrics.modes[m].analysis]
+    modes = [m for m in metrics.modes if m in model.BUILDERS and metrics.modes[m].analysis]
     measured = {m: whatif.measure_mode(run, m) for m in modes}
     world = metrics.env.world_size
     params = replay.unit_params(cfg)
@@ -161,8 +162,8 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
     for c in candidates:
         if not _valid(cfg, c.config):
             continue
-        m = metrics.modes[c.mode]
-        base, gain, n = m.step_time.median_ms, c.gain_us / 1e3, noise_ms(m)
+        mode = metrics.modes[c.mode]
+        base, gain, n = mode.step_time.median_ms, c.gain_us / 1e3, noise_ms(mode)
         spread = errors.get(c.mode, 0.0) / 100 * abs(gain) + n
         out.append(
             AdviceItem(
@@ -244,7 +245,7 @@ def advise(path: Path, *, top: int | None = None) -> Advice:
     else:
         items, errors = replay_items(run, notes)
     for name, m in run.metrics.modes.items():
-        items += cause_items(name, m, run.metrics.summary.modes.get(name))
+        items += cause_items(name, m, summary_of(run.metrics).modes.get(name))
     ranked = _rank(items)
     noises = {name: noise_ms(m) for name, m in run.metrics.modes.items()}
     if not any(i.worth_it for i in ranked):

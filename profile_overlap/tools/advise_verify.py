@@ -21,6 +21,7 @@ from profile_overlap.core.files import METRICS_JSON
 from profile_overlap.record import noise
 from profile_overlap.record.advice import Advice, AdviceItem, Verification
 from profile_overlap.record.load import load_metrics
+from profile_overlap.record.summary import summary_of
 
 VERIFY_DIR = "verify"
 WARMUP_STEPS = 10
@@ -45,6 +46,7 @@ def _change(item: AdviceItem) -> dict:
     from profile_overlap.run import flags
     from profile_overlap.run.config import Config
 
+    assert item.flag is not None  # verify() takes items with a flag only
     option, value = item.flag.split(" ", 1)
     f = next(f for f in flags.flags(Config) if f.option == option)
     return {f.name: f.kind(value)}
@@ -90,9 +92,10 @@ def measured(folder: Path, item: AdviceItem, *, repeats: int) -> Verification:
     base = [_times(load_metrics(folder / f"original-{r}" / METRICS_JSON)) for r in range(1, repeats + 1)]
     first = load_metrics(folder / "changed-1" / METRICS_JSON)
     changed = [_times(first)] + [_times(load_metrics(folder / f"changed-{r}" / METRICS_JSON)) for r in range(2, repeats + 1)]
-    (summary,) = first.summary.modes.values()
+    (summary,) = summary_of(first).modes.values()
     overlap = summary.overlap_pct
     interval = noise.paired_difference_interval(base, changed)
+    assert interval is not None  # 2 or more rounds (--repeats is at least 2)
     b, c = noise.pooled_median(base), noise.pooled_median(changed)
     gain = b - c
     predicted = item.predicted_gain_ms or 0.0
