@@ -74,6 +74,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "profile_overlap.cli.whatif",
         "Predict every mode's step at other world sizes and link bandwidths from a measured run (ring alpha-beta replay)",
     ),
+    "advise": (
+        "profile_overlap.cli.advise",
+        "What to change in a run or job, ranked by predicted gain (whatif replay), each with its cause and the flag or code line; "
+        "--verify runs the top change against the run in alternating blocks",
+    ),
 }
 
 

@@ -40,6 +40,8 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
     lr: float = 1e-3
     bucket_cap_mb: float = 25.0
     reshard_after_forward: str = "true"
+    fsdp_prefetch: int = 0
+    split_prefetch: int = 0
     backend: str = "auto"
     out: str = "runs"
     name: str | None = None

@@ -21,7 +21,7 @@ from profile_overlap.core.dtypes import DTYPE_BYTES
 from profile_overlap.record.folder import Run, RunStatus
 from profile_overlap.record.metrics import CheckResult, ModeSummary, RunMetrics
 from profile_overlap.record.summary import summary_of
-from profile_overlap.render import exposed, integrity, modes, notes, notes_job, report_job, whatif
+from profile_overlap.render import advice, exposed, integrity, modes, notes, notes_job, report_job, whatif
 from profile_overlap.render.document import Code, Inline, Items, Paragraph, Ref, Report, Section, Table
 from profile_overlap.render.numbers import mib, ms, pct, times
 from profile_overlap.render.perfetto_link import perfetto_blocks
@@ -60,6 +60,7 @@ def build(run: Run) -> Report:
         Section("stragglers", "Stragglers: wait vs transfer", straggler_blocks(m)),
         *exposed.report_sections(m),
         *whatif.report_sections(run.dir),
+        *advice.report_sections(run.dir),
         Section("notes", "Notes", (Items(notes_job.notes(m, job) if job else notes.notes(m, s)),)),
     )
     sections = integrity.with_section(sections, m)

@@ -27,12 +27,14 @@ from tensorboard.util import tensor_util
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, TIMELINE_JSON
+from profile_overlap.record.advice import load_advice
 from profile_overlap.record.analysis import PhaseRecord, RankRecord, StepRecord, as_json
 from profile_overlap.record.load import load_metrics
 from profile_overlap.record.metrics import ModeMetrics, RunMetrics
 from profile_overlap.record.summary import summary_of
 from profile_overlap.record.timeline import Timeline, load_timeline
 from profile_overlap.render import console
+from profile_overlap.render.advice import tensorboard_text
 
 EVENT_SUFFIX = ".profile_overlap"
 """Our event files end with this, so a rewrite replaces ours and nothing else."""
@@ -100,7 +102,7 @@ def write_run(run_dir: Path | str, metrics: RunMetrics | None = None) -> list[Pa
         try:
             # The run's summary, verification and configuration go to its first mode only, so the
             # Text dashboard shows them once.
-            for summary, step in _mode_summaries(metrics, mode, png=png, run_text=i == 0):
+            for summary, step in _mode_summaries(metrics, mode, png=png, run_text=i == 0, run_dir=run_dir):
                 writer.add_event(event_pb2.Event(wall_time=wall_s, step=step, summary=summary))
         finally:
             writer.close()
@@ -121,14 +123,14 @@ def _scalar(tag: str, value: float) -> summary_pb2.Summary:
     return summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))])
 
 
-def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_text: bool):
+def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_text: bool, run_dir: Path | None = None):
     """(summary, step) pairs for one mode folder."""
     m = metrics.modes[mode]
     ranks = m.analysis.ranks if m.analysis else ()
     steps = sorted({s.step for r in ranks for s in r.steps})
     yield from _step_summaries(ranks, steps)
     yield from _profile_summaries(m, ranks, steps)
-    yield from _run_summaries(metrics, mode, png=png, run_text=run_text)
+    yield from _run_summaries(metrics, mode, png=png, run_text=run_text, run_dir=run_dir)
 
 
 def _step_summaries(ranks: tuple[RankRecord, ...], steps: list[int]):
@@ -193,7 +195,7 @@ def _profile_summaries(m: ModeMetrics, ranks: tuple[RankRecord, ...], steps: lis
             yield _scalar(f"step_time/{name}", getattr(st, name)), 0
 
 
-def _run_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_text: bool):
+def _run_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_text: bool, run_dir: Path | None = None):
     """The timeline image, the run's text tabs, the hparams and headline numbers."""
     if png is not None:
         yield _image("timeline", png), 0
@@ -201,6 +203,9 @@ def _run_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_tex
         yield text_summary.text_pb("summary/table", summary_markdown(metrics)), 0
         yield text_summary.text_pb("summary/verification", verification_markdown(metrics)), 0
         yield text_summary.text_pb("summary/configuration", configuration_markdown(metrics)), 0
+        advice = load_advice(run_dir or Path(metrics.run_dir))  # the folder read: a copied run records its old path
+        if advice is not None:
+            yield text_summary.text_pb("summary/advice", tensorboard_text(advice)), 0
 
     yield (
         hp.hparams_config_pb(

@@ -162,6 +162,11 @@ class Config(JobSection):
     """ddp: DistributedDataParallel's gradient bucket size."""
     reshard_after_forward: Literal["true", "false"] = flag("true", group=ENGINE)
     """fsdp2: free each block's gathered parameters after forward and gather them again in backward."""
+    fsdp_prefetch: int = flag(0, metavar="N", group=ENGINE)
+    """fsdp2: explicitly prefetch the next N units' all_gathers in forward and backward
+    (set_modules_to_forward_prefetch / set_modules_to_backward_prefetch); 0: FSDP2's own implicit prefetch."""
+    split_prefetch: int = flag(0, metavar="N", group=WORKLOAD)
+    """split: before unit k's forward, wait for the all_gathers of units k to k+N (0: unit k's only, just before it runs)."""
     job: JobConfig = field(default_factory=JobConfig)
     """The job flags (distributed and output)."""
 
@@ -197,6 +202,12 @@ class Config(JobSection):
                 raise ValueError(f"--modes: unknown mode {unknown[0]!r}; choose from {', '.join(MODES)}")
             if len(set(names)) != len(names) or len(names) < 2:
                 raise ValueError(f"--modes {self.compare_modes!r}: give two or more different modes, comma-separated")
+        for option, value in (("--fsdp-prefetch", self.fsdp_prefetch), ("--split-prefetch", self.split_prefetch)):
+            if not 0 <= value < self.num_units:
+                raise ValueError(
+                    f"{option} {value} is out of range: this model has {self.num_units} communication units, "
+                    f"so a unit can prefetch 0 to {self.num_units - 1} units ahead"
+                )
         if self.bucket_cap_mb <= 0:
             raise ValueError(f"--bucket-cap-mb must be positive, got {self.bucket_cap_mb:g}")
         if self.dtype == "float16" and set(self.modes) & set(ENGINE_MODES):
@@ -215,6 +226,12 @@ class Config(JobSection):
         if self.compare_modes is None:
             return COMPARE_MODES
         return tuple(m.strip() for m in self.compare_modes.split(","))
+
+    @property
+    def num_units(self) -> int:
+        """Communication units of the model: each mlp layer; the transformer's embedding, each block and its head."""
+        assert self.layers is not None  # filled from MODEL_DEFAULTS by __post_init__
+        return self.layers + 2 if self.model == "transformer" else self.layers
 
     @property
     def reshard(self) -> bool:

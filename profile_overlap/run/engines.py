@@ -99,6 +99,7 @@ def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.
             fully_shard(unit, mesh=mesh, reshard_after_forward=config.reshard)
         fully_shard(net, mesh=mesh)
         model = net  # fully_shard shards in place: the same module, its class now also an FSDPModule
+        set_prefetch(units, config.fsdp_prefetch)
     else:
         raise ValueError(f"not an engine: {mode}")
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=ADAM_BETAS, eps=ADAM_EPS)
@@ -114,6 +115,24 @@ def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.
         optimizer=optimizer,
         fault=Fault.from_env(),
     )
+
+
+def set_prefetch(units: list[nn.Module], distance: int) -> None:
+    """`--fsdp-prefetch N`: unit k's forward issues the all_gathers of units k+1..k+N, its backward
+    those of units k-1..k-N (0: leave FSDP2's implicit prefetch alone)."""
+    if distance <= 0:
+        return
+    from torch.distributed.fsdp import FSDPModule
+
+    sharded: list[FSDPModule] = [u for u in units if isinstance(u, FSDPModule)]
+    assert len(sharded) == len(units)  # fully_shard made each one an FSDPModule
+    for k, unit in enumerate(sharded):
+        ahead = sharded[k + 1 : k + 1 + distance]
+        behind = sharded[max(k - distance, 0) : k][::-1]
+        if ahead:
+            unit.set_modules_to_forward_prefetch(ahead)
+        if behind:
+            unit.set_modules_to_backward_prefetch(behind)
 
 
 def engine_step(state: EngineState, step: int) -> None:

@@ -13,7 +13,8 @@ record_function ranges named `forward`, `backward` and `optimizer`.
   backward of the earlier units. In the optimizer phase, unit by unit in forward order, wait for
   its reduce_scatter, run Adam on this rank's 1/N shard (state for the shard only) and start an
   async all_gather of the updated shard, in place. The next forward pass waits for unit k's
-  all_gather just before unit k runs (prefetch), so later gathers hide behind earlier units.
+  all_gather just before unit k runs (prefetch), so later gathers hide behind earlier units;
+  `--split-prefetch N` waits there for units k..k+N instead.
 - split-blocking: the same collectives and compute as split, but every collective is waited for
   at once, so nothing overlaps. Against split it measures what overlapping wins.
 
@@ -337,10 +338,13 @@ def _install_split_hooks(state: State, *, blocking: bool) -> None:
             p.register_post_accumulate_grad_hook(on_grad)
 
         def before_forward(_module, _args, unit=unit) -> None:
-            handle = state.pending_ag.pop(unit.index, None)
-            if handle is not None:
+            # --split-prefetch N: wait for units k..k+N here (0: unit k's only).
+            ahead = range(unit.index, unit.index + state.config.split_prefetch + 1)
+            handles = [h for h in (state.pending_ag.pop(k, None) for k in ahead) if h is not None]
+            if handles:
                 with record_function("split/wait_all_gather"):
-                    handle.wait()
+                    for handle in handles:
+                        handle.wait()
 
         unit.module.register_forward_pre_hook(before_forward)
 

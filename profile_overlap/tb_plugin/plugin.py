@@ -42,9 +42,11 @@ from profile_overlap.analysis.spans import coarsen
 from profile_overlap.core import modes as registry
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, PERFETTO_TRACE, STATUS_JSON, TIMELINE_JSON
+from profile_overlap.record.advice import SHOWN, load_advice
 from profile_overlap.record.folder import RunStatus
 from profile_overlap.record.load import load_metrics
 from profile_overlap.record.timeline import TimelineRank, TimelineSpan, load_timeline
+from profile_overlap.render.advice import item_line
 
 PLUGIN_NAME = "profile_overlap"
 TAB_NAME = "Overlap"
@@ -93,6 +95,7 @@ def describe_run(logdir: Path, run_dir: Path) -> dict[str, Any]:
         "status": None,
         "has_timeline": (run_dir / TIMELINE_JSON).is_file(),
         "perfetto": (run_dir / PERFETTO_TRACE).is_file(),
+        "advice": [],
         "error": None,
     }
     try:
@@ -102,6 +105,11 @@ def describe_run(logdir: Path, run_dir: Path) -> dict[str, Any]:
         entry["world_size"] = record.env.world_size
     except UserError as err:
         entry["error"] = f"unreadable {METRICS_JSON}: {err}"
+    try:
+        advice = load_advice(run_dir)
+        entry["advice"] = [item_line(n, i) for n, i in enumerate(advice.items[:SHOWN], 1)] if advice else []
+    except UserError as err:
+        entry["error"] = str(err)
     try:
         entry["status"] = msgspec.json.decode((run_dir / STATUS_JSON).read_bytes(), type=RunStatus).state
     except (OSError, msgspec.DecodeError):

@@ -12,14 +12,15 @@ into the tasks of the replay (tools/whatif_replay.py), with the waits where the 
 - split-blocking: the same, with every collective waited for at once.
 - ddp: each gradient bucket's all_reduce starts when the backward of the unit that fills it ends;
   the optimizer waits for all of them.
-- fsdp2: unit k's all_gather is issued one unit ahead (prefetch) and F_k waits for it; with
-  resharding the backward gathers again one unit ahead; unit k's reduce_scatter starts when B_k
+- fsdp2: unit k's all_gather is issued d units ahead (prefetch: as F(k−d) starts) and F_k waits
+  for it; with resharding the backward gathers again d units ahead (as B(k+d) starts); unit k's reduce_scatter starts when B_k
   ends; the optimizer waits for all of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from profile_overlap.core.modes import MODES
@@ -71,6 +72,21 @@ class Comm:
 
 
 @dataclass(frozen=True)
+class Knobs:
+    """The settings a run can change that move its collectives (advise replays each)."""
+
+    split_prefetch: int = 0
+    """split: F_k waits for the all_gathers of units k..k+N (`--split-prefetch N`)."""
+    fsdp_forward_ahead: int = 1
+    """fsdp2: unit k's forward all_gather is issued when F(k−d) starts (d units ahead); 0: at F_k's own start."""
+    fsdp_backward_ahead: int = 1
+    """fsdp2: unit k's backward all_gather is issued when B(k+d) starts."""
+    reshard: bool | None = None
+    """fsdp2: True: the backward gathers every unit again (`--reshard-after-forward`), at the forward
+    gathers' cost when the run did not; False: no backward gathers; None: as measured."""
+
+
+@dataclass(frozen=True)
 class StepGraph:
     """One mode's step: compute per unit and phase (µs) and its collectives in issue order."""
 
@@ -81,10 +97,35 @@ class StepGraph:
     backward_us: tuple[float, ...]
     optimizer_us: tuple[float, ...]
     comms: tuple[Comm, ...]
+    knobs: Knobs = Knobs()
 
     @property
     def num_units(self) -> int:
         return len(self.forward_us)
+
+
+def ddp_buckets(params: Sequence[tuple[int, int]], cap_bytes: float) -> tuple[tuple[int, int], ...]:
+    """DDP's gradient buckets for `params` = (unit, nbytes) in forward (model.parameters()) order: the
+    Reducer fills buckets in reverse order and closes one when it holds `cap_bytes` or more. Returns
+    (unit whose backward fills it: the unit of its last parameter, bucket nbytes), in backward order."""
+    out: list[tuple[int, int]] = []
+    size, unit = 0, -1
+    for u, nbytes in reversed(params):
+        size, unit = size + nbytes, u
+        if size >= cap_bytes:
+            out.append((unit, size))
+            size = 0
+    if size:
+        out.append((unit, size))
+    return tuple(out)
+
+
+def rebucket(graph: StepGraph, buckets: Sequence[tuple[int, int]], cost: Callable[[int], float]) -> StepGraph:
+    """`graph` (ddp) with its backward all_reduces replaced by one per bucket, each costing cost(nbytes) µs."""
+    assert graph.mode == "ddp", graph.mode
+    keep = tuple(c for c in graph.comms if c.phase != "backward")
+    new = tuple(Comm(kind="all_reduce", nbytes=n, phase="backward", unit=u, dur_us=cost(n)) for u, n in buckets)
+    return dataclasses.replace(graph, comms=new + keep)
 
 
 def tasks(graph: StepGraph, *, num_steps: int = 3) -> list[Task]:
@@ -146,7 +187,12 @@ def _split(graph: StepGraph, out: list[Task], step: int, carry: dict) -> None:
         rs[k] = _add(out, f"RS{k}", COMM, rs_of[k].dur_us, (b,), step)
         return (rs[k],) if blocking else ()
 
-    _, wait = _forward_backward(graph, out, step, before_forward=lambda k: (gathers.get(k),), after_backward=after_backward)
+    ahead = graph.knobs.split_prefetch
+
+    def before_forward(k: int) -> tuple:
+        return tuple(gathers.get(j) for j in range(k, k + ahead + 1))
+
+    _, wait = _forward_backward(graph, out, step, before_forward=before_forward, after_backward=after_backward)
     new: dict[int, int] = {}
     for k, dur in enumerate(graph.optimizer_us):
         o = _add(out, f"o{k}", COMPUTE, dur, (rs.get(k), *wait), step)
@@ -175,27 +221,31 @@ def _ddp(graph: StepGraph, out: list[Task], step: int, carry: dict) -> None:
 
 
 def _fsdp2(graph: StepGraph, out: list[Task], step: int, carry: dict) -> None:
+    """Gathers are listed where they are issued (the comm stream runs them in that order): forward
+    d units ahead, as F(k−d) starts; backward d units ahead, as B(k+d) starts."""
+    knobs = graph.knobs
     fwd = {c.unit: c for c in _comms(graph, "forward", "all_gather")}
     bwd = {c.unit: c for c in _comms(graph, "backward", "all_gather")}
+    if knobs.reshard is not None:
+        bwd = (bwd or fwd) if knobs.reshard else {}
     rs_of = {c.unit: c for c in _comms(graph, "backward", "reduce_scatter")}
-    K = graph.num_units
-    pre = _add(out, "pre", COMPUTE, graph.pre_us, (), step)
-    f: dict[int, int] = {}
+    K, df, db = graph.num_units, knobs.fsdp_forward_ahead, knobs.fsdp_backward_ahead
+    last = _add(out, "pre", COMPUTE, graph.pre_us, (), step)
     ag: dict[int, int] = {}
     for k in range(K):
-        # Unit k's gather is issued when unit k-1's forward starts (prefetch): after F(k-2).
-        if k in fwd:
-            ag[k] = _add(out, f"AG{k}", COMM, fwd[k].dur_us, (f.get(k - 2, pre),), step)
-        f[k] = _add(out, f"F{k}", COMPUTE, graph.forward_us[k], (ag.get(k),), step)
-    b: dict[int, int] = {}
+        for j in range(k, k + df + 1) if k == 0 else (k + df,):
+            if j in fwd and j < K:
+                ag[j] = _add(out, f"AG{j}", COMM, fwd[j].dur_us, (last,), step)
+        last = _add(out, f"F{k}", COMPUTE, graph.forward_us[k], (ag.get(k),), step)
     gb: dict[int, int] = {}
     rs: list[int] = []
     for k in reversed(range(K)):
-        if k in bwd:  # issued when unit k+1's backward starts: after B(k+2)
-            gb[k] = _add(out, f"AGb{k}", COMM, bwd[k].dur_us, (b.get(k + 2, f[K - 1]),), step)
-        b[k] = _add(out, f"B{k}", COMPUTE, graph.backward_us[k], (gb.get(k),), step)
+        for j in range(k, k - db - 1, -1) if k == K - 1 else (k - db,):
+            if j in bwd and j >= 0:
+                gb[j] = _add(out, f"AGb{j}", COMM, bwd[j].dur_us, (last,), step)
+        last = _add(out, f"B{k}", COMPUTE, graph.backward_us[k], (gb.get(k),), step)
         if k in rs_of:
-            rs.append(_add(out, f"RS{k}", COMM, rs_of[k].dur_us, (b[k],), step))
+            rs.append(_add(out, f"RS{k}", COMM, rs_of[k].dur_us, (last,), step))
     _optimizer(graph, out, step, tuple(rs[-1:]))
 
 

@@ -197,6 +197,12 @@ function explain(n) {
 }
 
 // Perfetto opens a local file only when it is dropped onto it or served: offer the download and the command.
+function adviceList(lines) {
+  // The top three items of advice.json (`advise`), as the console words them.
+  return el("div", { id: "po-advice" }, el("h3", { text: "What to change (advise: ranked by predicted gain)" }),
+    el("ol", {}, ...lines.map((line) => el("li", { text: line }))));
+}
+
 function perfettoLink(run) {
   return el("p", { class: "po-muted", id: "po-perfetto" }, "Open in Perfetto: every event of every rank on one clock, with the overlap drawn in: ",
     el("a", { href: `perfetto?run=${encodeURIComponent(run.run)}`, download: "perfetto.json.gz", text: "perfetto.json.gz" }),
@@ -238,6 +244,7 @@ async function showRun(main, run, view) {
     failures(metrics, run.status),
     summary(metrics, modes.filter((m) => metrics.modes[m])),
     run.perfetto ? perfettoLink(run) : null,
+    run.advice?.length ? adviceList(run.advice) : null,
     panels,
     ...(heatmaps.length ? [
       el("h3", { text: "Every rank over the median step: where communication is exposed (rank x time heatmap)" }),

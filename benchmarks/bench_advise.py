@@ -1,0 +1,57 @@
+"""Hit rate of `advise --verify`: tiny 2-rank transformer runs (CPU, gloo), each advised, its top
+verifiable items run against the run in alternating blocks; prints one row per verified item.
+
+    python benchmarks/bench_advise.py --out /tmp/bench_advise --repeats 5 --items 2
+
+Runs one job at a time (the machine may be shared). Results: benchmarks/README.md, "advise".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+TINY = ["--model", "transformer", "--layers", "2", "--dim", "64", "--heads", "4", "--seq-len", "16", "--batch", "4"]
+STEPS = ["--steps", "5", "--warmup-steps", "1", "--profile-steps", "2"]
+RUNS = {
+    "ddp": ["--mode", "ddp"],
+    "fsdp2": ["--mode", "fsdp2"],
+    "seq-split": ["--mode", "compare", "--modes", "sequential,split"],
+}
+
+
+def po(*args: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "profile_overlap", *args], capture_output=True, text=True)
+    if proc.returncode:
+        sys.exit(f"failed: profile_overlap {' '.join(args)}: {proc.stderr.strip().splitlines()[-1:]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--items", type=int, default=2)
+    parser.add_argument("--runs", default=",".join(RUNS))
+    args = parser.parse_args()
+    print("run | item | flag | predicted gain ms | measured gain ms [95%] | hit | sign agrees")
+    for name in args.runs.split(","):
+        run_dir = args.out / name
+        if not (run_dir / "metrics.json").is_file():
+            po("run", "--nproc-per-node", "2", *RUNS[name], *TINY, *STEPS, "--repeats", "3", "--out", str(args.out), "--name", name)
+        po("advise", str(run_dir), "--verify", "--verify-items", str(args.items), "--repeats", str(args.repeats))
+        advice = json.loads((run_dir / "advice.json").read_text())
+        for item in advice["items"]:
+            v = item["verification"]
+            if v:
+                print(
+                    f"{name} | {item['kind']} | {item['flag']} | {item['predicted_gain_ms']:.2f} | "
+                    f"{v['measured_gain_ms']:.2f} [{v['gain_low_ms']:.2f}, {v['gain_high_ms']:.2f}] | {v['hit']} | {v['sign_agrees']}",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""The `advise` record: changes ranked by predicted gain, each with the cause it addresses, the exact
+flag or code line, and (after `advise --verify`) the gain measured in alternating blocks. Built once
+by tools/advise.py and stored as RUN_DIR/advice.json; the console, the report's "What to change"
+section, the Overlap tab and TensorBoard only read it. Every number is defined in the README's
+Metrics section ("What to change"); times in ms."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from profile_overlap.core.errors import UserError
+
+ADVICE_JSON = "advice.json"
+SCHEMA = 1
+SHOWN = 3
+"""Items the console, the report and the Overlap tab show (TensorBoard's text has them all)."""
+
+NOTHING = "nothing"
+"""The kind of the item that says no change beats the run-to-run noise."""
+
+
+class Verification(msgspec.Struct, frozen=True):
+    """One change run against the original configuration in alternating blocks (`advise --verify`)."""
+
+    run_dir: str
+    """The verification's own folder (its original and changed runs inside)."""
+    repeats: int
+    """Blocks per side, alternating original, changed, original, ..."""
+    baseline_ms: float
+    """Median step time of the original configuration over its blocks."""
+    changed_ms: float
+    measured_gain_ms: float
+    """baseline_ms − changed_ms (positive: the change is faster)."""
+    gain_low_ms: float
+    """95% interval of the gain: the paired bootstrap over rounds of the blocks' median differences."""
+    gain_high_ms: float
+    hit: bool
+    """The predicted gain lies inside [gain_low_ms, gain_high_ms]."""
+    sign_agrees: bool
+    """The measured gain has the predicted sign, or its interval contains 0."""
+    changed_overlap_pct: float | None = None
+    """Overlap % of the changed run's profiled steps (None without traces)."""
+
+
+class AdviceItem(msgspec.Struct, frozen=True):
+    """One change and what it is predicted to buy."""
+
+    kind: str
+    """ddp-bucket, ddp-bucket-view, fsdp2-reshard, fsdp2-prefetch, split-prefetch, schedule, straggler,
+    bandwidth or NOTHING."""
+    mode: str
+    """The mode (or "job") it applies to."""
+    cause: str
+    """The cause it addresses, as "Where the exposed time goes" names it."""
+    change: str
+    """The change in words."""
+    flag: str | None
+    """The run flag that applies it (our runs); None when no flag does."""
+    code: str | None
+    """The line of training code that applies it (anyone's job)."""
+    baseline_ms: float | None
+    """The mode's measured median step time."""
+    predicted_ms: float | None
+    """baseline_ms − predicted_gain_ms; None when the change is not replayed."""
+    predicted_gain_ms: float | None
+    gain_low_ms: float | None
+    """Interval of the predicted gain: gain ± (model error · gain + noise); README "What to change"."""
+    gain_high_ms: float | None
+    worth_it: bool
+    """predicted_gain_ms exceeds the run-to-run noise of the mode's step time."""
+    verifiable: bool
+    """`advise --verify` can run it (a flag of our runs changes it)."""
+    verification: Verification | None = None
+
+
+class Advice(msgspec.Struct, frozen=True):
+    schema: int
+    source: str
+    """The run or job folder advised."""
+    is_job: bool
+    noise_ms: dict[str, float]
+    """Per mode: the step-time change its noise hides (half the 95% interval of its median step)."""
+    model_error_pct: dict[str, float]
+    """Per replayed mode: |self-replay − measured profiled step| / measured, in %."""
+    items: tuple[AdviceItem, ...]
+    """Ranked: changes worth making first, by predicted gain; NOTHING first when none is."""
+    notes: tuple[str, ...]
+    """What the predictions assumed, and how to try the advice on a job."""
+
+    @property
+    def hits(self) -> tuple[int, int]:
+        """(hits, verified items)."""
+        done = [i.verification for i in self.items if i.verification is not None]
+        return sum(v.hit for v in done), len(done)
+
+
+def encode(advice: Advice) -> bytes:
+    return msgspec.json.encode(advice)
+
+
+def load_advice(run_dir: Path) -> Advice | None:
+    """RUN_DIR/advice.json read back; None when `advise` was never run on the folder."""
+    path = Path(run_dir) / ADVICE_JSON
+    if not path.is_file():
+        return None
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=Advice)
+    except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        raise UserError(f"{path} is not an advice record this version can read ({err}): rerun `advise`") from None

@@ -1,0 +1,295 @@
+"""`advise`: what to change in a run or job, ranked by predicted gain (README "What to change").
+
+    python -m profile_overlap advise runs/<run> [--top 5] [--json advice.json]
+
+For each cause of exposed time (record/exposed.py) the candidate changes: DDP bucket sizes, FSDP2
+resharding and prefetch, the split's wait-ahead, sequential <-> split (tools/advise_replay.py, each
+replayed by the whatif model), a straggler rank and a collective that needs more bandwidth than the
+link has (from the causes, not replayed). Each replayed change is checked against the run's own
+config checks (run/config.py) before it is advised. A job (traces of anyone's training) gets the
+causes' items and the code lines to try; `advise --verify` runs our runs' top items
+(tools/advise_verify.py).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import msgspec
+
+from profile_overlap.api.job import ensure_record, is_job_record
+from profile_overlap.core.errors import UserError
+from profile_overlap.core.files import METRICS_JSON, STATUS_JSON
+from profile_overlap.core.io import write_json_atomic
+from profile_overlap.record import noise
+from profile_overlap.record.advice import ADVICE_JSON, NOTHING, SCHEMA, Advice, AdviceItem
+from profile_overlap.record.config import RunConfig
+from profile_overlap.record.folder import Run, load_run
+from profile_overlap.record.metrics import ModeMetrics
+from profile_overlap.record.summary import blocks, summary_of
+from profile_overlap.tools import advise_replay as replay
+from profile_overlap.tools import whatif
+from profile_overlap.tools import whatif_model as model
+
+
+def load_source(path: Path) -> tuple[Run, bool]:
+    """(the run or job, is it a job); one-line errors for a folder that is neither, or has no traces."""
+    path = folder = Path(path)
+    if not path.is_dir():
+        raise UserError(f"{path} is not a folder: give a run folder (runs/<run>) or a job folder with its traces")
+    neither = UserError(
+        f"{folder} is not a run or job folder (no metrics.json, status.json or profiler traces): give a folder made by "
+        "`profile_overlap run`, or a job's folder of torch.profiler traces"
+    )
+    if not (path / STATUS_JSON).is_file() and not (path / METRICS_JSON).is_file():
+        try:  # a job's log_dir or trace folder: its record, built as `report` builds it
+            path = ensure_record(path)
+        except UserError:
+            raise neither from None
+    if not (path / METRICS_JSON).is_file():
+        raise neither
+    run = load_run(path)
+    if not any(m.analysis for m in run.metrics.modes.values()):
+        raise UserError(f"{path} has no analysed traces: advise needs profiled steps; rerun with --profile-steps 2 or more")
+    return run, is_job_record(path)
+
+
+def noise_ms(m: ModeMetrics) -> float:
+    """The step-time change the mode's noise hides: half its median's 95% interval over blocks; with one
+    block, the single-run bound 1.96 · SINGLE_RUN_SD of the median (record/noise.py)."""
+    median = m.step_time.median_ms or 0.0
+    interval = noise.median_interval(blocks(m.step_time)) if len(blocks(m.step_time)) > 1 else None
+    if interval is not None:
+        return max((interval.high - interval.low) / 2, 0.0)
+    return median * noise.Z * noise.SINGLE_RUN_SD
+
+
+def _steps(m: ModeMetrics) -> int:
+    ranks = m.analysis.ranks if m.analysis else ()
+    return max(len(ranks[0].steps), 1) if ranks else 1
+
+
+def cause_items(name: str, m: ModeMetrics, summary) -> list[AdviceItem]:
+    """The causes that no flag changes: the most late rank, and the exposed call that needs the most bandwidth."""
+    e = m.exposed
+    if e is None:
+        return []
+    base = m.step_time.median_ms
+    out = []
+    wait_ms = e.per_rank_step_ms(_steps(m))[0]
+    if e.stragglers and wait_ms:
+        # What the peers would stop waiting for: at most the mean wait per rank and step, and at
+        # most the late rank's extra time.
+        s = max(e.stragglers, key=lambda s: s.extra_ms)
+        wait_ms = min(wait_ms, s.extra_ms)
+        out.append(
+            AdviceItem(
+                kind="straggler",
+                mode=name,
+                cause=f"wait: rank {s.rank} arrives late",
+                change=f"make rank {s.rank}'s {s.phase} ({s.what}) as fast as its peers': it runs {s.extra_ms:.3g} ms longer per step",
+                flag=None,
+                code=f"look at rank {s.rank} in {s.phase}: its host, its data, its {s.what}",
+                baseline_ms=base,
+                predicted_ms=None if base is None else base - wait_ms,
+                predicted_gain_ms=wait_ms,
+                gain_low_ms=0.0,
+                gain_high_ms=wait_ms,
+                worth_it=wait_ms > noise_ms(m),
+                verifiable=False,
+            )
+        )
+    busbw = {c.kind: c.busbw_gbps.mean for c in (summary.collectives if summary else ()) if c.busbw_gbps}
+    needs = [c for c in e.top if c.required_gbps is not None and c.exposed_us > 0 and c.required_gbps > busbw.get(c.kind, 0.0)]
+    if needs:
+        c = max(needs, key=lambda c: c.exposed_us)
+        per_step = c.exposed_us / 1e3 / max(len(e.ranks), 1) / _steps(m)
+        out.append(
+            AdviceItem(
+                kind="bandwidth",
+                mode=name,
+                cause=f"transfer: {c.kind} #{c.call} in {c.phase} is exposed",
+                change=f"this schedule cannot hide it at the measured {busbw[c.kind]:.3g} GB/s: it fits in its slack only at "
+                f"{c.required_gbps:.3g} GB/s bus bandwidth (a faster link, or a schedule that issues it earlier)",
+                flag=None,
+                code=None,
+                baseline_ms=base,
+                predicted_ms=None if base is None else base - per_step,
+                predicted_gain_ms=per_step,
+                gain_low_ms=0.0,
+                gain_high_ms=per_step,
+                worth_it=False,  # a bound of what the link costs, not a change to make
+                verifiable=False,
+            )
+        )
+    return out
+
+
+def _valid(cfg: RunConfig, change: dict) -> bool:
+    """The run's own checks accept the changed config (run/config.py)."""
+    from profile_overlap.run.config import Config
+
+    try:
+        Config(**{**{k: v for k, v in cfg.items() if k != "nproc_per_node"}, **change, "compare_modes": None})
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str, float]]:
+    """The replayed candidates of every profiled mode of our run, and each mode's self-replay error (%)."""
+    cfg, metrics = run.metrics.config, run.metrics
+    modes = [m for m in metrics.modes if m in model.BUILDERS and metrics.modes[m].analysis]
+    measured = {m: whatif.measure_mode(run, m) for m in modes}
+    world = metrics.env.world_size
+    params = replay.unit_params(cfg)
+    units = replay.units_of(params, whatif.find_units(measured, []))
+    if not units.measured_cuts:
+        notes.append("per-unit compute split by the units' bytes (no split or split-blocking traces to cut the backward at)")
+    replayed = {m: replay.replay_as_run(measured[m], units, cfg, world) for m in modes}
+    errors = {}
+    for m, r in replayed.items():
+        if r.profiled_ms:
+            errors[m] = 100 * abs(r.step_us / 1e3 - r.profiled_ms) / r.profiled_ms
+    candidates = list(replay.schedule(replayed))
+    if "ddp" in replayed:
+        candidates += replay.ddp(replayed["ddp"], params, cfg, replay.all_reduce_cost(measured, world))
+    if "fsdp2" in replayed:
+        candidates += replay.fsdp2(replayed["fsdp2"], cfg)
+    if "split" in replayed:
+        candidates += replay.split(replayed["split"], cfg)
+    out = []
+    for c in candidates:
+        if not _valid(cfg, c.config):
+            continue
+        mode = metrics.modes[c.mode]
+        base, gain, n = mode.step_time.median_ms, c.gain_us / 1e3, noise_ms(mode)
+        spread = errors.get(c.mode, 0.0) / 100 * abs(gain) + n
+        out.append(
+            AdviceItem(
+                kind=c.kind,
+                mode=c.mode,
+                cause=_cause(c.kind),
+                change=c.change,
+                flag=c.flag,
+                code=c.code,
+                baseline_ms=base,
+                predicted_ms=None if base is None else base - gain,
+                predicted_gain_ms=gain,
+                gain_low_ms=gain - spread,
+                gain_high_ms=gain + spread,
+                worth_it=gain > n,
+                verifiable=True,
+            )
+        )
+    if "ddp" in metrics.modes:
+        grad_mib = statistics.median(x.grad_bytes for x in metrics.modes["ddp"].memory) / 2**20 if metrics.modes["ddp"].memory else None
+        saving = f": saves {grad_mib:.3g} MiB per rank" if grad_mib else ""
+        out.append(
+            AdviceItem(
+                kind="ddp-bucket-view",
+                mode="ddp",
+                cause="memory: every gradient is held twice (in .grad and in its bucket)",
+                change=f"let the gradients be views into DDP's buckets (no copy into the bucket){saving}; step time: no change predicted",
+                flag=None,
+                code="DistributedDataParallel(model, gradient_as_bucket_view=True)",
+                baseline_ms=metrics.modes["ddp"].step_time.median_ms,
+                predicted_ms=None,
+                predicted_gain_ms=None,
+                gain_low_ms=None,
+                gain_high_ms=None,
+                worth_it=False,
+                verifiable=False,
+            )
+        )
+    return out, errors
+
+
+_CAUSES = {
+    "ddp-bucket": "transfer: the gradient all_reduce starts only when its bucket fills (one bucket: at the end of backward)",
+    "fsdp2-reshard": "transfer: the backward all_gathers of resharded parameters",
+    "fsdp2-prefetch": "transfer: each all_gather is issued just before its unit needs it",
+    "split-prefetch": "transfer: the forward waits for the all_gathers",
+    "schedule": "transfer: the schedule's collectives and what they overlap",
+}
+
+
+def _cause(kind: str) -> str:
+    return _CAUSES[kind]
+
+
+def _rank(items: list[AdviceItem]) -> list[AdviceItem]:
+    """Worth-it items by predicted gain, then the rest by gain (unknown last, bounds after changes); the best per (kind, mode)."""
+    best: dict[tuple[str, str], AdviceItem] = {}
+    for i in items:
+        key = (i.kind, i.mode)
+        if key not in best or (i.predicted_gain_ms or 0) > (best[key].predicted_gain_ms or 0):
+            best[key] = i
+    # A bandwidth item is a bound of what the link costs, not a change: after the changes.
+    return sorted(
+        best.values(),
+        key=lambda i: (not i.worth_it, i.kind == "bandwidth", -(i.predicted_gain_ms if i.predicted_gain_ms is not None else -1e18)),
+    )
+
+
+def advise(path: Path, *, top: int | None = None) -> Advice:
+    run, is_job = load_source(path)
+    notes: list[str] = []
+    items: list[AdviceItem] = []
+    errors: dict[str, float] = {}
+    if is_job:
+        notes.append(
+            "a job's changes are not replayed (its model is not known here): try an item by changing the code line, "
+            "rerunning the job, and comparing the two with `profile_overlap report --compare`"
+        )
+    else:
+        items, errors = replay_items(run, notes)
+    for name, m in run.metrics.modes.items():
+        items += cause_items(name, m, summary_of(run.metrics).modes.get(name))
+    ranked = _rank(items)
+    noises = {name: noise_ms(m) for name, m in run.metrics.modes.items()}
+    if not any(i.worth_it for i in ranked):
+        ranked.insert(
+            0,
+            AdviceItem(
+                kind=NOTHING,
+                mode=", ".join(run.metrics.modes),
+                cause="no change is predicted to beat the run-to-run noise",
+                change="nothing worth changing: every predicted gain is within the noise of the step time",
+                flag=None,
+                code=None,
+                baseline_ms=None,
+                predicted_ms=None,
+                predicted_gain_ms=None,
+                gain_low_ms=None,
+                gain_high_ms=None,
+                worth_it=False,
+                verifiable=False,
+            ),
+        )
+    if top is not None:
+        ranked = ranked[:top]
+    return Advice(
+        schema=SCHEMA,
+        source=str(run.dir),
+        is_job=is_job,
+        noise_ms=noises,
+        model_error_pct=errors,
+        items=tuple(ranked),
+        notes=tuple(notes),
+    )
+
+
+def write(advice: Advice, *, json_out: Path | None = None) -> Path:
+    """RUN_DIR/advice.json (what the report reads), and a copy at --json."""
+    target = Path(advice.source) / ADVICE_JSON
+    data = msgspec.to_builtins(advice)
+    try:
+        path = write_json_atomic(target, data, indent=1)
+        if json_out is not None:
+            target = Path(json_out)
+            write_json_atomic(target, data, indent=1)
+    except OSError as err:
+        raise UserError(f"cannot write {target} ({err.strerror}): make the folder writable, or pick another --json") from None
+    return path

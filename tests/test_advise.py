@@ -1,0 +1,117 @@
+"""`advise`: changes ranked by predicted gain, on real 2-rank runs (gloo), the checks that keep
+advice valid, bad input, and (--verify) the change run against the run in alternating blocks."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from profile_overlap.run.config import Config
+
+from conftest import FEW_STEPS, REPO, TINY_TRANSFORMER, cli, only_run_dir
+
+
+def _advise(*args: str):
+    proc = cli(["advise", *map(str, args)])
+    return proc
+
+
+def test_a_folder_that_is_no_run_or_job_gets_one_line_and_exit_2(tmp_path, capsys):
+    from profile_overlap.cli.main import main
+
+    for target in (tmp_path / "missing", tmp_path):
+        assert main(["advise", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert "run" in err and "job" in err
+
+
+def test_advise_is_a_command_with_its_own_description():
+    from profile_overlap.cli.main import COMMANDS
+
+    module, text = COMMANDS["advise"]
+    assert module == "profile_overlap.cli.advise" and "predicted gain" in text
+
+
+@pytest.mark.slow
+def test_a_jobs_traces_get_advice_from_their_causes_and_how_to_try_it(tmp_path):
+    job = tmp_path / "job"
+    shutil.copytree(REPO / "tests" / "data" / "gloo_2rank", job)
+    proc = _advise(job)
+    assert proc.returncode == 0, proc.stderr
+    advice = json.loads((job / "advice.json").read_text())
+    assert advice["is_job"] and all(not i["verifiable"] for i in advice["items"])
+    assert {i["kind"] for i in advice["items"]} <= {"straggler", "bandwidth", "nothing"}
+    report = (job / "report.md").read_text()
+    assert "What to change" in report and "report --compare" in report
+    proc = _advise(job, "--verify")
+    assert proc.returncode == 2 and "is a job" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_run_without_traces_gets_one_line_and_exit_2(tmp_path):
+    proc = cli(["--nproc-per-node", "2", "--mode", "ddp", "--no-profile", "--out", str(tmp_path), *TINY_TRANSFORMER, *FEW_STEPS])
+    assert proc.returncode == 0, proc.stderr
+    proc = _advise(only_run_dir(tmp_path))
+    assert proc.returncode == 2 and "no analysed traces" in proc.stderr and "--profile-steps" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_advice_on_four_modes_is_ranked_and_every_flag_passes_the_runs_checks(engine_run_2, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(engine_run_2[0], run_dir)  # advise writes advice.json and the report into the folder
+    proc = _advise(run_dir, "--json", tmp_path / "advice.json")
+    assert proc.returncode == 0, proc.stderr
+    advice = json.loads((tmp_path / "advice.json").read_text())
+    assert advice == json.loads((run_dir / "advice.json").read_text())
+    items = advice["items"]
+    kinds = {(i["kind"], i["mode"]) for i in items}
+    # The default 25 MiB bucket holds the whole tiny model: a smaller one is advised, with its flag.
+    assert ("ddp-bucket", "ddp") in kinds and ("fsdp2-reshard", "fsdp2") in kinds and ("split-prefetch", "split") in kinds
+    assert ("schedule", "sequential") in kinds or ("schedule", "split") in kinds
+    config = json.loads((run_dir / "config.json").read_text())
+    for item in items:
+        if item["kind"].startswith("fsdp2"):
+            assert item["mode"] == "fsdp2"  # no FSDP2 option for another mode
+        if item["flag"]:
+            option, value = item["flag"].split(" ", 1)
+            name = option.removeprefix("--").replace("-", "_")
+            cap = {"bucket_cap_mb": float, "fsdp_prefetch": int, "split_prefetch": int}.get(name, str)(value)
+            Config(**{**{k: v for k, v in config.items() if k != "nproc_per_node"}, "compare_modes": None, name: cap})
+        if item["predicted_gain_ms"] is not None and item["gain_low_ms"] is not None:
+            assert item["gain_low_ms"] <= item["predicted_gain_ms"] <= item["gain_high_ms"]
+    bucket = next(i for i in items if i["kind"] == "ddp-bucket")
+    assert float(bucket["flag"].split()[1]) < 25 and "DistributedDataParallel(model, bucket_cap_mb=" in bucket["code"]
+    # Ranked: the items worth making first, each group by predicted gain.
+    worth = [i["worth_it"] for i in items]
+    assert worth == sorted(worth, reverse=True)
+    assert "What to change" in (run_dir / "report.md").read_text()
+    # The Overlap tab's run picker carries the top three; TensorBoard's text has every item.
+    from profile_overlap.tb_plugin.plugin import describe_run
+
+    tab = describe_run(tmp_path, run_dir)["advice"]
+    assert 1 <= len(tab) <= 3 and tab[0].startswith("1. ")
+    events = b"".join(p.read_bytes() for p in run_dir.glob("*/events.out.tfevents.*"))
+    assert b"summary/advice" in events
+    assert "What to change" in proc.stdout and len([ln for ln in proc.stdout.splitlines() if ln[:2] in ("1.", "2.", "3.", "4.")]) <= 3
+
+
+@pytest.mark.slow
+def test_verify_on_ddp_at_the_default_bucket_runs_a_smaller_bucket_that_overlaps(tmp_path):
+    """The issue's must-hold: ddp at the default bucket size, --verify --repeats 5."""
+    proc = cli(["--nproc-per-node", "2", "--mode", "ddp", "--out", str(tmp_path), *TINY_TRANSFORMER, *FEW_STEPS], timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = only_run_dir(tmp_path)
+    proc = cli(["advise", str(run_dir), "--verify", "--repeats", "5"], timeout=1800)
+    assert proc.returncode == 0, proc.stderr
+    advice = json.loads((run_dir / "advice.json").read_text())
+    top = next(i for i in advice["items"] if i["verifiable"])
+    assert top["kind"] == "ddp-bucket"
+    v = top["verification"]
+    assert v["repeats"] == 5 and v["changed_overlap_pct"] > 0
+    assert v["gain_low_ms"] <= v["measured_gain_ms"] <= v["gain_high_ms"]
+    assert v["hit"] == (v["gain_low_ms"] <= top["predicted_gain_ms"] <= v["gain_high_ms"])
+    assert "verified:" in proc.stdout and "measured" in (run_dir / "report.md").read_text()

@@ -1,0 +1,84 @@
+"""The replay's knobs (advise predicts with them): DDP bucket boundaries, the split's wait-ahead
+distance, FSDP2's prefetch distance and resharding. Every case is worked by hand in its comment:
+F0 = 1, F1 = 2, B1 = 4, B0 = 3, Adam 0.5 per unit, no time before the forward (µs)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from profile_overlap.tools import whatif_model as model
+
+FWD, BWD, OPT = (1.0, 2.0), (3.0, 4.0), (0.5, 0.5)
+
+
+def graph(mode: str, comms: list[tuple[str, str, int, float]], knobs: model.Knobs | None = None) -> model.StepGraph:
+    return model.StepGraph(
+        mode=mode,
+        pre_us=0.0,
+        forward_us=FWD,
+        backward_us=BWD,
+        optimizer_us=OPT,
+        comms=tuple(model.Comm(kind=k, nbytes=0, phase=p, unit=u, dur_us=d) for k, p, u, d in comms),
+        knobs=knobs or model.Knobs(),
+    )
+
+
+def test_ddp_buckets_fill_in_reverse_and_close_at_the_cap():
+    params = [(0, 4), (1, 4), (1, 4), (2, 8)]
+    # Reversed: unit 2's 8 closes a bucket at cap 8; unit 1's 4 + 4 close the next; unit 0's 4 is the rest.
+    assert model.ddp_buckets(params, 8) == ((2, 8), (1, 8), (0, 4))
+    assert model.ddp_buckets(params, 100) == ((0, 20),)  # one bucket: it fills only when unit 0's backward ends
+
+
+def test_smaller_ddp_buckets_overlap_the_earlier_units_backward():
+    one = graph("ddp", [("all_reduce", "backward", 0, 5.0)])
+    # One bucket: F 0..3, B1 3..7, B0 7..10, all_reduce 10..15, Adam 15..16.
+    assert model.simulate(one).step_us == 16
+    # Two buckets at 1 µs a byte: unit 1's (3 bytes) 7..10 beside B0 7..10, unit 0's (2) 10..12, Adam 12..13.
+    two = model.rebucket(one, model.ddp_buckets([(0, 2), (1, 3)], 3), cost=lambda n: float(n))
+    assert [(c.unit, c.dur_us) for c in two.comms] == [(1, 3.0), (0, 2.0)]
+    st = model.simulate(two)
+    assert st.step_us == 13 and st.overlap_us == 3
+
+
+SPLIT = [
+    ("reduce_scatter", "backward", 1, 1.0),
+    ("reduce_scatter", "backward", 0, 1.0),
+    ("all_gather", "optimizer", 0, 2.0),
+    ("all_gather", "optimizer", 1, 6.0),
+]
+
+
+def test_split_prefetch_makes_the_first_unit_wait_for_the_later_gathers_too():
+    # Steady step from t = 12 (Adam of the step before ends): AG0 of that step ends 13.5, AG1 19.5.
+    # Distance 0: F0 13.5..14.5, F1 waits for AG1: 19.5..21.5, B1 ..25.5, B0 ..28.5, RS0 ..29.5, Adam o0 ..30,
+    # o1 ..30.5: the next step starts at 30.5, a period of 18.5.
+    assert model.simulate(graph("split", SPLIT)).step_us == 18.5
+    # Distance 1: F0 waits for AG1 as well: F0 19.5..20.5, F1 ..22.5, and everything after 1 µs later.
+    assert model.simulate(graph("split", SPLIT, model.Knobs(split_prefetch=1))).step_us == 19.5
+
+
+FSDP = [
+    ("all_gather", "forward", 0, 1.0),
+    ("all_gather", "forward", 1, 3.0),
+    ("reduce_scatter", "backward", 1, 0.0),
+    ("reduce_scatter", "backward", 0, 0.0),
+]
+
+
+def test_fsdp2_prefetch_distance_moves_the_forward_gathers_earlier():
+    # d = 0: AG0 0..1, F0 1..2, AG1 issued as F1 starts: 2..5, F1 5..7, B1 ..11, B0 ..14, Adam ..15.
+    assert model.simulate(graph("fsdp2", FSDP, model.Knobs(fsdp_forward_ahead=0))).step_us == 15
+    # d = 1: AG0 0..1, AG1 1..4 beside F0 1..2, F1 4..6, B1 ..10, B0 ..13, Adam ..14.
+    assert model.simulate(graph("fsdp2", FSDP, model.Knobs(fsdp_forward_ahead=1))).step_us == 14
+
+
+def test_fsdp2_resharding_adds_the_backward_gathers_and_their_prefetch_hides_them():
+    base = model.Knobs(fsdp_forward_ahead=1)
+    # d = 1 in backward: F1 ends 6, AGb1 6..9 and AGb0 9..10 issued at once; B1 9..13, B0 13..16, Adam ..17.
+    assert model.simulate(graph("fsdp2", FSDP, dataclasses.replace(base, reshard=True))).step_us == 17
+    # d = 0: AGb1 6..9, B1 9..13, AGb0 issued as B0 starts: 13..14, B0 14..17, Adam ..18.
+    later = dataclasses.replace(base, reshard=True, fsdp_backward_ahead=0)
+    assert model.simulate(graph("fsdp2", FSDP, later)).step_us == 18
+    # Without resharding, no backward gathers: 14, as measured.
+    assert model.simulate(graph("fsdp2", FSDP, dataclasses.replace(base, reshard=False))).step_us == 14
