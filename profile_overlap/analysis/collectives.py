@@ -15,7 +15,7 @@ from profile_overlap.core.dtypes import ELEMENT_BYTES
 # Bytes per element, by the dtype names the profiler writes (`Input type`, kernel `dtype`).
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CollectiveInstance:
     """One collective call on one rank, for cross-rank matching."""
 
@@ -44,7 +44,7 @@ class CollectiveStats:
     group_size: int | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CollectiveCall:
     """One collective call as read from one file, before numbering."""
 
