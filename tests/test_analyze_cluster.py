@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 
 from profile_overlap.analysis.cluster import share
 
-from conftest import REPO, clean_env, torchrun, torchrun_nodes
+from conftest import REPO, clean_env, free_port, torchrun, torchrun_nodes
 
 DATA = Path(__file__).parent / "data"
 
@@ -88,3 +89,32 @@ def test_bad_files_on_any_rank_give_the_single_process_answers(tmp_path):
     warnings = [line for line in p.stderr.splitlines() if line.startswith("warning:")]
     assert warnings == [line for line in one.stderr.splitlines() if line.startswith("warning:")] and len(warnings) == 3
     assert (tmp_path / "two.json").read_bytes() == (tmp_path / "one.json").read_bytes()
+
+
+@pytest.mark.slow
+def test_the_slurm_analyze_script_writes_the_single_process_json(tmp_path):
+    folder = DATA / "gloo_2rank"
+    one = single(folder, "--json", tmp_path / "one.json")
+    assert one.returncode == 0, one.stderr
+    script = REPO / "examples" / "slurm_analyze.sbatch"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # srun runs its command once per node (here: two local torchrun agents); scontrol names the nodes.
+    (bin_dir / "srun").write_text('#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\n"$@" & "$@" & wait -n && wait -n\n')
+    (bin_dir / "scontrol").write_text("#!/bin/bash\necho 127.0.0.1\necho 127.0.0.1\n")
+    for tool in ("srun", "scontrol"):
+        (bin_dir / tool).chmod(0o755)
+    env = clean_env(
+        PATH=f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        SLURM_JOB_ID="4243",
+        SLURM_JOB_NODELIST="node[1-2]",
+        SLURM_NNODES="2",
+        NPROC_PER_NODE="1",
+        MASTER_PORT=str(free_port()),
+        TRACE_DIR=str(folder),
+        OUT=str(tmp_path / "slurm.json"),
+    )
+    p = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=240, env=env, cwd=REPO)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert (tmp_path / "slurm.json").read_bytes() == (tmp_path / "one.json").read_bytes()
