@@ -5,6 +5,7 @@ peak memory (RSS high-water, children included) is its own.
     python benchmarks/bench_analyze.py              # two ranks of ~76 MB, 5 runs, scaling 2/8/32 ranks
     python benchmarks/bench_analyze.py --mb 100     # per-rank size (10, 50, 100 ...)
     python benchmarks/bench_analyze.py --quick      # smoke run: small files, 2 runs
+    python benchmarks/bench_analyze.py --baseline /tmp/base   # beside another checkout, run by run
     python benchmarks/bench_analyze.py --many 1024  # also 1,024 ranks of small files (time and peak RSS)
 
 Targets: analysis time <= 1.5x the floor; peak memory <= 1.5x the largest uncompressed file.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -85,11 +87,15 @@ print(json.dumps({"seconds": seconds, "peak_rss_mb": peak_kb / 1024}))
 """
 
 
-def measure(kind: str, files: list[Path]) -> dict:
+def measure(kind: str, files: list[Path], *, tree: Path | None = None) -> dict:
+    """One fresh process; `tree`: import profile_overlap from that source tree instead of ours."""
+    env = dict(os.environ, PYTHONPATH=str(tree or REPO))
     # Many files would overflow the command line: the floor gets their folder instead, the
     # others the first file (they read its folder).
     args = files if len(files) <= 64 else [files[0].parent] if kind == "floor" else files[:1]
-    p = subprocess.run([sys.executable, "-c", _CHILD[kind] + _REPORT, *map(str, args)], capture_output=True, text=True, cwd=REPO)
+    p = subprocess.run(
+        [sys.executable, "-c", _CHILD[kind] + _REPORT, *map(str, args)], capture_output=True, text=True, cwd=tree or REPO, env=env
+    )
     if p.returncode != 0:
         raise RuntimeError(f"{kind} failed:\n{p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -209,6 +215,13 @@ def main() -> int:
         help="instead of synthetic traces, tile this real trace (e.g. tests/data/hta_nccl_parser_config_1rank/"
         "nccl_data.json.gz) up to --mb per rank; no scaling table",
     )
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="TREE",
+        help="another source tree of profile_overlap (e.g. `git archive main | tar -x -C /tmp/base`): its analyze_dir is "
+        "timed beside ours, the two alternating run by run, and the ratio printed",
+    )
     args = ap.parse_args()
     if args.quick:
         args.mb, args.runs, args.scaling, args.scaling_mb = 5, 2, "2,8", 1
@@ -244,7 +257,13 @@ def main() -> int:
                 assert (r.comm_us, r.compute_us, r.overlap_us) == (e.comm_us, e.compute_us, e.overlap_us), (r, e)
         rows = {}
         for kind in kinds:
-            runs = [measure(kind, files) for _ in range(args.runs)]
+            if args.baseline and kind.startswith("ours"):
+                # Alternate ours and the baseline run by run, so that a busy machine slows both alike.
+                pairs = [(measure(kind, files), measure(kind, files, tree=args.baseline)) for _ in range(args.runs)]
+                runs, base = [a for a, _ in pairs], [b for _, b in pairs]
+                rows["base" + kind[4:]] = (statistics.median(r["seconds"] for r in base), max(r["peak_rss_mb"] for r in base))
+            else:
+                runs = [measure(kind, files) for _ in range(args.runs)]
             rows[kind] = (statistics.median(r["seconds"] for r in runs), max(r["peak_rss_mb"] for r in runs))
         floor_s = rows["floor"][0]
         print()
@@ -255,9 +274,16 @@ def main() -> int:
             "ours_1proc": "profile_overlap analyze_dir, 1 process",
             "ours": f"profile_overlap analyze_dir, {args.ranks} processes",
             "hta": "HTA TraceAnalysis + get_comm_comp_overlap",
+            "base_1proc": f"baseline ({args.baseline}) analyze_dir, 1 process",
+            "base": f"baseline ({args.baseline}) analyze_dir, {args.ranks} processes",
         }
         for kind, (s, mb) in rows.items():
             print(f"| {label[kind]} | {s:.2f} | {s / floor_s:.2f} | {mb:.0f} | {mb / largest_mb:.2f} |")
+        if args.baseline:
+            print(
+                f"\nours / baseline (medians, runs alternating): {rows['ours_1proc'][0] / rows['base_1proc'][0]:.3f}x (1 process), "
+                f"{rows['ours'][0] / rows['base'][0]:.3f}x ({args.ranks} processes)"
+            )
         if "hta" not in rows:
             print("\n(HTA is not installed: pip install HolisticTraceAnalysis to add it.)")
         else:

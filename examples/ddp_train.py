@@ -5,8 +5,9 @@
 
 CPU: gloo; with GPUs: NCCL, one rank per GPU. The profiling is two lines: `profile_overlap.profile`
 around the loop and `prof.step()` after each step (the same as torch.profiler.profile with
-on_trace_ready=profile_overlap.trace_handler(...)). The record_function labels are optional: with
-them the report and TensorBoard split communication by phase (forward, backward, optimizer).
+on_trace_ready=profile_overlap.trace_handler(...)). The record_function labels are optional: the
+report and TensorBoard split communication by phase (forward, backward, optimizer) with them, and
+without them from DDP's, autograd's and torch.optim's own ranges.
 At the end, rank 0 writes the job's report: <out>/<job>/report.html.
 """
 

@@ -5,8 +5,8 @@
 
 CPU: gloo; with GPUs: NCCL, one rank per GPU. Each block, the embedding and the head are sharded
 units: their parameters are all-gathered before use (the next unit's prefetched) and their
-gradients reduce-scattered in backward. FSDP's own labels (FSDP::pre_forward, ...) place each
-collective in its phase even without ours. At the end, rank 0 writes <out>/<job>/report.html.
+gradients reduce-scattered in backward. Without our labels, FSDP's own ranges (FSDP::pre_forward,
+...), autograd's frames and torch.optim's range still give each step's phases. At the end, rank 0 writes <out>/<job>/report.html.
 """
 
 import argparse

@@ -21,12 +21,9 @@ __all__ = ["__version__", *_LAZY]
 
 def __getattr__(name: str):
     if name == "__version__":
-        from importlib import metadata
+        from profile_overlap.core.version import package_version
 
-        try:
-            return metadata.version("profile-overlap")
-        except metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
-            return "0+unknown"
+        return package_version()
     if name not in _LAZY:
         raise AttributeError(f"module 'profile_overlap' has no attribute {name!r}")
     import importlib

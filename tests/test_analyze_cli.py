@@ -33,7 +33,9 @@ def test_tables_and_json_schema(tmp_path):
         assert title in p.stdout
     assert "14.95" in p.stdout and "19.93" in p.stdout  # overlap % of rank 0 and 1
     record = json.loads(out.read_text())
-    assert set(record) == {"ranks", "world_size", "slowest_rank", "source", "integrity"}
+    assert set(record) == {"ranks", "world_size", "slowest_rank", "source", "integrity", "exposed"}
+    assert set(record["exposed"]) == {"ranks", "top", "stragglers", "critical_path"}
+    assert "why exposed, these traces" in p.stdout
     assert record["world_size"] == 128 and record["source"] == str(TRACE_FILTER)
     # The rank that waits least (rank 1: 97150 µs against rank 0's 114296 µs).
     assert record["slowest_rank"] == 1 == min(record["ranks"], key=lambda r: r["wait_us"])["rank"]

@@ -88,31 +88,75 @@ def test_fsdp2_that_cannot_shard_the_positions_fails_on_every_rank(tmp_path):
     assert "--seq-len 15 is not divisible by the world size 2" in proc.stderr
 
 
-@pytest.mark.parametrize(
-    ("engine", "expected"),
-    [
-        ("ddp", {("backward", "all_reduce")}),
-        ("fsdp2", {("forward", "all_gather"), ("backward", "all_gather"), ("backward", "reduce_scatter")}),
-    ],
-)
-def test_engine_labels_attribute_a_users_unlabelled_job(tmp_path, engine, expected):
-    """A job with no forward/backward/optimizer labels: FSDP2's `FSDP::*` labels (matched by
-    prefix, they carry a module suffix) and autograd's frames (DDP's hooks) say which phase issued
-    each collective."""
+ENGINE_COLLECTIVES = {
+    "ddp": {("backward", "all_reduce")},
+    "fsdp2": {("forward", "all_gather"), ("backward", "all_gather"), ("backward", "reduce_scatter")},
+}
+FOUND_FROM = {
+    "ddp": {"forward": ["DDP"], "backward": ["autograd"], "optimizer": ["torch.optim"]},
+    "fsdp2": {"forward": ["FSDP2"], "backward": ["autograd"], "optimizer": ["torch.optim"]},
+}
+
+
+def _unlabelled_job(engine: str, out, *extra: str) -> None:
     import subprocess
     import sys
 
     from conftest import REPO, clean_env
 
     script = REPO / "tests" / "helpers" / "unlabelled_engines.py"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script), engine, str(tmp_path / "tb")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=clean_env())
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script), engine, str(out), *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=clean_env(), cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["ddp", "fsdp2"])
+def test_a_users_unlabelled_job_gets_its_phases_from_the_engines_ranges(tmp_path, engine):
+    """A job with no forward/backward/optimizer labels, profiled with torch's own trace handler:
+    FSDP2's `FSDP::*` and DDP's ranges, autograd's frames and torch.optim's ranges give each step's
+    phases, and each collective lands in the phase that issued it."""
+    _unlabelled_job(engine, tmp_path / "tb")
     out = tmp_path / "overlap.json"
     proc = cli(["analyze", str(tmp_path / "tb"), "--json", str(out)])
     assert proc.returncode == 0, proc.stderr
-    for rank in json.loads(out.read_text())["ranks"]:
-        assert {p["phase"] for p in rank["phases"]} <= {"optimizer"}  # only torch.optim labels a window
+    record = json.loads(out.read_text())
+    for rank in record["ranks"]:
+        assert {p["phase"]: p["sources"] for p in rank["phases"]} == FOUND_FROM[engine]
+        assert all([p["phase"] for p in s["phases"]] == ["forward", "backward", "optimizer"] for s in rank["steps"])
         found = {(c["phase"], c["kind"]) for c in rank["phase_collectives"]}
         # DDP rebuilds its buckets in the second iteration's forward: a broadcast of the new order.
-        assert found - {("forward", "broadcast")} == expected if engine == "ddp" else found == expected
+        assert found - {("forward", "broadcast")} == ENGINE_COLLECTIVES[engine] if engine == "ddp" else found == ENGINE_COLLECTIVES[engine]
+        phases = {p["phase"]: p for p in rank["phases"]}
+        assert phases["backward"]["comm_us"] > 0 and (phases["forward"]["comm_us"] > 0) == (
+            engine == "fsdp2" or ("forward", "broadcast") in found
+        )
+    (check,) = [c for c in record["integrity"]["checks"] if c["name"] == "steps.phases"]
+    assert check["status"] == "ok"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["ddp", "fsdp2"])
+def test_a_users_unlabelled_job_through_the_trace_handler_reports_its_phases(tmp_path, engine):
+    """The same job with profile_overlap.trace_handler: the job's record and report carry the phases,
+    their communication, and one sentence on where they were found."""
+    from profile_overlap.record.summary import load_metrics
+
+    _unlabelled_job(engine, tmp_path / "tb", "ours")
+    (job_dir,) = [p for p in (tmp_path / "tb").iterdir() if p.is_dir()]
+    job = load_metrics(job_dir / "metrics.json").summary.modes["job"]
+    assert {p.phase: list(p.sources) for p in job.phases} == FOUND_FROM[engine]
+    comm = {p.phase: p.comm_ms for p in job.phases}
+    assert comm["backward"] > 0 and (comm["forward"] > 0 if engine == "fsdp2" else True)
+    assert {(c.phase, c.kind) for c in job.phase_collectives} - {("forward", "broadcast")} == ENGINE_COLLECTIVES[engine]
+    report = (job_dir / "report.md").read_text()
+    engine_words = "DDP's ranges" if engine == "ddp" else "FSDP2's ranges"
+    assert (
+        "job's phases were [found from what torch records](#phases) (its steps have no forward/backward/optimizer labels): "
+        f"forward from {engine_words}; backward from autograd's frames; optimizer from torch.optim's ranges." in report
+    )
+    assert "communicates in none of its phases" not in report
+    # The timeline's phase band (figures, the Overlap tab) draws the found windows.
+    timeline = json.loads((job_dir / "timeline.json").read_text())
+    for rank in timeline["modes"]["job"]["ranks"]:
+        assert {name for _, name, _, _ in rank["phases"]} == {"forward", "backward", "optimizer"}

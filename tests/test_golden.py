@@ -1,7 +1,8 @@
 """Golden numbers: fixed inputs must give the same numbers, whatever the code's layout.
 
 - Analysis: every trace folder under tests/data, analysed as `analyze --json` would, against
-  tests/golden/analysis/<folder>.json.
+  tests/golden/analysis/<folder>.json, including its "exposed" key (why communication is exposed:
+  wait/transfer per rank, top calls, stragglers, critical path; analysis/causes.py).
 - Record to renderers: a real 2-rank compare run frozen in tests/golden/run (its config, env,
   status, metrics.json and timeline.json) gives the same report.md, headline numbers and console
   table as tests/golden/run/expected/.

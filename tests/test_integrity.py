@@ -32,7 +32,15 @@ def checks(folder: Path, **kwargs) -> dict:
 
 
 def pair(comm=COMM, compute=COMPUTE, steps=STEPS, **kwargs) -> list[dict]:
-    return [gpu_trace(comm, compute, steps=steps, rank=r, world_size=2, **kwargs) for r in (0, 1)]
+    """Two ranks' traces, each step labelled `forward` from its start (a clean trace has phases)."""
+    docs = [gpu_trace(comm, compute, steps=steps, rank=r, world_size=2, **kwargs) for r in (0, 1)]
+    for doc in docs:
+        main = doc["traceEvents"][0]["tid"]
+        labels = [
+            {"ph": "X", "cat": "user_annotation", "name": "forward", "pid": main, "tid": main, "ts": s, "dur": e - s} for _, s, e in steps
+        ]
+        doc["traceEvents"] += labels
+    return docs
 
 
 def kernels(doc: dict, name: str = NCCL_KERNEL) -> list[dict]:
@@ -191,7 +199,7 @@ def test_strict_exit_code_json_and_console(tmp_path):
     strict = cli(["analyze", str(folder), "--strict"])
     assert strict.returncode == 1 and "analyze --strict: 1 integrity check(s) failed: streams.overlap" in strict.stderr
     clean = cli(["analyze", str(write_ranks(tmp_path / "c", pair())), "--strict"])
-    assert clean.returncode == 0 and "integrity: 16 checks ok" in clean.stdout
+    assert clean.returncode == 0 and "integrity: 17 checks ok" in clean.stdout
 
 
 def test_own_split_run_is_clean_and_reported(tmp_path):
@@ -201,9 +209,9 @@ def test_own_split_run_is_clean_and_reported(tmp_path):
     analysis = json.loads((run / "metrics.json").read_text())["modes"]["split"]["analysis"]
     bad = {c["name"]: c["detail"] for c in analysis["integrity"]["checks"] if c["status"] != "ok"}
     assert bad == {}
-    assert "integrity: 16 checks ok" in proc.stdout
+    assert "integrity: 17 checks ok" in proc.stdout
     report = (run / "report.md").read_text()
-    assert "## Integrity" in report and "All 16 checks are ok." in report
+    assert "## Integrity" in report and "All 17 checks are ok." in report
 
 
 def test_report_verdict_names_numbers_on_a_failed_check(tmp_path):

@@ -28,6 +28,7 @@ SECTIONS = (
     "yield",
     "collectives",
     "stragglers",
+    "exposed",
     "integrity",
     "notes",
     "definitions",

@@ -252,3 +252,39 @@ def test_overlap_tab_renders_offline_with_the_records_numbers(browser, tensorboa
         or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
     ]
     assert errors == [], f"console errors: {json.dumps(errors)[:2000]}"
+
+
+EXPOSED_COLORS = {"wait": (0xC0, 0x39, 0x2B), "transfer": (0x7B, 0x3F, 0x00)}
+"""The exposed shades of static/exposed.js."""
+
+
+def test_overlap_tab_shades_exposed_time_and_zooms_to_a_top_call(browser, tensorboard, tb_logdir, tmp_path):  # noqa: F811
+    metrics = json.loads((tb_logdir / "compare" / "metrics.json").read_text())
+    browser.page("Page.navigate", url=f"{tensorboard}/#{'profile_overlap'}")
+    frame = plugin_frame(browser)
+    shades = {}
+    for mode in MODES:
+        data = frame.js(f"""(() => {{
+            const c = document.querySelector('canvas[data-mode="{mode}"]');
+            return Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data); }})()""")
+        rgb = [(data[i], data[i + 1], data[i + 2]) for i in range(0, len(data), 4)]
+        shades[mode] = {name: rgb.count(colour) for name, colour in EXPOSED_COLORS.items()}
+        panel = f"document.querySelector('canvas[data-mode=\"{mode}\"]').closest('.po-panel')"
+        assert int(frame.js(f"{panel}.dataset.exposedPieces")) > 0
+        # The top calls table is the record's, row for row.
+        shown = frame.js(f"[...{panel}.querySelectorAll('.po-calls tbody tr')].map(r => r.cells[0].innerText)")
+        top = metrics["modes"][mode]["analysis"]["exposed"]["top"]
+        assert shown == [f"{c['kind']} #{c['call']} in {c['phase']}" for c in top]
+    # split-blocking exposes all of its communication: its transfer is drawn.
+    assert shades["split-blocking"]["transfer"] > 20, shades
+    assert sum(s["wait"] for s in shades.values()) > 0, shades
+
+    # A row zooms its panel to that call: fewer spans in view, and the call's time on screen.
+    panel = "document.querySelector('canvas[data-mode=\"sequential\"]').closest('.po-panel')"
+    before = int(frame.js(f"{panel}.dataset.spansInView"))
+    frame.js(f"{panel}.querySelector('.po-calls tr.po-zoomable').click()")
+    frame.wait(f"+{panel}.dataset.spansInView < {before}")
+    shot = browser.page("Page.captureScreenshot", format="png")
+    (tmp_path / "exposed.png").write_bytes(base64.b64decode(shot["data"]))
+    errors = [e for e in browser.events if e.get("method") == "Runtime.exceptionThrown"]
+    assert not errors, errors

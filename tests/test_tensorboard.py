@@ -128,6 +128,14 @@ def test_scalars_for_both_modes_match_the_record(server):
         s["step"]: max(x["exposed_comm_us"] for r in ranks for x in r["steps"] if x["step"] == s["step"]) / 1e3 for s in ranks[0]["steps"]
     }
     assert {p[1]: round(p[2], 3) for p in points} == {k: round(v, 3) for k, v in expected.items()}
+    # Why exposed: wait and transfer per rank and profiled step, one point per mode.
+    for mode in MODES:
+        want = metrics.modes[mode].exposed.per_rank_step_ms(len(ranks[0]["steps"]))
+        got = [
+            server.json("data/plugin/scalars/scalars", run=f"{server.run}/{mode}", tag=f"exposed/{x}_ms")[-1][2]
+            for x in ("wait", "transfer")
+        ]
+        assert [round(x, 3) for x in got] == [round(x, 3) for x in want]
     timed = server.json("data/plugin/scalars/scalars", run=f"{server.run}/sequential", tag="step_time/timed_ms")
     assert [round(p[2], 3) for p in timed] == [round(t, 3) for t in metrics.modes["sequential"].step_time.times_ms]
     # Split keeps 1/N of the optimizer state: half of sequential's on 2 ranks.

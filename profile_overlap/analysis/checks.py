@@ -13,6 +13,7 @@ STATUSES = (OK, WARNING, ERROR)
 OVERLAP = "overlap numbers"
 """comm, compute, overlap and exposed communication, overlap %, per rank and per phase."""
 STEPS = "per-step numbers"
+PHASE = "per-phase numbers and communication by phase"
 WAIT = "wait/transfer and the slowest rank"
 BANDWIDTH = "collective bytes and bandwidth"
 

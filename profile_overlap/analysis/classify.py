@@ -46,31 +46,64 @@ def phase_of(name: str) -> str | None:
     return m.group(1).lower() if m.group(1) else "optimizer"
 
 
-ENGINE_PHASE_PREFIXES = (
-    ("FSDP::root_pre_forward", "forward"),
-    ("FSDP::pre_forward", "forward"),
-    ("FSDP::post_forward", "forward"),
-    ("FSDP::pre_backward", "backward"),
-    ("FSDP::backward_prefetch", "backward"),
-    ("FSDP::post_backward", "backward"),
-    ("FSDP::root_post_backward", "backward"),
-    ("DistributedDataParallel.forward", "forward"),
-    ("Optimizer.step#", "optimizer"),
+FSDP2, DDP, TORCH_OPTIM, SCHEDULES = "FSDP2", "DDP", "torch.optim", "profile_overlap"
+"""The engines whose own ranges say which phase runs (ENGINE_RANGES)."""
+SCHEDULE_OPTIMIZER_RANGE = "profile_overlap::optimizer_step"
+"""The range our schedules (run/pipelines.py) open around their optimizer step, as torch.optim
+opens `Optimizer.step#<Class>.step` around its own."""
+ENGINE_RANGES = (
+    ("FSDP::root_pre_forward", "forward", FSDP2),
+    ("FSDP::pre_forward", "forward", FSDP2),
+    ("FSDP::post_forward", "forward", FSDP2),
+    ("FSDP::pre_backward", "backward", FSDP2),
+    ("FSDP::backward_prefetch", "backward", FSDP2),
+    ("FSDP::post_backward", "backward", FSDP2),
+    ("FSDP::root_post_backward", "backward", FSDP2),
+    ("DistributedDataParallel.forward", "forward", DDP),
+    ("Optimizer.step#", "optimizer", TORCH_OPTIM),
+    ("Optimizer.zero_grad#", "optimizer", TORCH_OPTIM),
+    (SCHEDULE_OPTIMIZER_RANGE, "optimizer", SCHEDULES),
 )
-"""record_function labels of torch's engines, by prefix (FSDP2's carry a module suffix, e.g.
-`FSDP::pre_forward (blocks.0)`), and the phase a collective issued inside them belongs to.
-FSDP::all_gather itself says nothing: it runs in forward and in the backward prefetch, so the
-label around it decides."""
+"""record_function ranges of torch's engines (and ours), by prefix (FSDP2's carry a module
+suffix, e.g. `FSDP::pre_forward (blocks.0)`), with the phase they run in and the engine. They
+place a collective issued inside them (phase_hint) and, in a step without labels, the phases
+themselves (analysis/phases.py). FSDP::all_gather itself says nothing: it runs in forward and in
+the backward prefetch, so the range around it decides."""
+AUTOGRAD_SOURCE = "autograd"
+"""The source of a backward window found from autograd's engine frames (BACKWARD_FRAME_RE)."""
+STEP_SOURCE = "step"
+"""The source of a forward window found as the rest of the step before the backward."""
+GRADIENT_SEED_OP = "aten::ones_like"
+"""`loss.backward()` of a scalar loss first makes its gradient, ones_like(loss), on the calling
+thread: when that is the thread's last operator before autograd's first frame, the backward
+starts there."""
+BACKWARD_FRAME_RE = re.compile(r"^autograd::engine::evaluate_function: ")
+"""The autograd engine's frame around each backward node it runs: in the step, backward runs from
+the first of them to the optimizer."""
+
+
+def engine_range(name: str) -> tuple[str, str] | None:
+    """(phase, engine) of an engine's own range (ENGINE_RANGES), else None."""
+    for prefix, phase, engine in ENGINE_RANGES:
+        if name.startswith(prefix):
+            return phase, engine
+    return None
+
+
+def is_phase_label(name: str) -> bool:
+    """A forward/backward/optimizer label a user (or our schedules) put in: phase_of's names
+    except torch.optim's own Optimizer.step range."""
+    m = _PHASE_RE.match(name)
+    return m is not None and m.group(1) is not None
 
 
 def phase_hint(enclosing: list[str], *, in_autograd: bool) -> str | None:
     """The phase of a collective issued inside these labels (innermost first) when no phase
-    window covers it: the first engine label that names one; else backward when autograd's
+    window covers it: the first engine range that names one; else backward when autograd's
     engine issued it (DDP's gradient hooks); else None."""
     for name in enclosing:
-        for prefix, phase in ENGINE_PHASE_PREFIXES:
-            if name.startswith(prefix):
-                return phase
+        if (hit := engine_range(name)) is not None:
+            return hit[0]
     return "backward" if in_autograd else None
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 
+from profile_overlap.analysis.causes import Explained, explain
 from profile_overlap.analysis.clocks import ClockAlignment, align_clocks
 from profile_overlap.analysis.collectives import collective_stats
 from profile_overlap.analysis.integrity import Integrity, check_integrity
@@ -43,6 +44,13 @@ class TraceAnalysis:
     """Each rank's clock offset against the reference rank; aligned time = rank's time − offset."""
     integrity: Integrity
     """The integrity checks of these traces (analysis/integrity.py)."""
+    causes: Explained | None = None
+    """Why communication is exposed (analysis/causes.py); None only in analyses built by hand."""
+
+    @property
+    def exposed(self):
+        """The typed record of the causes (record/exposed.py), or None."""
+        return self.causes.exposed if self.causes is not None else None
 
 
 def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False, duplicates: tuple[str, ...] = ()) -> TraceAnalysis:
@@ -98,6 +106,10 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False,
     with_calls = [w for w in waits if w.matched]
     # The rank the others wait for: the least wait, the lowest rank on a tie (definitions: `slowest_rank`).
     slowest = min(with_calls, key=lambda w: (w.wait_us, w.rank)).rank if len(with_calls) >= 2 else None
+    integrity = check_integrity(ranks, duplicates=duplicates)
+    causes = explain(ranks, clocks)
+    if causes is not None and causes.check is not None:  # only when an input is missing
+        integrity = Integrity((*integrity.checks, causes.check))
     return TraceAnalysis(
         source=source,
         world_size=world,
@@ -106,5 +118,6 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False,
         waits=tuple(waits),
         slowest_rank=slowest,
         clocks=clocks,
-        integrity=check_integrity(ranks, duplicates=duplicates),
+        integrity=integrity,
+        causes=causes,
     )

@@ -22,16 +22,15 @@ from profile_overlap.analysis.classify import (
     GLOO_EVENT_PREFIX,
     LIBRARY_OP_PREFIXES,
     MEMORY_KERNEL_RE,
-    PHASES,
     PROFILER_STEP_RE,
     SYNC_KERNEL_RE,
     collective_kind,
-    phase_of,
 )
 from profile_overlap.analysis.collectives import CollectiveCall, collective_nbytes
 from profile_overlap.analysis.facts import FileFacts, cpu_unclassified, file_facts
 from profile_overlap.analysis.labels import Labeller
-from profile_overlap.analysis.trace import CPU_OP, GPU_USER_ANNOTATION, USER_ANNOTATION, Trace
+from profile_overlap.analysis.phases import PhaseWindows, phase_windows
+from profile_overlap.analysis.trace import CPU_OP, USER_ANNOTATION, Trace
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
 
@@ -69,11 +68,8 @@ class FileEvents:
     calls: tuple[CollectiveCall, ...]
     exclude: iv.Union
     """Time that never counts as compute (CPU: the c10d ops, with everything inside them)."""
-    phase: np.ndarray
-    """Phase windows: index into classify.PHASES of each labelled range on the main thread..."""
-    phase_start: np.ndarray
-    phase_end: np.ndarray
-    """...and its start and end."""
+    phases: PhaseWindows
+    """The phase windows: labelled, or found from torch's own ranges in steps without labels."""
     t_min: float
     t_max: float
     facts: FileFacts
@@ -113,16 +109,17 @@ def extract(trace: Trace) -> FileEvents:
         else []
     )
     steps.sort()
-    phases = _phase_windows(trace, main)
 
     if len(kernels):
         device = "cuda"
         comm, compute, calls, comm_rows, compute_rows = _gpu_events(trace, labeller)
+        kernels = tuple(np.concatenate([getattr(comm, k), getattr(compute, k)]) for k in ("launch", "start", "end"))
         exclude = iv.EMPTY
         unclassified = np.zeros(0, dtype=np.int64)
     else:
         device = "cpu"
         comm, compute, calls, exclude = _cpu_events(trace, labeller, main)
+        kernels = None
         comm_rows = compute_rows = np.zeros(0, dtype=np.int64)
         unclassified = cpu_unclassified(trace, main, iv.union(comm.start, comm.end))
         # One process without a process group (a one-rank job profiled with the trace handler) has
@@ -134,6 +131,7 @@ def extract(trace: Trace) -> FileEvents:
                 "overlap to measure; profile with ProfilerActivity.CUDA on GPU runs, or use the gloo "
                 "backend on CPU"
             )
+    phases = phase_windows(trace, main, steps, kernels)
     every = np.concatenate([comm.start, comm.end, compute.start, compute.end, [s for _, s, _ in steps], [e for _, _, e in steps]])
     return FileEvents(
         path=str(trace.path),
@@ -150,9 +148,7 @@ def extract(trace: Trace) -> FileEvents:
         step_end=np.array([e for _, _, e in steps], dtype=np.float64),
         calls=tuple(calls),
         exclude=exclude,
-        phase=np.array([p for p, _, _ in phases], dtype=np.int64),
-        phase_start=np.array([s for _, s, _ in phases], dtype=np.float64),
-        phase_end=np.array([e for _, _, e in phases], dtype=np.float64),
+        phases=phases,
         t_min=float(every.min()) if every.size else 0.0,
         t_max=float(every.max()) if every.size else 0.0,
         facts=file_facts(
@@ -165,27 +161,6 @@ def extract(trace: Trace) -> FileEvents:
             calls=calls,
         ),
     )
-
-
-def _phase_windows(trace: Trace, main: int | None) -> list[tuple[int, float, float]]:
-    """(phase index, start, end) of every phase label (classify.phase_of): on GPU traces its
-    ranges on the device timeline (Kineto's gpu_user_annotation), where the kernels run; on CPU
-    traces its ranges on the main thread."""
-    cpu = trace.cpu
-    if not len(cpu):
-        return []
-    code_phase = {i: PHASES.index(p) for i, n in enumerate(cpu.names) if (p := phase_of(n))}
-    if not code_phase:
-        return []
-    named = np.isin(cpu.name, list(code_phase))
-    on_gpu = named & (cpu.cat == GPU_USER_ANNOTATION)
-    if len(trace.kernels) and on_gpu.any():
-        rows = np.flatnonzero(on_gpu)
-    elif main is not None:
-        rows = np.flatnonzero(named & (cpu.tid == main) & (cpu.cat == USER_ANNOTATION))
-    else:
-        return []
-    return sorted((code_phase[int(cpu.name[r])], float(cpu.ts[r]), float(cpu.ts[r] + cpu.dur[r])) for r in rows)
 
 
 def _gpu_events(trace: Trace, labeller: Labeller):

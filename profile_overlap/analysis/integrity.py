@@ -17,6 +17,7 @@ from profile_overlap.analysis.checks import (
     ERROR,
     OK,
     OVERLAP,
+    PHASE,
     STEPS,
     WAIT,
     WARNING,
@@ -42,6 +43,7 @@ def check_integrity(ranks: Sequence[RankAnalysis], *, duplicates: Sequence[str] 
     checks = [
         *_rank_checks(ranks, duplicates),
         _steps_check(ranks),
+        _phases_check(ranks),
         *_collective_checks(ranks),
         *classification_checks(ranks),
         *stream_checks(ranks),
@@ -111,6 +113,30 @@ def _steps_check(ranks: list[RankAnalysis]) -> Check:
         detail = f"every rank has the same {len(common)} step(s), #{lo}" + (f" to #{hi}" if hi != lo else "")
     check = Check("steps.common", status_of(False, bool(partial)), detail, figures)
     return with_meaning(check, "ranks' per-step numbers then describe different steps; means over ranks mix them", STEPS)
+
+
+def _phases_check(ranks: list[RankAnalysis]) -> Check:
+    """steps.phases: steps in which no phase was found, neither from labels nor from torch's ranges."""
+    missing = {r.rank: [s.step for s in r.steps if not s.phases] for r in ranks}
+    missing = {rank: steps for rank, steps in missing.items() if steps}
+    sources = {r.rank: {p.phase: list(p.sources) for p in r.phases} for r in ranks if r.steps}
+    figures = {"steps_without_phases": missing, "sources": sources}
+    total = sum(len(r.steps) for r in ranks)
+    if not total:
+        detail = "no rank has ProfilerStep windows"
+    elif missing:
+        n = sum(len(v) for v in missing.values())
+        where = "; ".join(f"rank {rank}: {listed([f'#{s}' for s in steps], 3)}" for rank, steps in list(missing.items())[:3])
+        detail = (
+            f"{n} of the ranks' {total} steps have no phase ({where}): no forward/backward/optimizer label in them, "
+            "and none of torch's ranges (autograd's frames, FSDP2, DDP, torch.optim)"
+        )
+    else:
+        found = sorted({x for per_phase in sources.values() for s in per_phase.values() for x in s})
+        detail = f"every step's phases found (from {', '.join(found)})"
+    check = Check("steps.phases", status_of(False, bool(missing)), detail, figures)
+    meaning = "the communication and compute of those steps count in no phase: per-phase numbers leave them out"
+    return with_meaning(check, meaning, PHASE)
 
 
 # ---------------------------------------------------------------- collectives

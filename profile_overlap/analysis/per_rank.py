@@ -19,6 +19,7 @@ from profile_overlap.analysis.collectives import CollectiveInstance, CollectiveS
 from profile_overlap.analysis.events import EventIntervals, FileEvents, extract
 from profile_overlap.analysis.facts import RankFacts, rank_facts
 from profile_overlap.analysis.overlap_spans import OverlapSpans, overlap_spans
+from profile_overlap.analysis.rank_times import RankTimes, rank_times
 from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TimelineSpan, timeline_spans
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
@@ -32,7 +33,7 @@ class PhaseMetrics:
 
     phase: str
     window_us: float
-    """Length of the union of the phase's labelled ranges (clipped to the step)."""
+    """Length of the union of the phase's windows (clipped to the step)."""
     comm_us: float
     """|∪comm ∩ window|."""
     compute_us: float
@@ -41,6 +42,11 @@ class PhaseMetrics:
     """|∪comm ∩ ∪compute ∩ window|: communication hidden behind this phase's compute."""
     exposed_comm_us: float
     """comm_us − overlap_us: communication exposed inside this phase's window."""
+    sources: tuple[str, ...] = ()
+    """Where the window came from (analysis/phases.py): "labels", an engine whose own ranges
+    placed it (classify.ENGINE_RANGES: "FSDP2", "DDP", "torch.optim", "profile_overlap"),
+    "autograd" (backward from autograd's frames) or "step" (forward: the step before the
+    backward); over a rank's steps, each source once, in the order first met."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,8 @@ class RankAnalysis:
     """(step, phase, start_us, end_us) of each phase range, clipped to the timeline's steps (for the figures)."""
     facts: RankFacts | None = None
     """What the integrity checks rest on (analysis/facts.py); None only in analyses built by hand."""
+    times: RankTimes | None = None
+    """What the causes of exposed communication rest on (analysis/rank_times.py); None only in analyses built by hand."""
     spans: OverlapSpans | None = None
     """The intervals behind the totals (analysis/overlap_spans.py); only with finish_rank(keep_spans=True)."""
 
@@ -171,6 +179,7 @@ def finish_rank(
     # is then the same call on every rank even where a step window cuts through the calls
     # differently on each rank (gloo starts the split's all_gathers across the step boundary).
     instances = every_call = number_calls(calls)
+    all_calls = calls
     if steps is not None:
         lo, hi = steps
         sel = np.ones(step_num.size, bool)
@@ -206,14 +215,30 @@ def finish_rank(
     )
     if windows is not None:
         comm_u, compute_u = iv.intersect(comm_u, windows), iv.intersect(compute_u, windows)
-    phase, phase_start, phase_end = (np.concatenate([getattr(f, k) for f in files]) for k in ("phase", "phase_start", "phase_end"))
+    by_phase = tuple(np.concatenate([getattr(f.phases, k) for f in files]) for k in ("phase", "start", "end", "source"))
+    phase, phase_start, phase_end, _ = by_phase
+    step_windows = windows if windows is not None else iv.union(step_start, step_end)
+    times = rank_times(
+        all_calls,
+        every_call,
+        device=device,
+        comm=iv.intersect(comm_u, step_windows) if windows is None and step_num.size else comm_u,
+        compute=iv.intersect(compute_u, step_windows) if windows is None and step_num.size else compute_u,
+        windows=step_windows,
+        step_num=step_num,
+        step_start=step_start,
+        step_end=step_end,
+        phase=phase,
+        phase_start=phase_start,
+        phase_end=phase_end,
+    )
     step_metrics = [
         StepMetrics(
             step=int(n),
             start_us=float(s),
             step_us=float(e - s),
             **_measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e)),
-            phases=_phases(comm_u, compute_u, phase, phase_start, phase_end, s, e),
+            phases=_phases(comm_u, compute_u, by_phase, s, e),
         )
         for n, s, e in zip(step_num, step_start, step_end)
     ]
@@ -237,15 +262,18 @@ def finish_rank(
         phase_collectives=_phase_collectives(calls, phase, phase_start, phase_end),
         phase_windows=_phase_spans(phase, phase_start, phase_end, step_num, step_start, step_end),
         facts=facts,
+        times=times,
         spans=overlap_spans(comm_u, compute_u) if keep_spans else None,
     )
 
 
-def _phases(comm_u: iv.Union, compute_u: iv.Union, phase, phase_start, phase_end, lo: float, hi: float) -> tuple[PhaseMetrics, ...]:
-    """Each phase's window in the step [lo, hi) and the comm and compute inside it."""
+def _phases(comm_u: iv.Union, compute_u: iv.Union, by_phase, lo: float, hi: float) -> tuple[PhaseMetrics, ...]:
+    """Each phase's window in the step [lo, hi) and the comm and compute inside it. by_phase:
+    (phase, start, end, source) columns of the windows (analysis/phases.py)."""
+    phase, phase_start, phase_end, source = by_phase
     out = []
     for index, name in enumerate(PHASES):
-        sel = phase == index
+        sel = (phase == index) & (phase_start < hi) & (phase_end > lo)
         if not sel.any():
             continue
         window = iv.clip(iv.union(phase_start[sel], phase_end[sel]), lo, hi)
@@ -260,6 +288,7 @@ def _phases(comm_u: iv.Union, compute_u: iv.Union, phase, phase_start, phase_end
                 compute_us=m["compute_us"],
                 overlap_us=m["overlap_us"],
                 exposed_comm_us=m["exposed_comm_us"],
+                sources=tuple(dict.fromkeys(source[sel].tolist())),
             )
         )
     return tuple(out)
@@ -298,12 +327,14 @@ def _phase_collectives(calls, phase, phase_start, phase_end) -> tuple[PhaseColle
 
 def _sum_phases(steps: list[StepMetrics]) -> tuple[PhaseMetrics, ...]:
     totals: dict[str, list[float]] = {}
+    sources: dict[str, dict[str, None]] = {}
     for step in steps:
         for p in step.phases:
             acc = totals.setdefault(p.phase, [0.0] * 5)
             for i, value in enumerate((p.window_us, p.comm_us, p.compute_us, p.overlap_us, p.exposed_comm_us)):
                 acc[i] += value
-    return tuple(PhaseMetrics(name, *totals[name]) for name in PHASES if name in totals)
+            sources.setdefault(p.phase, {}).update(dict.fromkeys(p.sources))
+    return tuple(PhaseMetrics(name, *totals[name], sources=tuple(sources[name])) for name in PHASES if name in totals)
 
 
 def _phase_spans(phase, phase_start, phase_end, step_num, step_start, step_end) -> tuple[tuple[int, str, float, float], ...]:

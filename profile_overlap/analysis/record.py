@@ -6,9 +6,13 @@ from __future__ import annotations
 import math
 
 from profile_overlap.analysis.cross_rank import TraceAnalysis
+from profile_overlap.analysis.exposed_timeline import rank_exposure
+from profile_overlap.record.exposed import to_builtins
 
 TIMELINE_SCHEMA = (
     "spans are [step, start_us, end_us, kind (comm|compute), label]; phases are [step, phase, start_us, end_us]; "
+    "wait and transfer are [start_us, end_us] of exposed communication; critical is [start_us, end_us, piece] of the "
+    "critical path on that rank; calls are [kind, phase, call, step, start_us, end_us] of the top calls; "
     "times are on the reference rank's clock where a rank is aligned (its own time - clock_offset_us), else on its own"
 )
 
@@ -22,6 +26,7 @@ def timeline_record(analyses: dict[str, TraceAnalysis | None]) -> dict:
         if result is None:
             continue
         clocks = result.clocks
+        exposure = rank_exposure(result)
         ranks = []
         for r in result.ranks:
             off = clocks.offset(r.rank)
@@ -35,6 +40,7 @@ def timeline_record(analyses: dict[str, TraceAnalysis | None]) -> dict:
                     "steps": [{"step": s.step, "start_us": round(s.start_us - off, 3), "step_us": s.step_us} for s in r.steps],
                     "spans": [[sp.step, round(sp.start_us - off, 3), round(sp.end_us - off, 3), sp.kind, sp.label] for sp in r.timeline],
                     "phases": [[step, phase, round(a - off, 3), round(b - off, 3)] for step, phase, a, b in r.phase_windows],
+                    **exposure.get(r.rank, {}),
                 }
             )
         record[mode] = {"reference_rank": clocks.reference_rank, "ranks": ranks}
@@ -54,6 +60,7 @@ def _phases_json(phases) -> list[dict]:
             "compute_us": _num(p.compute_us),
             "overlap_us": _num(p.overlap_us),
             "exposed_comm_us": _num(p.exposed_comm_us),
+            "sources": list(p.sources),
         }
         for p in phases
     ]
@@ -151,4 +158,5 @@ def to_json(analysis: TraceAnalysis) -> dict:
         "slowest_rank": analysis.slowest_rank,
         "source": analysis.source,
         "integrity": integrity_json(analysis),
+        "exposed": to_builtins(analysis.exposed) if analysis.exposed is not None else None,
     }

@@ -6,6 +6,8 @@ TensorBoard draws one line per rank on each chart.
     overlap/{overlap_pct, exposed_comm_ms, comm_ms, compute_ms, step_ms}   per profiled step
     phase/<phase>/{hidden_ms, exposed_comm_ms, comm_ms, compute_ms, window_ms}   per step, when the trace has phases
     busbw_gbps/<kind>                                                      per cycle, at its last step
+    exposed/{wait_ms, transfer_ms}         rank 0 only, per cycle of the live record, at its last step:
+                                           why exposed, rank mean per profiled step (all ranks' traces)
 
 The numbers are the analysis's per-step numbers (README, "Per profiler step" and "Phases"); the
 phase tags are those of the run's own TensorBoard files. Written with tensorboard's own event
@@ -21,6 +23,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from profile_overlap.analysis.per_rank import RankAnalysis
+from profile_overlap.record.exposed import Exposed
 
 STEP_NUMBERS = {
     "overlap_pct": "overlap_pct",
@@ -57,6 +60,13 @@ def scalars(analysis: RankAnalysis) -> list[tuple[str, float, int]]:
     return out
 
 
+def exposed_scalars(exposed: Exposed | None, *, num_steps: int, step: int) -> list[tuple[str, float, int]]:
+    """(tag, value, global step) of the wait/transfer split of one cycle across ranks (empty
+    when the split is unknown, e.g. one rank)."""
+    wait, transfer = exposed.per_rank_step_ms(num_steps) if exposed is not None else (None, None)
+    return [] if wait is None else [("exposed/wait_ms", wait, step), ("exposed/transfer_ms", transfer, step)]
+
+
 class RankEvents:
     """The event file of one rank, open for the worker's life; each cycle appends and flushes."""
 
@@ -66,8 +76,11 @@ class RankEvents:
 
     def append(self, analysis: RankAnalysis) -> int:
         """Append one cycle's scalars; returns how many."""
+        return self.append_points(scalars(analysis))
+
+    def append_points(self, points: list[tuple[str, float, int]]) -> int:
+        """Append (tag, value, global step) points; returns how many."""
         wall = time.time()
-        points = scalars(analysis)
         for tag, value, step in points:
             summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))])
             self._writer.add_event(event_pb2.Event(wall_time=wall, step=step, summary=summary))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.metrics import ModeSummary, RunMetrics, ensure_writable_dir
-from profile_overlap.render import integrity, modes, notes
+from profile_overlap.render import exposed, integrity, modes, notes
 from profile_overlap.render.document import Code, Inline, Items, Paragraph, Ref, Report, Section, Table, gbps, ms, pct
 from profile_overlap.render.perfetto_link import perfetto_blocks
 from profile_overlap.render.report import banner
@@ -39,6 +39,7 @@ def build(run: Run) -> Report:
         Section("attribution", "Communication by phase", modes.attribution_blocks(m, s)),
         Section("collectives", "Collectives", (collectives_table(s),)),
         Section("stragglers", "Stragglers: wait vs transfer", straggler_blocks(m)),
+        *exposed.report_sections(m),
         Section("notes", "Notes", (Items(job_notes(m, s)),)),
     )
     sections = integrity.with_section(sections, m)

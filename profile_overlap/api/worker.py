@@ -111,6 +111,11 @@ class RankWorker:
             except UserError:
                 continue  # that rank's numbers wait for the end
         result = combine(analyses, source=str(self.job_dir))
+        if self._events is not None and mine.steps:
+            from profile_overlap.api.events import exposed_scalars
+
+            last = max(s.step for s in mine.steps)
+            self._events.append_points(exposed_scalars(result.exposed, num_steps=len(mine.steps), step=last))
         job.write_record(self.job_dir, job.job_record(self.job_dir, result, cycle=cycle), result, final=False)
         self._next_live = time.monotonic() + (time.monotonic() - work) / LIVE_SHARE
 

@@ -148,6 +148,11 @@ def render(analysis, console) -> None:
             f"transfer = the fastest rank's duration, wait = the rest. Rank {analysis.slowest_rank} waits least: "
             f"the others wait for it."
         )
+    if analysis.exposed is not None:
+        from profile_overlap.render.exposed import console_lines
+
+        for line in console_lines("these traces", analysis.exposed):
+            console.print(line, markup=False)
     for r in analysis.ranks:
         for note in r.notes:
             console.print(f"note: {note}", style="yellow")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from profile_overlap.core import rank_output
 from profile_overlap.core.errors import UserError
+from profile_overlap.core.version import distribution_version, package_version
 
 PROG = "profile_overlap"
 
@@ -105,21 +106,9 @@ def _top_level_help() -> str:
     )
 
 
-def _distribution_version(name: str) -> str:
-    """An installed distribution's version from its metadata, without importing it (torch takes seconds)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def version_line() -> str:
-    import profile_overlap
-
     python = f"Python {platform.python_version()} ({sys.executable})"
-    return f"{PROG} {profile_overlap.__version__}, torch {_distribution_version('torch')}, {python}"
+    return f"{PROG} {package_version()}, torch {distribution_version('torch')}, {python}"
 
 
 def unknown_command(word: str) -> str:

@@ -1,8 +1,5 @@
-"""The metrics record: one frozen dataclass tree per run, written once as metrics.json.
-
-Renderers (console, TensorBoard, reports) read this record and never recompute. Every number
-here is defined in the README's "Metrics" section.
-"""
+"""The metrics record: one frozen dataclass tree per run, written once as metrics.json. Renderers
+read it and never recompute; every number here is defined in the README's "Metrics" section."""
 
 from __future__ import annotations
 
@@ -13,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profile_overlap.core.errors import UserError
+from profile_overlap.record.exposed import Exposed, from_builtins
 from profile_overlap.record.noise import NoiseSummary, percentile
 
 SCHEMA_VERSION = 3
@@ -137,6 +135,8 @@ class PhaseSummary:
     """Communication hidden behind this phase's compute (the analysis record's overlap_us)."""
     exposed_comm_ms: float
     """Communication exposed inside this phase's window: comm_ms - hidden_ms."""
+    sources: tuple[str, ...] = ()
+    """Where the ranks' windows of this phase came from: "labels", or torch's own ranges in unlabelled steps (Metrics, Phases)."""
 
 
 @dataclass(frozen=True)
@@ -274,6 +274,12 @@ class ModeMetrics:
     model_param_bytes: int | None = None
     """Bytes of the model's parameters (all of them, unsharded and unpadded); None in records before schema 3."""
 
+    @property
+    def exposed(self) -> Exposed | None:
+        """The analysis record's `exposed`, typed (record/exposed.py); None without it (records before it)."""
+        data = (self.analysis or {}).get("exposed")
+        return from_builtins(data) if data else None
+
 
 @dataclass(frozen=True)
 class Speedup:
@@ -363,7 +369,7 @@ def _summary_from_json(d: dict) -> RunSummary:
         )
         shares = tuple((rank, share) for rank, share in m.get("wait_share_pct", ()))
         extra = {
-            "phases": tuple(PhaseSummary(**p) for p in m.get("phases", ())),
+            "phases": tuple(PhaseSummary(**{**p, "sources": tuple(p.get("sources", ()))}) for p in m.get("phases", ())),
             "phase_collectives": tuple(PhaseCollective(**p) for p in m.get("phase_collectives", ())),
             "bytes_checks": tuple(BytesCheck(**c) for c in m.get("bytes_checks", ())),
         }

@@ -170,17 +170,20 @@ def _wait_share_pct(rank: dict) -> float | None:
 
 
 def _phases(ranks: list[dict], steps: int) -> tuple[PhaseSummary, ...]:
-    """Each phase's numbers per profiled step, mean over ranks (a rank without the phase counts 0).
-    Empty when no rank's trace has phase labels (records before schema 3, others' traces)."""
+    """Each phase's numbers per profiled step, mean over ranks (a rank without the phase counts 0),
+    and where its windows came from. Empty when no rank's trace has phases (records before
+    schema 3, others' traces without labels or torch's ranges)."""
     keys = ("window_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us")
     totals: dict[str, list[float]] = {}
+    sources: dict[str, dict[str, None]] = {}
     for r in ranks:
         for p in r.get("phases", ()):
             acc = totals.setdefault(p["phase"], [0.0] * len(keys))
             for i, key in enumerate(keys):
                 acc[i] += p[key] or 0.0
+            sources.setdefault(p["phase"], {}).update(dict.fromkeys(p.get("sources", ())))
     names = [p for p in PHASE_ORDER if p in totals] + sorted(p for p in totals if p not in PHASE_ORDER)
-    return tuple(PhaseSummary(name, *(x / len(ranks) / steps / 1e3 for x in totals[name])) for name in names)
+    return tuple(PhaseSummary(name, *(x / len(ranks) / steps / 1e3 for x in totals[name]), sources=tuple(sources[name])) for name in names)
 
 
 def _phase_collectives(ranks: list[dict], steps: int) -> tuple[PhaseCollective, ...]:

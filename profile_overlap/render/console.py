@@ -11,7 +11,7 @@ from rich.table import Table
 from profile_overlap.core import rank_output
 from profile_overlap.core.files import REPORT_HTML
 from profile_overlap.record.metrics import RunMetrics
-from profile_overlap.render import integrity, modes
+from profile_overlap.render import exposed, integrity, modes
 
 
 def _fmt(value: float | None, spec: str = ".2f", unit: str = "") -> str:
@@ -189,6 +189,8 @@ def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> No
     line = yield_line(metrics)
     if line:
         console.print(line)
+    for line in exposed.run_console_lines(metrics):
+        console.print(line, highlight=False, markup=False)
     for check in metrics.all_checks():
         colour = "green" if check.passed else "red"
         console.print(f"[{colour}]{check.describe()}[/{colour}]")

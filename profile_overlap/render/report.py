@@ -20,7 +20,7 @@ import json
 from profile_overlap.core.dtypes import DTYPE_BYTES
 from profile_overlap.record.folder import Run
 from profile_overlap.record.metrics import CheckResult, ModeSummary, RunMetrics
-from profile_overlap.render import integrity, modes, notes, whatif
+from profile_overlap.render import exposed, integrity, modes, notes, whatif
 from profile_overlap.render.document import (
     Code,
     Inline,
@@ -72,6 +72,7 @@ def build(run: Run) -> Report:
         Section("yield", "What overlapping won: overlap yield and interference", yield_blocks(m)),
         Section("collectives", "Collectives", (collectives_table(s),)),
         Section("stragglers", "Stragglers: wait vs transfer", straggler_blocks(m)),
+        *exposed.report_sections(m),
         *whatif.report_sections(run.dir),
         Section("notes", "Notes", (Items(notes.notes(m, s)),)),
     )
@@ -85,6 +86,7 @@ def verdict_blocks(run: Run) -> tuple:
     """The headline sentence, then every mode against the first where the headline does not say it all."""
     m, s = run.metrics, run.metrics.summary.modes
     blocks = [Paragraph(verdict(m, s), tone="verdict_failed" if run.failed else "verdict"), *integrity.verdict_paragraphs(m)]
+    blocks += exposed.verdict_paragraphs(m)
     others = modes.versus_first(m)
     if others is not None and m.passed and m.speedup and set(s) - {"sequential", "split"}:
         blocks.append(Paragraph(others))

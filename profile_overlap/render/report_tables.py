@@ -118,6 +118,8 @@ def phase_blocks(m: RunMetrics, s: dict[str, ModeSummary]) -> tuple:
         )
     ]
     for x in profiled:
+        if found := _phases_found(x):
+            blocks.append(Paragraph(found))
         blocks.append(Paragraph(_phase_verdict(x)))
         blocks.append(
             Table(
@@ -147,6 +149,30 @@ def phase_blocks(m: RunMetrics, s: dict[str, ModeSummary]) -> tuple:
             )
         )
     return tuple(blocks)
+
+
+SOURCE_WORDS = {  # how the report names each source of a phase window (PhaseSummary.sources)
+    "labels": "its labels",
+    "FSDP2": "FSDP2's ranges",
+    "DDP": "DDP's ranges",
+    "torch.optim": "torch.optim's ranges",
+    "profile_overlap": "our schedules' optimizer range",
+    "autograd": "autograd's frames",
+    "step": "the rest of the step before the backward",
+}
+
+
+def _phases_found(x: ModeSummary) -> Inline:
+    """One sentence when some phase was not labelled: where each phase was found instead."""
+    if all(set(p.sources) <= {"labels"} for p in x.phases):
+        return ()
+    where = "; ".join(f"{p.phase} from {' and '.join(SOURCE_WORDS.get(s, s) for s in p.sources)}" for p in x.phases)
+    some = "some of its steps have" if any("labels" in p.sources for p in x.phases) else "its steps have"
+    return (
+        f"{x.mode}'s phases were ",
+        Ref("found from what torch records", "phase"),
+        f" ({some} no forward/backward/optimizer labels): {where}.",
+    )
 
 
 def _phase_verdict(x: ModeSummary) -> Inline:

@@ -162,6 +162,12 @@ def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_te
             yield _scalar(f"mean/busbw_gbps/{kind}", sum(values) / len(values)), steps[-1]
             yield _scalar(f"max/busbw_gbps/{kind}", max(values)), steps[-1]
 
+    # Why exposed, over all profiled steps (rank mean per step): one point, at the last profiled step.
+    wait_ms, transfer_ms = m.exposed.per_rank_step_ms(len(steps)) if m.exposed is not None else (None, None)
+    if steps and wait_ms is not None:
+        yield _scalar("exposed/wait_ms", wait_ms), steps[-1]
+        yield _scalar("exposed/transfer_ms", transfer_ms), steps[-1]
+
     for mem in m.memory:
         for name in ("param_bytes", "grad_bytes", "optimizer_state_bytes", "peak_allocated_bytes"):
             value = getattr(mem, name)

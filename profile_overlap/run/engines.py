@@ -20,10 +20,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.profiler import record_function
 
 from profile_overlap.run import models
-from profile_overlap.run.pipelines import ADAM_BETAS, ADAM_EPS, Fault, maybe_fail
+from profile_overlap.run.pipelines import ADAM_BETAS, ADAM_EPS, Fault, maybe_fail, maybe_slow, phase_label
 
 
 @dataclass
@@ -114,10 +113,11 @@ def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.
 def engine_step(state: EngineState, step: int) -> None:
     maybe_fail(state, step)
     data = models.batch(state.config, rank=state.rank, step=step, dtype=state.dtype, device=state.device)
-    with record_function("forward"):
+    with phase_label("forward"):
         loss = models.loss(state.model, data)
-    with record_function("backward"):
+    with phase_label("backward"):
+        maybe_slow(state)
         loss.backward()
-    with record_function("optimizer"):
+    with phase_label("optimizer"):
         state.optimizer.step()
         state.optimizer.zero_grad(set_to_none=True)

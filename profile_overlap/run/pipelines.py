@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.profiler import record_function
 
+from profile_overlap.analysis.classify import SCHEDULE_OPTIMIZER_RANGE
 from profile_overlap.run import models
 
 # torch 2.13 renamed all_gather_into_tensor / reduce_scatter_tensor to *_single (same semantics);
@@ -43,22 +44,37 @@ ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
 PHASES = ("forward", "backward", "optimizer")
 """The record_function labels of a step's phases, in order."""
+PHASE_LABELS_ENV = "PROFILE_OVERLAP_PHASE_LABELS"
+"""Test-only: `hidden` names the phase labels `hidden:forward`, `hidden:backward` and
+`hidden:optimizer`, which the analysis does not read as labels, so that it finds the phases from
+torch's own ranges as in a job without labels, while a test can still tell where the labelled
+phases were (tests/test_phase_inference.py). Never set in real runs."""
 
-FAULT_KINDS = ("corrupt", "nan", "kill", "hang")
+
+def phase_label(name: str) -> record_function:
+    """The record_function range of one of the step's PHASES (hidden under PHASE_LABELS_ENV=hidden)."""
+    assert name in PHASES
+    return record_function(f"hidden:{name}" if os.environ.get(PHASE_LABELS_ENV) == "hidden" else name)
+
+
+FAULT_KINDS = ("corrupt", "nan", "kill", "hang", "slow")
 
 
 @dataclass
 class Fault:
-    """Test-only fault injection, from PROFILE_OVERLAP_FAULT=<kind>:rank=R:step=S[:layer=L].
+    """Test-only fault injection, from PROFILE_OVERLAP_FAULT=<kind>:rank=R:step=S[:layer=L] or
+    PROFILE_OVERLAP_FAULT=slow:rank=R:ms=M.
 
     kind: corrupt (add 1 to unit L's reduce_scatter result), nan (write a NaN into it), kill (the
-    process exits), hang (sleeps).
+    process exits), hang (sleeps), slow (rank R sleeps M ms at the start of its backward, every
+    step: a planted late rank).
     """
 
     kind: str
     rank: int
     step: int
     layer: int = 0
+    ms: float = 0.0
 
     @classmethod
     def from_env(cls) -> Fault | None:
@@ -69,7 +85,10 @@ class Fault:
         fields = dict(pair.split("=", 1) for pair in pairs)
         if kind not in FAULT_KINDS:
             raise ValueError(f"PROFILE_OVERLAP_FAULT kind {kind!r} is not one of {', '.join(FAULT_KINDS)}")
-        return cls(kind=kind, rank=int(fields.get("rank", 0)), step=int(fields.get("step", 0)), layer=int(fields.get("layer", 0)))
+        ms = float(fields.get("ms", 0))
+        if kind == "slow" and ms <= 0:
+            raise ValueError("PROFILE_OVERLAP_FAULT=slow needs ms=M > 0 (slow:rank=R:ms=M)")
+        return cls(kind=kind, rank=int(fields.get("rank", 0)), step=int(fields.get("step", 0)), layer=int(fields.get("layer", 0)), ms=ms)
 
     def hits(self, *, rank: int, step: int, layer: int | None = None) -> bool:
         return self.rank == rank and self.step == step and (layer is None or self.layer == layer)
@@ -236,12 +255,22 @@ def maybe_fail(state: State, step: int) -> None:
         time.sleep(10**6)
 
 
+def maybe_slow(state) -> None:
+    """The slow fault: rank R sleeps M ms, at the start of its backward."""
+    fault = state.fault
+    if fault is not None and fault.kind == "slow" and fault.rank == state.rank:
+        import time
+
+        time.sleep(fault.ms / 1e3)
+
+
 def _forward_backward(state: State, step: int, *, after_backward: Callable[[], None] | None = None) -> None:
     state.step = step
     data = models.batch(state.config, rank=state.rank, step=step, dtype=state.dtype, device=state.device)
-    with record_function("forward"):
+    with phase_label("forward"):
         loss = state.model.loss(data)
-    with record_function("backward"):
+    with phase_label("backward"):
+        maybe_slow(state)
         loss.backward()
         if after_backward:
             after_backward()
@@ -260,7 +289,7 @@ def sequential_step(state: State, step: int) -> None:
 
     _forward_backward(state, step, after_backward=all_reduce_buckets)
     state.adam_step += 1
-    with record_function("optimizer"):
+    with record_function(SCHEDULE_OPTIMIZER_RANGE), phase_label("optimizer"):
         for unit, grad, m, v in zip(state.units, state.grads, state.exp_avg, state.exp_avg_sq):
             grad.mul_(1.0 / state.world_size)
             adam_(unit.flat, grad, m, v, step=state.adam_step, lr=state.lr)
@@ -311,7 +340,7 @@ def split_step(state: State, step: int) -> None:
     blocking = state.mode == "split-blocking"
     state.adam_step += 1
     scale = 1.0 / state.world_size
-    with record_function("optimizer"):
+    with record_function(SCHEDULE_OPTIMIZER_RANGE), phase_label("optimizer"):
         for unit in state.units:  # forward order: the next forward pass needs unit 0 first
             handle, _bucket = state.pending_rs.pop(unit.index)
             if not blocking:

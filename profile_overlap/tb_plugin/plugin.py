@@ -6,6 +6,7 @@ the logdir that holds metrics.json (our runs, and `analyze DIR --tensorboard` ou
 timeline.json is optional. Routes, under /data/plugin/profile_overlap/:
 
     index.js, timeline.js,          the frontend: ES modules and a style sheet (no build step, no
+    exposed.js,
     common.js, style.css            external request)
     runs                            {"runs": [{"run", "modes", "world_size", "status", "has_timeline", "perfetto", "error"}]}
                                     (status: status.json's state, e.g. succeeded or failed)
@@ -45,6 +46,7 @@ asks for each of a run's modes in turn."""
 _STATIC = {
     "/index.js": ("index.js", "text/javascript"),
     "/timeline.js": ("timeline.js", "text/javascript"),
+    "/exposed.js": ("exposed.js", "text/javascript"),
     "/common.js": ("common.js", "text/javascript"),
     "/style.css": ("style.css", "text/css"),
 }

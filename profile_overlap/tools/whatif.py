@@ -69,8 +69,8 @@ def _busy_between(busy: iv.Union, lo: float, hi: float) -> float:
 
 
 def _phase_union(f: FileEvents, index: int, lo: float, hi: float) -> iv.Union:
-    sel = f.phase == index
-    return iv.clip(iv.union(f.phase_start[sel], f.phase_end[sel]), lo, hi)
+    sel = f.phases.phase == index
+    return iv.clip(iv.union(f.phases.start[sel], f.phases.end[sel]), lo, hi)
 
 
 def stream_shares(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -4,6 +4,7 @@
 // on hover; it computes no metric.
 
 import { bytes, el, escape, fixed, ms, PHASE_COLORS, PHASE_OTHER_COLOR, PHASE_SHORT, PHASES } from "./common.js";
+import { callsPanel, drawExposure, exposureOf, legendItems } from "./exposed.js";
 
 export const COLORS = { compute: "#4e79a7", comm: "#f28e2b", overlap: "#59a14f" };
 const LANES = ["compute", "comm", "overlap"];
@@ -53,7 +54,7 @@ function prepareRank(rank) {
   const phases = [...(rank.phases || [])].sort((a, b) => a[2] - b[2]);
   // Clock: timeline.json holds aligned ranks' times on the reference rank's clock (absent before).
   const clock = rank.aligned ? { offsetUs: rank.clock_offset_us, uncertaintyUs: rank.clock_uncertainty_us } : null;
-  return { rank: rank.rank, steps: rank.steps, lanes, phases, clock };
+  return { rank: rank.rank, steps: rank.steps, lanes, phases, clock, exposed: exposureOf(rank) };
 }
 
 // A lane: spans sorted by start, plus the running maximum of their ends, so that both "first
@@ -137,9 +138,10 @@ export class Timeline {
         ...LANES.map((k) => el("span", {}, el("i", { style: `background:${COLORS[k]}` }), k)),
         ...(this.hasPhases ? PHASES.map((p) => el("span", { class: "po-phase-key" },
           el("i", { style: `background:${PHASE_COLORS[p]}` }), `${p} phase`)) : []),
+        ...legendItems(this.ranks),
         el("span", { class: "po-hint", text: "wheel: zoom · drag: pan · double-click: reset" }), reset),
       el("div", { class: "po-canvas-wrap" }, this.canvas, this.tip),
-      this.note);
+      this.note, callsPanel(this, analysis?.exposed));
     this.bind();
   }
 
@@ -175,6 +177,13 @@ export class Timeline {
     this.view = [a, b];
   }
 
+  // Show [a, b] with a margin of a fifth of its length on each side (the top calls' rows).
+  zoomTo(a, b) {
+    const pad = Math.max((b - a) / 5, 1);
+    this.view = [a - pad, b + pad];
+    this.schedule();
+  }
+
   // The canvas width is read once per draw: reading layout inside the loop would force reflows.
   plotW() { return Math.max(this.width - LABEL_W - 8, 50); }
   timeAt(x) { return this.view[0] + (x - LABEL_W) / this.plotW() * (this.view[1] - this.view[0]); }
@@ -197,7 +206,7 @@ export class Timeline {
     g.clearRect(0, 0, width, height);
     g.font = "11px system-ui, sans-serif";
     this.drawAxis(g, width);
-    let inView = 0, rects = 0, windows = 0;
+    let inView = 0, rects = 0, windows = 0, exposedPieces = 0;
     const [v0, v1] = this.view;
     this.ranks.forEach((r, i) => {
       const top = AXIS_H + i * this.groupH;
@@ -243,6 +252,7 @@ export class Timeline {
           j = next;
         }
       });
+      exposedPieces += drawExposure(this, g, r, y, width);
     });
     const merged = rects < inView
       ? `Merged at pixel resolution: ${inView.toLocaleString("en-US")} spans in view drawn as ${rects.toLocaleString("en-US")} rectangles; zoom in for detail.`
@@ -253,6 +263,7 @@ export class Timeline {
     this.note.textContent = `${this.serverNote}${merged} ◆ marks the rank the others wait for.${clocks}`;
     this.node.dataset.drawnRects = String(rects);
     this.node.dataset.phaseWindows = String(windows);
+    this.node.dataset.exposedPieces = String(exposedPieces);
     this.node.dataset.spansInView = String(inView);
     this.node.dataset.drawMs = (performance.now() - began).toFixed(1);
   }
