@@ -7,6 +7,7 @@ peak memory (RSS high-water, children included) is its own.
     python benchmarks/bench_analyze.py --quick      # smoke run: small files, 2 runs
     python benchmarks/bench_analyze.py --baseline /tmp/base   # beside another checkout, run by run
     python benchmarks/bench_analyze.py --many 1024  # also 1,024 ranks of small files (time and peak RSS)
+    python benchmarks/bench_analyze.py --large 0.5,1,2,4 --tmp /tmp   # one trace of each size (GB): peak RSS
 
 Targets: analysis time <= 1.5x the floor; peak memory <= 1.5x the largest uncompressed file.
 """
@@ -198,6 +199,31 @@ def many(folder: Path, *, ranks: int, kb: float, runs: int) -> None:
         print(f"| {label[kind]} | {s:.2f} | {s / rows['floor'][0]:.2f} | {1000 * s / ranks:.1f} | {mb:.0f} |")
 
 
+def large(sizes_gb: list[float], tmp: Path) -> int:
+    """Peak memory against the file size: one trace per size, the largest also gzipped."""
+    import shutil
+
+    print("| file | events | time (s) | peak RSS (MiB) | MiB per GB |")
+    print("|---|---:|---:|---:|---:|")
+    cases = [(gb, ".json") for gb in sizes_gb] + [(max(sizes_gb), ".json.gz")]
+    for gb, suffix in cases:
+        if shutil.disk_usage(tmp).free < 1.2 * gb * 1e9:
+            print(f"| {gb:g} GB{suffix} | skipped: not enough free space in {tmp} | | | |")
+            continue
+        folder = Path(tempfile.mkdtemp(prefix="bench_large_", dir=tmp))
+        try:
+            path = folder / f"rank0.pt.trace{suffix}"
+            e = write_large_trace(path, target_bytes=int(gb * 1e9), rank=0, world_size=1)
+            got = measure("ours_1proc", [path])
+            print(
+                f"| {e.nbytes / 1e9:.2f} GB{' gzipped' if suffix.endswith('gz') else ''} | {e.num_events:,} | "
+                f"{got['seconds']:.1f} | {got['peak_rss_mb']:.0f} | {got['peak_rss_mb'] / (e.nbytes / 1e9):.0f} |"
+            )
+        finally:
+            shutil.rmtree(folder)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=float, default=76, help="uncompressed size of each rank's trace (default 76)")
@@ -207,6 +233,13 @@ def main() -> int:
     ap.add_argument("--scaling-mb", type=float, default=4, help="per-rank size in the scaling table (default 4)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 x 5 MB, 2 runs, scaling 2,8 ranks of 1 MB")
     ap.add_argument("--many", type=int, default=0, metavar="N", help="also N ranks of small files (e.g. 1024), time and peak RSS")
+    ap.add_argument(
+        "--large",
+        metavar="GB,...",
+        help="only this: one trace of each size (e.g. 0.5,1,2,4; the largest also gzipped) written to --tmp, analysed "
+        "in a fresh process (time, peak RSS), then deleted",
+    )
+    ap.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()), help="where --large writes its files")
     ap.add_argument("--many-kb", type=float, default=100, help="uncompressed size of each of the --many files in kB (default 100)")
     ap.add_argument(
         "--from-trace",
@@ -226,6 +259,8 @@ def main() -> int:
     if args.quick:
         args.mb, args.runs, args.scaling, args.scaling_mb = 5, 2, "2,8", 1
 
+    if args.large:
+        return large([float(x) for x in args.large.split(",")], args.tmp)
     kinds = ["floor", "ours_1proc", "ours"] + (["hta"] if hta_available() else [])
     with tempfile.TemporaryDirectory(prefix="bench_analyze_") as tmp:
         tmp = Path(tmp)
