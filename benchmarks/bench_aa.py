@@ -35,7 +35,8 @@ sys.path.insert(0, str(REPO))
 
 from profile_overlap.core.io import write_json_atomic  # noqa: E402
 from profile_overlap.record import noise  # noqa: E402
-from profile_overlap.record.summary import blocks, compare_runs, load_metrics, within_noise  # noqa: E402
+from profile_overlap.record.load import load_metrics  # noqa: E402
+from profile_overlap.record.summary import blocks, compare_runs, within_noise  # noqa: E402
 
 MODES = "sequential,split"
 

@@ -220,7 +220,7 @@ def main() -> int:
         jobs = [start_job(args, Path(tmp) / f"job{i}.json") for i in range(args.jobs)]
     summary = report(jobs)
     if args.json:
-        from profile_overlap.record.metrics import write_json_atomic
+        from profile_overlap.core.io import write_json_atomic
 
         write_json_atomic(Path(args.json), summary)
     return 0

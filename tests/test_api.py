@@ -103,15 +103,16 @@ def test_job_record_of_a_trace_folder(foreign_job):
     metrics = job.build_job_record(foreign_job)
     (mode,) = metrics.modes.values()
     assert mode.mode == "job" and mode.memory == () and mode.checks == ()
-    ranks = mode.analysis["ranks"]
-    assert [r["rank"] for r in ranks] == [0, 1]
+    ranks = mode.analysis.ranks
+    assert [r.rank for r in ranks] == [0, 1]
     # Step times: each profiled step's ProfilerStep window, the slowest rank's.
     by_step: dict[int, float] = {}
     for r in ranks:
-        for s in r["steps"]:
-            by_step[s["step"]] = max(by_step.get(s["step"], 0), s["step_us"] / 1e3)
+        for s in r.steps:
+            by_step[s.step] = max(by_step.get(s.step, 0), s.step_us / 1e3)
     assert list(mode.step_time.times_ms) == pytest.approx([by_step[k] for k in sorted(by_step)])
-    assert metrics.config["missing_ranks"] == [] and metrics.config["profiled_ranks"] == [0, 1]
+    assert metrics.job.missing_ranks == () and metrics.job.profiled_ranks == (0, 1)
+    assert metrics.config["missing_ranks"] == [] and metrics.config["profiled_ranks"] == [0, 1]  # also there, as before
     summary = metrics.summary.modes["job"]
     assert summary.comm_ms > 0 and summary.overlap_pct == pytest.approx(100 * summary.overlap_ms / summary.comm_ms)
     assert metrics.summary.headline["overlap_pct"] == summary.overlap_pct

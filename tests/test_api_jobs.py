@@ -87,7 +87,7 @@ def test_tensorboard_draws_overlap_over_training_steps(ddp_job):
 
 def test_the_job_gets_its_record_report_and_overlap_tab(ddp_job):
     from profile_overlap.api.job import build_job_record
-    from profile_overlap.record.summary import load_metrics
+    from profile_overlap.record.load import load_metrics
     from profile_overlap.tb_plugin.plugin import find_runs
 
     job_dir, proc = ddp_job
@@ -96,8 +96,8 @@ def test_the_job_gets_its_record_report_and_overlap_tab(ddp_job):
     assert json.loads((job_dir / "status.json").read_text())["state"] == "succeeded"
     assert find_runs(job_dir.parent) == [job_dir]  # the Overlap tab lists the job
     metrics = load_metrics(job_dir / "metrics.json")
-    assert metrics.config["profiled_ranks"] == [0, 1] and metrics.config["profiled_steps"] == 6
-    assert metrics.env["world_size"] == 2 and metrics.env["backend"] == "gloo" and "own_ddp_job.py" in metrics.env["command"]
+    assert metrics.job.profiled_ranks == (0, 1) and metrics.job.profiled_steps == 6
+    assert metrics.env.world_size == 2 and metrics.env.backend == "gloo" and "own_ddp_job.py" in metrics.env.command
     job_summary = metrics.summary.modes["job"]
     assert [p.phase for p in job_summary.phases] == ["forward", "backward", "optimizer"]
     assert {(c.phase, c.kind) for c in job_summary.phase_collectives} == {("backward", "all_reduce")}
@@ -145,7 +145,7 @@ def test_without_torch_distributed_a_second_job_in_the_same_log_dir(ddp_job, tmp
     (second,) = [p for p in log_dir.iterdir() if p.name != ddp_job[0].name]
     assert len(list(second.glob("*_0.*.pt.trace.json.gz"))) == 1  # its own cycle, nothing of the other job
     assert len(list((log_dir / ddp_job[0].name).glob("*.pt.trace.json.gz"))) == 6
-    assert layout.read_states(second)[0]["world_size"] == 1 and layout.read_states(second)[0]["backend"] is None
+    assert layout.read_states(second)[0].world_size == 1 and layout.read_states(second)[0].backend is None
     assert (second / layout.STATE_DIR / "rank0.done").is_file()
     assert layout.find_job_dir(log_dir) == second
     # A one-rank job communicates nothing; it still gets its record and a report that says so.

@@ -17,7 +17,7 @@ from profile_overlap.analysis.clocks import align_clocks, median_ci
 from profile_overlap.analysis.collectives import CollectiveInstance
 from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.analysis.record import timeline_record
-from profile_overlap.record.metrics import RunMetrics
+from profile_overlap.record.metrics import Env, RunMetrics
 from profile_overlap.render import timeline
 
 from conftest import DATA, SMALL, torchrun_nodes
@@ -221,7 +221,7 @@ def test_timeline_draws_a_rank_5_seconds_off_beside_rank_0(tmp_path):
     compute = [[s[1] for s in r["spans"] if s[3] == "compute"] for r in ranks]
     assert len(compute[0]) == len(compute[1]) and max(abs(a - b) for a, b in zip(*compute)) <= RECOVERY_BOUND_US
 
-    metrics = RunMetrics(schema_version=1, run_dir="runs/clocks", config={}, env={"world_size": 2}, modes={}, checks=(), speedup=None)
+    metrics = RunMetrics(schema_version=1, run_dir="runs/clocks", config={}, env=Env(world_size=2), modes={}, checks=(), speedup=None)
     fig = timeline.figure(metrics, record)
     steps = [p for p in fig.axes[0].patches if p.get_facecolor()[:3] == (0xF4 / 255, 0xF5 / 255, 0xF7 / 255)]
     assert len(steps) == 2 and max(abs(p.get_x()) for p in steps) <= RECOVERY_BOUND_US / 1e3  # both steps start at 0 ms
@@ -238,7 +238,7 @@ def test_a_late_rank_is_drawn_later_than_its_peers(tmp_path):
     r1 = record["modes"]["split"]["ranks"][1]
     r1["steps"] = [{**s, "start_us": s["start_us"] + 2000.0} for s in r1["steps"]]
     r1["spans"] = [[st, a + 2000.0, b + 2000.0, k, x] for st, a, b, k, x in r1["spans"]]
-    metrics = RunMetrics(schema_version=1, run_dir="runs/clocks", config={}, env={"world_size": 2}, modes={}, checks=(), speedup=None)
+    metrics = RunMetrics(schema_version=1, run_dir="runs/clocks", config={}, env=Env(world_size=2), modes={}, checks=(), speedup=None)
     fig = timeline.figure(metrics, record, step=1)
     starts = sorted(round(p.get_x(), 3) for p in fig.axes[0].patches if p.get_facecolor()[:3] == (0xF4 / 255, 0xF5 / 255, 0xF7 / 255))
     assert starts == [0.0, 2.0]

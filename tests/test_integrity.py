@@ -11,7 +11,6 @@ from pathlib import Path
 from synthetic import NCCL_KERNEL, gpu_trace, write_trace
 
 from profile_overlap.analysis.folder import analyze_dir
-from profile_overlap.analysis.record import to_json
 
 from conftest import DATA, SMALL, cli, only_run_dir, torchrun
 
@@ -215,10 +214,10 @@ def test_own_split_run_is_clean_and_reported(tmp_path):
 
 
 def test_report_verdict_names_numbers_on_a_failed_check(tmp_path):
-    from profile_overlap.record.integrity import integrity_of
+    from profile_overlap.analysis.record import analysis_record
     from profile_overlap.render.integrity import section_blocks, verdict_note
 
-    record = integrity_of(to_json(analyze_dir(write_ranks(tmp_path, pair(compute=[*COMPUTE, (7, 150, 400)])), max_workers=1)))
+    record = analysis_record(analyze_dir(write_ranks(tmp_path, pair(compute=[*COMPUTE, (7, 150, 400)])), max_workers=1)).integrity
     note = "".join(x if isinstance(x, str) else x.text for x in verdict_note({"job": record}))
     assert note.startswith("Integrity: the overlap numbers rest on the failed check streams.overlap (2 kernel(s)")
     assert len(section_blocks({"job": record})[1].rows) == 1

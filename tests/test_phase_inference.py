@@ -13,7 +13,7 @@ import pytest
 
 from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.analysis.per_rank import analyze_rank
-from profile_overlap.record.summary import load_metrics
+from profile_overlap.record.load import load_metrics
 
 from conftest import DATA, ENGINE_MODES, clean_env, only_run_dir, torchrun
 

@@ -10,18 +10,24 @@ import json
 import shutil
 from pathlib import Path
 
+import msgspec
 import pytest
 from rich.console import Console
 
 from profile_overlap.cli.report import gate, parse_condition
 from profile_overlap.core.errors import UserError
+from profile_overlap.record.analysis import AnalysisRecord
 from profile_overlap.record.folder import Run, load_run
-from profile_overlap.record.metrics import SCHEMA_VERSION, ModeMetrics, RunMetrics, StepTimes
-from profile_overlap.record.summary import HEADLINE_NAMES, load_metrics, speedup, with_summary
-from profile_overlap.render import console, document, write
+from profile_overlap.record.load import load_metrics
+from profile_overlap.record.metrics import SCHEMA_VERSION, Env, ModeMetrics, RunMetrics, StepTimes
+from profile_overlap.record.summary import HEADLINE_NAMES, speedup, with_summary
+from profile_overlap.render import console, numbers, write
 from profile_overlap.render.compare import build_compare
 from profile_overlap.render.markdown import render as render_md
 from profile_overlap.render.report import build
+
+STEP_NUMBERS = ("step_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap_pct")
+"""A step record's numbers; the hand-made records here leave them unknown."""
 
 GOLDEN_RUN = Path(__file__).resolve().parent / "golden" / "run"
 PHASE_KEYS = ("window_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us")
@@ -42,7 +48,7 @@ def _mode(name: str, times_ms: list[float], phases_per_rank: list[list[dict]], *
             "overlap_us": 0.0,
             "exposed_comm_us": comm_us,
             "overlap_pct": 0.0,
-            "steps": [{"step": s, "phases": []} for s in (1, 2)],
+            "steps": [{"step": s, **dict.fromkeys(STEP_NUMBERS)} for s in (1, 2)],
             "collectives": [],
             "wait_us": None,
             "transfer_us": None,
@@ -56,7 +62,7 @@ def _mode(name: str, times_ms: list[float], phases_per_rank: list[list[dict]], *
         memory=(),
         checks=(),
         trace_dir=name,
-        analysis={"ranks": ranks, "world_size": len(ranks), "slowest_rank": None},
+        analysis=msgspec.convert({"ranks": ranks, "world_size": len(ranks), "slowest_rank": None}, AnalysisRecord),
     )
 
 
@@ -66,7 +72,7 @@ def _run(*modes: ModeMetrics) -> RunMetrics:
         schema_version=SCHEMA_VERSION,
         run_dir="/nowhere",
         config={},
-        env={},
+        env=Env(world_size=2),
         modes=by_name,
         checks=(),
         speedup=speedup(by_name),
@@ -239,7 +245,7 @@ def test_report_states_phases_yield_and_interference(three_mode_golden):
     assert "| backward | 5.00 | 6.00 | +20.0 |" in md and "| forward | 4.00 | 4.00 | +0.0 |" in md
     assert "Overlap slows compute down: split's backward compute" in md  # the note
     # The speedup rows stay under split, with a third column beside it.
-    assert f"| [speedup](#step-time-and-speedup) measured (×) |  | {document.times(run.metrics.speedup.measured)} |  |" in md
+    assert f"| [speedup](#step-time-and-speedup) measured (×) |  | {numbers.times(run.metrics.speedup.measured)} |  |" in md
 
 
 def test_console_and_compare_take_three_modes(three_mode_golden):
@@ -267,9 +273,9 @@ def test_a_compare_run_records_phases_yield_and_interference(compare_run_2):
     assert list(s.modes) == ["sequential", "split", "split-blocking"]
     for name, mode in s.modes.items():
         assert [p.phase for p in mode.phases] == ["forward", "backward", "optimizer"], name
-        ranks = metrics.modes[name].analysis["ranks"]
+        ranks = metrics.modes[name].analysis.ranks
         backward = next(p for p in mode.phases if p.phase == "backward")
-        expected = sum(p["overlap_us"] for r in ranks for p in r["phases"] if p["phase"] == "backward") / len(ranks) / 2 / 1e3
+        expected = sum(p.overlap_us for r in ranks for p in r.phases if p.phase == "backward") / len(ranks) / 2 / 1e3
         assert backward.hidden_ms == pytest.approx(expected)
     # The split hides part of its reduce_scatters behind backward compute; the blocking modes hide nothing.
     assert next(p for p in s.modes["split"].phases if p.phase == "backward").hidden_ms > 0
@@ -298,10 +304,10 @@ def test_console_and_report_show_yield_and_interference_per_phase(compare_run_2)
     assert "backward communication behind backward compute" in md.split("## Phases: where communication hides")[1]
     section = md.split("## What overlapping won: overlap yield and interference")[1].split("## Collectives")[0]
     y = metrics.summary.overlap_yield
-    assert f"[{document.ms(abs(y.ms))} ms](#overlap-yield-and-interference) per step" in section
+    assert f"[{numbers.ms(abs(y.ms))} ms](#overlap-yield-and-interference) per step" in section
     for x in metrics.summary.interference:
         pct = "–" if x.pct is None else f"{x.pct:+.1f}"
-        assert f"| {x.phase} | {document.ms(x.baseline_compute_ms)} | {document.ms(x.compute_ms)} | {pct} |" in section
+        assert f"| {x.phase} | {numbers.ms(x.baseline_compute_ms)} | {numbers.ms(x.compute_ms)} | {pct} |" in section
 
 
 def test_tensorboard_event_files_hold_the_phase_scalars(compare_run_2):
@@ -315,10 +321,10 @@ def test_tensorboard_event_files_hold_the_phase_scalars(compare_run_2):
         for phase in ("forward", "backward", "optimizer"):
             for name in ("window_ms", "comm_ms", "compute_ms", "hidden_ms", "exposed_comm_ms"):
                 assert f"phase/{phase}/{name}" in tags, (mode, phase, name)
-        ranks = metrics.modes[mode].analysis["ranks"]
+        ranks = metrics.modes[mode].analysis.ranks
         for event in acc.Scalars("phase/backward/hidden_ms"):
-            rows = [p for r in ranks for s in r["steps"] if s["step"] == event.step for p in s["phases"] if p["phase"] == "backward"]
-            assert event.value == pytest.approx(sum(p["overlap_us"] for p in rows) / len(ranks) / 1e3, rel=1e-5)
+            rows = [p for r in ranks for s in r.steps if s.step == event.step for p in s.phases if p.phase == "backward"]
+            assert event.value == pytest.approx(sum(p.overlap_us for p in rows) / len(ranks) / 1e3, rel=1e-5)
         yields = {"headline/overlap_yield_ms", "headline/overlap_yield_pct", "headline/interference/backward_pct"}
         assert (yields <= tags) == (mode == "split")
     acc = EventAccumulator(str(compare_run_2 / "split"))

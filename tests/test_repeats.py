@@ -4,12 +4,12 @@ verdicts of single runs and of runs with repeats, and one real 2-rank job on glo
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import shutil
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from profile_overlap.record import noise
@@ -100,8 +100,8 @@ def _run_with_blocks(tmp_path: Path, name: str, blocks: dict[str, list[list[floa
     data = json.loads((GOLDEN_RUN / "metrics.json").read_text())
     for mode, mode_blocks in blocks.items():
         flat = [t for b in mode_blocks for t in b]
-        data["modes"][mode]["step_time"] = dataclasses.asdict(
-            StepTimes.from_times(flat, method="perf_counter+barrier", blocks_ms=mode_blocks)
+        data["modes"][mode]["step_time"] = msgspec.to_builtins(
+            StepTimes.from_times(flat, method="perf_counter+barrier", blocks_ms=tuple(map(tuple, mode_blocks)))
         )
     data.pop("summary", None)
     run_dir = tmp_path / name

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from profile_overlap.record.summary import load_metrics
-from profile_overlap.render import document, write
+from profile_overlap.record.load import load_metrics
+from profile_overlap.render import numbers, write
 
 from conftest import cli
 
@@ -113,16 +113,16 @@ def test_headline_numbers_are_the_records(compare_run_2):
     assert values["speedup"] == metrics.speedup.measured == seq.step_time.median_ms / split.step_time.median_ms
     assert values["predicted_speedup"] == metrics.speedup.predicted
     assert values["split_step_ms"] == split.step_time.median_ms
-    ranks = split.analysis["ranks"]
-    assert values["overlap_pct"] == pytest.approx(100 * sum(r["overlap_us"] for r in ranks) / sum(r["comm_us"] for r in ranks))
+    ranks = split.analysis.ranks
+    assert values["overlap_pct"] == pytest.approx(100 * sum(r.overlap_us for r in ranks) / sum(r.comm_us for r in ranks))
     assert values["optimizer_state_mib"] == split.memory[0].optimizer_state_bytes / 2**20
     assert values["failed_checks"] == 0
     # The verdict quotes the same numbers.
     html = (compare_run_2 / "report.html").read_text()
     verdict = html[html.index('<section id="verdict">') : html.index('<section id="setup">')]
-    assert f">{document.ms(split.step_time.median_ms)} ms<" in verdict
-    assert f">{document.ms(seq.step_time.median_ms)} ms<" in verdict
-    assert f">{document.mib(split.memory[0].optimizer_state_bytes)} MiB<" in verdict
+    assert f">{numbers.ms(split.step_time.median_ms)} ms<" in verdict
+    assert f">{numbers.ms(seq.step_time.median_ms)} ms<" in verdict
+    assert f">{numbers.mib(split.memory[0].optimizer_state_bytes)} MiB<" in verdict
     assert "1/2 of the optimizer state" in verdict
 
 

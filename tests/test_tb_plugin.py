@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from profile_overlap.record.timeline import TimelineSpan
 from profile_overlap.tb_plugin.plugin import PLUGIN_NAME, merge_spans
 
 from conftest import DATA, REPO, clean_env, cli, free_port
@@ -197,13 +198,14 @@ def test_bad_requests_get_one_line_errors(tensorboard, query, code, message):
 
 def test_merge_spans_keeps_the_largest_gaps():
     spans = [
-        [1, 0.0, 1.0, "comm", "a"],
-        [1, 1.5, 2.0, "comm", "b"],
-        [1, 5.0, 9.0, "comm", "c"],
-        [1, 9.5, 10.0, "comm", "d"],
-        [2, 0.0, 3.0, "compute", "x"],
+        TimelineSpan(1, 0.0, 1.0, "comm", "a"),
+        TimelineSpan(1, 1.5, 2.0, "comm", "b"),
+        TimelineSpan(1, 5.0, 9.0, "comm", "c"),
+        TimelineSpan(1, 9.5, 10.0, "comm", "d"),
+        TimelineSpan(2, 0.0, 3.0, "compute", "x"),
     ]
     # Gaps 0.5, 3.0, 0.5: with two spans allowed only the gap of 3.0 stays. Each merged span has
     # its first piece's step and its longest piece's label (c is 4 µs long).
-    assert merge_spans(spans, max_spans=2) == [[1, 0.0, 2.0, "comm", "a"], [2, 0.0, 3.0, "compute", "x"], [1, 5.0, 10.0, "comm", "c"]]
+    merged = [TimelineSpan(1, 0.0, 2.0, "comm", "a"), TimelineSpan(2, 0.0, 3.0, "compute", "x"), TimelineSpan(1, 5.0, 10.0, "comm", "c")]
+    assert merge_spans(spans, max_spans=2) == merged
     assert merge_spans(spans, max_spans=4) is spans

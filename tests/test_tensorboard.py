@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from profile_overlap.core.errors import UserError
-from profile_overlap.record.summary import load_metrics
+from profile_overlap.record.load import load_metrics
 from profile_overlap.render import console
 from profile_overlap.render import tensorboard as tb
 
@@ -122,15 +122,13 @@ def test_scalars_for_both_modes_match_the_record(server):
     assert {"mean/busbw_gbps/reduce_scatter", "mean/busbw_gbps/all_gather"} <= set(tags[f"{server.run}/split"])
 
     # The overlaid series are the record's numbers, per profiled step.
-    ranks = metrics.modes["split"].analysis["ranks"]
+    ranks = metrics.modes["split"].analysis.ranks
     points = server.json("data/plugin/scalars/scalars", run=f"{server.run}/split", tag="max/exposed_comm_ms")
-    expected = {
-        s["step"]: max(x["exposed_comm_us"] for r in ranks for x in r["steps"] if x["step"] == s["step"]) / 1e3 for s in ranks[0]["steps"]
-    }
+    expected = {s.step: max(x.exposed_comm_us for r in ranks for x in r.steps if x.step == s.step) / 1e3 for s in ranks[0].steps}
     assert {p[1]: round(p[2], 3) for p in points} == {k: round(v, 3) for k, v in expected.items()}
     # Why exposed: wait and transfer per rank and profiled step, one point per mode.
     for mode in MODES:
-        want = metrics.modes[mode].exposed.per_rank_step_ms(len(ranks[0]["steps"]))
+        want = metrics.modes[mode].exposed.per_rank_step_ms(len(ranks[0].steps))
         got = [
             server.json("data/plugin/scalars/scalars", run=f"{server.run}/{mode}", tag=f"exposed/{x}_ms")[-1][2]
             for x in ("wait", "transfer")
@@ -219,7 +217,7 @@ def test_profiler_plugin_lists_both_modes_with_rank_workers_and_logs_no_errors(s
     wait_for(server, lambda: len(server.json("data/plugin/pytorch_profiler/runs")["runs"]) == len(MODES))
     runs = server.json("data/plugin/pytorch_profiler/runs")["runs"]
     assert runs == [f"{server.run}/{mode}" for mode in MODES]
-    host = load_metrics(server.run_dir / "metrics.json").env["hosts"][0]
+    host = load_metrics(server.run_dir / "metrics.json").env.hosts[0]
     for run in runs:
         assert "Overview" in server.json("data/plugin/pytorch_profiler/views", run=run)
         workers = server.json("data/plugin/pytorch_profiler/workers", run=run, view="Overview")

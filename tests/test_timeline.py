@@ -8,13 +8,13 @@ import pytest
 from matplotlib.patches import Rectangle
 
 from profile_overlap.core.errors import UserError
-from profile_overlap.record.metrics import RunMetrics
-from profile_overlap.record.summary import load_metrics
+from profile_overlap.record.load import load_metrics
+from profile_overlap.record.metrics import Env, RunMetrics
 from profile_overlap.render import timeline
 
 
 def bare_metrics(**config) -> RunMetrics:
-    return RunMetrics(schema_version=1, run_dir="runs/hand-made", config=config, env={"world_size": 1}, modes={}, checks=(), speedup=None)
+    return RunMetrics(schema_version=1, run_dir="runs/hand-made", config=config, env=Env(world_size=1), modes={}, checks=(), speedup=None)
 
 
 def one_rank(rank: int, steps: dict[int, float], spans: list) -> dict:
@@ -82,8 +82,8 @@ def test_real_run_figure_png_and_svg(compare_run_2, tmp_path):
     assert {"all_reduce", "reduce_scatter", "all_gather", "forward", "backward", "optimizer"} <= legend
     # The numbers beside each rank are the record's, for the step drawn.
     step = int(titles[1].split("#")[1].split()[0])
-    rank0 = next(s for s in metrics.modes["split"].analysis["ranks"][0]["steps"] if s["step"] == step)
-    assert any(f"step {rank0['step_us'] / 1e3:.1f} ms" in t.get_text() for t in fig.axes[1].texts)
+    rank0 = next(s for s in metrics.modes["split"].analysis.ranks[0].steps if s.step == step)
+    assert any(f"step {rank0.step_us / 1e3:.1f} ms" in t.get_text() for t in fig.axes[1].texts)
     # The split run overlaps some all_gather with the forward pass on every rank.
     assert hatched(fig)
 

@@ -10,7 +10,7 @@ from matplotlib.colors import to_hex
 from matplotlib.patches import Rectangle
 from test_timeline import bare_metrics, one_rank
 
-from profile_overlap.record.summary import load_metrics
+from profile_overlap.record.load import load_metrics
 from profile_overlap.render import timeline
 
 

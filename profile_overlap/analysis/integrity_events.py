@@ -175,6 +175,11 @@ def stream_checks(ranks: list[RankAnalysis]) -> list[Check]:
 
 
 def timing_checks(ranks: list[RankAnalysis]) -> list[Check]:
+    return [_outside_steps(ranks), _start_gap(ranks), _durations(ranks), _cut_short(ranks)]
+
+
+def _outside_steps(ranks: list[RankAnalysis]) -> Check:
+    """timing.outside_steps: comm and compute outside every step, counted in the totals or not."""
     outside, counted_pct = {}, {}
     for r in ranks:
         f = r.facts
@@ -210,7 +215,11 @@ def timing_checks(ranks: list[RankAnalysis]) -> list[Check]:
         "time outside the steps (profiler start, stragglers, trailing work) in the totals is not training-step time",
         OVERLAP,
     )
+    return outside_check
 
+
+def _start_gap(ranks: list[RankAnalysis]) -> Check:
+    """timing.start_gap: from the profiler's start to the first step, against a median step."""
     gaps, long = {}, []
     for r in ranks:
         if not r.steps:
@@ -232,7 +241,11 @@ def timing_checks(ranks: list[RankAnalysis]) -> list[Check]:
         "events between the profiler's start and the first step count in the totals (not in the per-step numbers)",
         OVERLAP,
     )
+    return gap_check
 
+
+def _durations(ranks: list[RankAnalysis]) -> Check:
+    """timing.durations: comm and compute events of negative or zero length."""
     neg = {r.rank: r.facts.negative for r in ranks if r.facts.negative}
     zero = {r.rank: r.facts.zero for r in ranks if r.facts.zero}
     parts = [f"{sum(neg.values())} negative" if neg else "", f"{sum(zero.values())} zero" if zero else ""]
@@ -248,7 +261,11 @@ def timing_checks(ranks: list[RankAnalysis]) -> list[Check]:
         "an event of negative or zero length is a broken or lost record: it adds nothing to the unions",
         OVERLAP,
     )
+    return durations
 
+
+def _cut_short(ranks: list[RankAnalysis]) -> Check:
+    """timing.cut_short: a last step under half of every other (a trace cut mid-step)."""
     cut = {}
     for r in ranks:
         if len(r.steps) >= 3:
@@ -270,4 +287,4 @@ def timing_checks(ranks: list[RankAnalysis]) -> list[Check]:
         "a trace that ends mid-step lacks part of that step's work: its per-step numbers are incomplete",
         STEPS,
     )
-    return [outside_check, gap_check, durations, cut_check]
+    return cut_check

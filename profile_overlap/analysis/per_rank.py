@@ -19,11 +19,12 @@ from profile_overlap.analysis.collectives import CollectiveInstance, CollectiveS
 from profile_overlap.analysis.events import EventIntervals, FileEvents, extract
 from profile_overlap.analysis.facts import RankFacts, rank_facts
 from profile_overlap.analysis.overlap_spans import OverlapSpans, overlap_spans
+from profile_overlap.analysis.rank_input import rank_of, selected_steps
 from profile_overlap.analysis.rank_times import RankTimes, rank_times
+from profile_overlap.analysis.replay import ReplayStep, replay_steps
 from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TimelineSpan, timeline_spans
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
-from profile_overlap.core.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -107,10 +108,33 @@ class RankAnalysis:
     """(step, phase, start_us, end_us) of each phase range, clipped to the timeline's steps (for the figures)."""
     facts: RankFacts | None = None
     """What the integrity checks rest on (analysis/facts.py); None only in analyses built by hand."""
+    replay: tuple[ReplayStep, ...] = ()
+    """Per profiled step, what whatif replays (analysis/replay.py)."""
     times: RankTimes | None = None
     """What the causes of exposed communication rest on (analysis/rank_times.py); None only in analyses built by hand."""
     spans: OverlapSpans | None = None
     """The intervals behind the totals (analysis/overlap_spans.py); only with finish_rank(keep_spans=True)."""
+
+
+def _step_metrics(
+    comm_u: iv.Union,
+    compute_u: iv.Union,
+    by_phase: tuple[np.ndarray, ...],
+    step_num: np.ndarray,
+    step_start: np.ndarray,
+    step_end: np.ndarray,
+) -> list[StepMetrics]:
+    """Each ProfilerStep window's metrics: the rank's unions clipped to it, and its phases."""
+    return [
+        StepMetrics(
+            step=int(n),
+            start_us=float(s),
+            step_us=float(e - s),
+            **_measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e)),
+            phases=_phases(comm_u, compute_u, by_phase, s, e),
+        )
+        for n, s, e in zip(step_num, step_start, step_end)
+    ]
 
 
 def _measure(comm: iv.Union, compute: iv.Union) -> dict[str, float | None]:
@@ -146,21 +170,7 @@ def finish_rank(
     spans of the same worker (disjoint in time); their events are pooled."""
     assert files
     files = sorted(files, key=lambda f: f.t_min)
-    rank = files[0].rank
-    assert all(f.rank == rank for f in files)
-    for a, b in zip(files, files[1:]):
-        if b.t_min < a.t_max:
-            raise UserError(
-                f"{a.path} and {b.path} both claim rank {rank} and cover the same time, so they are not "
-                "successive profiler spans of one worker; remove the duplicate or analyze each run's folder separately"
-            )
-    notes = []
-    if rank is None:
-        assert len(files) == 1
-        rank = 0
-        notes.append(f"{files[0].path}: no distributedInfo.rank and no number in the file name; taken as rank 0")
-    elif files[0].rank_source == "file name":
-        notes.append(f"rank {rank} taken from the file name {Path(files[0].path).name} (the trace has no distributedInfo.rank)")
+    rank, notes = rank_of(files)
     device = files[0].device
     labels, remap = _pool_labels(files)
     comm = _cat([f.comm for f in files], remap)
@@ -181,18 +191,7 @@ def finish_rank(
     instances = every_call = number_calls(calls)
     all_calls = calls
     if steps is not None:
-        lo, hi = steps
-        sel = np.ones(step_num.size, bool)
-        if lo is not None:
-            sel &= step_num >= lo
-        if hi is not None:
-            sel &= step_num < hi
-        if not sel.any():
-            have = ", ".join(str(n) for n in step_num) or "none"
-            raise UserError(
-                f"rank {rank} has no ProfilerStep in --steps {lo if lo is not None else ''}:{hi if hi is not None else ''} "
-                f"(its steps: {have}); pick steps the traces contain"
-            )
+        sel = selected_steps(step_num, steps, rank=rank)
         step_num, step_start, step_end = step_num[sel], step_start[sel], step_end[sel]
         windows = iv.union(step_start, step_end)
         in_window = iv.covers(windows, np.array([c.start_us for c in calls]))
@@ -232,18 +231,10 @@ def finish_rank(
         phase_start=phase_start,
         phase_end=phase_end,
     )
-    step_metrics = [
-        StepMetrics(
-            step=int(n),
-            start_us=float(s),
-            step_us=float(e - s),
-            **_measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e)),
-            phases=_phases(comm_u, compute_u, by_phase, s, e),
-        )
-        for n, s, e in zip(step_num, step_start, step_end)
-    ]
+    step_metrics = _step_metrics(comm_u, compute_u, by_phase, step_num, step_start, step_end)
 
     world = max((f.world_size for f in files if f.world_size), default=None)
+    kept = set(step_num.tolist())
     return RankAnalysis(
         rank=rank,
         device=device,
@@ -262,6 +253,7 @@ def finish_rank(
         phase_collectives=_phase_collectives(calls, phase, phase_start, phase_end),
         phase_windows=_phase_spans(phase, phase_start, phase_end, step_num, step_start, step_end),
         facts=facts,
+        replay=tuple(s for f in files for s in replay_steps(f) if s.step in kept),
         times=times,
         spans=overlap_spans(comm_u, compute_u) if keep_spans else None,
     )

@@ -4,10 +4,38 @@ metrics.json) and timeline.json (`timeline_record`). Keys only ever get added (o
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from profile_overlap.analysis.cross_rank import TraceAnalysis
+import msgspec
+
+from profile_overlap.analysis.classify import PHASES
+from profile_overlap.analysis.cross_rank import RankWait, TraceAnalysis
 from profile_overlap.analysis.exposed_timeline import rank_exposure
-from profile_overlap.record.exposed import to_builtins
+from profile_overlap.analysis.per_rank import PhaseMetrics, RankAnalysis
+from profile_overlap.analysis.replay import ReplayStep
+from profile_overlap.record.analysis import (
+    AnalysisRecord,
+    CollectiveRecord,
+    PhaseCollectiveRecord,
+    PhaseRecord,
+    RankRecord,
+    ReplayCallRecord,
+    ReplayStepRecord,
+    StepRecord,
+    as_json,
+)
+from profile_overlap.record.build import build_record
+from profile_overlap.record.integrity import IntegrityCheck, IntegrityRecord
+from profile_overlap.record.metrics import Env, JobFacts, ModeMetrics, RunMetrics, StepTimes
+from profile_overlap.record.timeline import (
+    PhaseWindow,
+    Timeline,
+    TimelineMode,
+    TimelineRank,
+    TimelineSpan,
+    TimelineStep,
+)
 
 TIMELINE_SCHEMA = (
     "spans are [step, start_us, end_us, kind (comm|compute), label]; phases are [step, phase, start_us, end_us]; "
@@ -17,11 +45,11 @@ TIMELINE_SCHEMA = (
 )
 
 
-def timeline_record(analyses: dict[str, TraceAnalysis | None]) -> dict:
+def timeline_of(analyses: Mapping[str, TraceAnalysis | None]) -> Timeline:
     """timeline.json: per mode and rank, the profiled steps' windows and their compute and
     communication spans (merged at display resolution by the analysis), for the figures. Each
     aligned rank's times are on the reference rank's clock (clocks.py), so ranks compare in time."""
-    record = {}
+    modes = {}
     for mode, result in analyses.items():
         if result is None:
             continue
@@ -31,42 +59,56 @@ def timeline_record(analyses: dict[str, TraceAnalysis | None]) -> dict:
         for r in result.ranks:
             off = clocks.offset(r.rank)
             unc = clocks.uncertainty_us.get(r.rank)
+            # The causes' geometry (wait, transfer, critical, calls) converted once from its lists.
+            drawn = msgspec.convert({"rank": r.rank, **exposure.get(r.rank, {})}, TimelineRank)
             ranks.append(
-                {
-                    "rank": r.rank,
-                    "aligned": r.rank in clocks.offsets_us,
-                    "clock_offset_us": round(off, 3),
-                    "clock_uncertainty_us": None if unc is None or math.isinf(unc) else round(unc, 3),
-                    "steps": [{"step": s.step, "start_us": round(s.start_us - off, 3), "step_us": s.step_us} for s in r.steps],
-                    "spans": [[sp.step, round(sp.start_us - off, 3), round(sp.end_us - off, 3), sp.kind, sp.label] for sp in r.timeline],
-                    "phases": [[step, phase, round(a - off, 3), round(b - off, 3)] for step, phase, a, b in r.phase_windows],
-                    **exposure.get(r.rank, {}),
-                }
+                msgspec.structs.replace(
+                    drawn,
+                    aligned=r.rank in clocks.offsets_us,
+                    clock_offset_us=round(off, 3),
+                    clock_uncertainty_us=None if unc is None or math.isinf(unc) else round(unc, 3),
+                    steps=tuple(TimelineStep(step=s.step, start_us=round(s.start_us - off, 3), step_us=s.step_us) for s in r.steps),
+                    spans=tuple(
+                        TimelineSpan(sp.step, round(sp.start_us - off, 3), round(sp.end_us - off, 3), sp.kind, sp.label)
+                        for sp in r.timeline
+                    ),
+                    phases=tuple(PhaseWindow(step, phase, round(a - off, 3), round(b - off, 3)) for step, phase, a, b in r.phase_windows),
+                )
             )
-        record[mode] = {"reference_rank": clocks.reference_rank, "ranks": ranks}
-    return {"schema": TIMELINE_SCHEMA, "modes": record}
+        modes[mode] = TimelineMode(reference_rank=clocks.reference_rank, ranks=tuple(ranks))
+    return Timeline(schema=TIMELINE_SCHEMA, modes=modes)
+
+
+def timeline_record(analyses: Mapping[str, TraceAnalysis | None]) -> dict[str, Any]:
+    """timeline.json as JSON has it (timeline_of)."""
+    plain: dict[str, Any] = as_json(timeline_of(analyses))
+    return plain
 
 
 def _num(x: float | None, digits: int = 3) -> float | None:
-    return None if x is None else round(float(x), digits)
+    return None if x is None else _round(x, digits)
 
 
-def _phases_json(phases) -> list[dict]:
-    return [
-        {
-            "phase": p.phase,
-            "window_us": _num(p.window_us),
-            "comm_us": _num(p.comm_us),
-            "compute_us": _num(p.compute_us),
-            "overlap_us": _num(p.overlap_us),
-            "exposed_comm_us": _num(p.exposed_comm_us),
-            "sources": list(p.sources),
-        }
+def _round(x: float, digits: int = 3) -> float:
+    return round(float(x), digits)
+
+
+def _phases(phases: Sequence[PhaseMetrics]) -> tuple[PhaseRecord, ...]:
+    return tuple(
+        PhaseRecord(
+            phase=p.phase,
+            window_us=_num(p.window_us),
+            comm_us=_num(p.comm_us),
+            compute_us=_num(p.compute_us),
+            overlap_us=_num(p.overlap_us),
+            exposed_comm_us=_num(p.exposed_comm_us),
+            sources=tuple(p.sources),
+        )
         for p in phases
-    ]
+    )
 
 
-def _plain(x):
+def _plain(x: Any) -> Any:
     """Figures as JSON has them: string keys (ranks), lists for tuples."""
     if isinstance(x, dict):
         return {str(k): _plain(v) for k, v in x.items()}
@@ -80,83 +122,115 @@ def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else _num(x)
 
 
-def integrity_json(analysis: TraceAnalysis) -> dict:
+def integrity_record(analysis: TraceAnalysis) -> IntegrityRecord:
     """The record's `integrity`: every check, and each rank's clock offset (µs) against the
     reference rank with its uncertainty (ranks whose offset is unknown are absent)."""
     clocks = analysis.clocks
-    return {
-        "checks": [
-            {
-                "name": c.name,
-                "status": c.status,
-                "detail": c.detail,
-                "meaning": c.meaning,
-                "affects": list(c.affects),
-                "figures": _plain(c.figures),
-            }
+    return IntegrityRecord(
+        checks=tuple(
+            IntegrityCheck(
+                name=c.name,
+                status=c.status,
+                detail=c.detail,
+                meaning=c.meaning,
+                affects=tuple(c.affects),
+                figures=_plain(c.figures),
+            )
             for c in analysis.integrity.checks
-        ],
-        "clock_offsets_us": {str(rank): _finite(v) for rank, v in sorted(clocks.offsets_us.items())},
-        "clock_uncertainty_us": {str(rank): _finite(v) for rank, v in sorted(clocks.uncertainty_us.items())},
-        "clock_moved": [rank for rank in sorted(clocks.offsets_us) if clocks.applies(rank)],
-    }
+        ),
+        clock_offsets_us={str(rank): _finite(v) for rank, v in sorted(clocks.offsets_us.items())},
+        clock_uncertainty_us={str(rank): _finite(v) for rank, v in sorted(clocks.uncertainty_us.items())},
+        clock_moved=tuple(rank for rank in sorted(clocks.offsets_us) if clocks.applies(rank)),
+    )
 
 
-def to_json(analysis: TraceAnalysis) -> dict:
-    """The `analyze --json` record (schema in the README, "Output")."""
+def _rank(r: RankAnalysis, w: RankWait | None) -> RankRecord:
+    return RankRecord(
+        rank=r.rank,
+        device=r.device,
+        comm_us=_round(r.comm_us),
+        compute_us=_round(r.compute_us),
+        overlap_us=_round(r.overlap_us),
+        exposed_comm_us=_round(r.exposed_comm_us),
+        overlap_pct=_num(r.overlap_pct),
+        steps=tuple(
+            StepRecord(
+                step=s.step,
+                step_us=_num(s.step_us),
+                comm_us=_num(s.comm_us),
+                compute_us=_num(s.compute_us),
+                overlap_us=_num(s.overlap_us),
+                exposed_comm_us=_num(s.exposed_comm_us),
+                overlap_pct=_num(s.overlap_pct),
+                phases=_phases(s.phases),
+            )
+            for s in r.steps
+        ),
+        phases=_phases(r.phases),
+        phase_collectives=tuple(
+            PhaseCollectiveRecord(phase=c.phase, kind=c.kind, count=c.count, nbytes=c.nbytes, dur_us=_round(c.dur_us))
+            for c in r.phase_collectives
+        ),
+        collectives=tuple(
+            CollectiveRecord(
+                kind=c.kind,
+                count=c.count,
+                nbytes=c.nbytes,
+                dur_us=_round(c.dur_us),
+                algbw_gbps=_num(c.algbw_gbps, 4),
+                busbw_gbps=_num(c.busbw_gbps, 4),
+            )
+            for c in r.collectives
+        ),
+        wait_us=_num(w.wait_us) if w else None,
+        transfer_us=_num(w.transfer_us) if w else None,
+        last_arrivals=w.last_arrivals if w else None,
+        last_arrival_pct=_num(w.last_arrival_pct) if w else None,
+        replay=tuple(_replay(s) for s in r.replay),
+    )
+
+
+def _replay(s: ReplayStep) -> ReplayStepRecord:
+    return ReplayStepRecord(
+        step=s.step,
+        pre_us=_round(s.pre_us),
+        phase_us={name: _round(x) for name, x in zip(PHASES, s.phase_us)},
+        calls=tuple(ReplayCallRecord(kind=c.kind, nbytes=c.nbytes, phase=c.phase, share_us=_round(c.share_us)) for c in s.calls),
+        backward_cuts_us=None if s.backward_cuts_us is None else tuple(_round(x) for x in s.backward_cuts_us),
+    )
+
+
+def analysis_record(analysis: TraceAnalysis) -> AnalysisRecord:
+    """The typed `analyze --json` record (schema in the README, "Output"; record/analysis.py)."""
     waits = {w.rank: w for w in analysis.waits}
-    ranks = []
-    for r in analysis.ranks:
-        w = waits.get(r.rank)
-        ranks.append(
-            {
-                "rank": r.rank,
-                "device": r.device,
-                "comm_us": _num(r.comm_us),
-                "compute_us": _num(r.compute_us),
-                "overlap_us": _num(r.overlap_us),
-                "exposed_comm_us": _num(r.exposed_comm_us),
-                "overlap_pct": _num(r.overlap_pct),
-                "steps": [
-                    {
-                        "step": s.step,
-                        "step_us": _num(s.step_us),
-                        "comm_us": _num(s.comm_us),
-                        "compute_us": _num(s.compute_us),
-                        "overlap_us": _num(s.overlap_us),
-                        "exposed_comm_us": _num(s.exposed_comm_us),
-                        "overlap_pct": _num(s.overlap_pct),
-                        "phases": _phases_json(s.phases),
-                    }
-                    for s in r.steps
-                ],
-                "phases": _phases_json(r.phases),
-                "phase_collectives": [
-                    {"phase": c.phase, "kind": c.kind, "count": c.count, "nbytes": c.nbytes, "dur_us": _num(c.dur_us)}
-                    for c in r.phase_collectives
-                ],
-                "collectives": [
-                    {
-                        "kind": c.kind,
-                        "count": c.count,
-                        "nbytes": c.nbytes,
-                        "dur_us": _num(c.dur_us),
-                        "algbw_gbps": _num(c.algbw_gbps, 4),
-                        "busbw_gbps": _num(c.busbw_gbps, 4),
-                    }
-                    for c in r.collectives
-                ],
-                "wait_us": _num(w.wait_us) if w else None,
-                "transfer_us": _num(w.transfer_us) if w else None,
-                "last_arrivals": w.last_arrivals if w else None,
-                "last_arrival_pct": _num(w.last_arrival_pct) if w else None,
-            }
-        )
-    return {
-        "ranks": ranks,
-        "world_size": analysis.world_size,
-        "slowest_rank": analysis.slowest_rank,
-        "source": analysis.source,
-        "integrity": integrity_json(analysis),
-        "exposed": to_builtins(analysis.exposed) if analysis.exposed is not None else None,
-    }
+    return AnalysisRecord(
+        ranks=tuple(_rank(r, waits.get(r.rank)) for r in analysis.ranks),
+        world_size=analysis.world_size,
+        slowest_rank=analysis.slowest_rank,
+        source=analysis.source,
+        integrity=integrity_record(analysis),
+        exposed=analysis.exposed,
+    )
+
+
+def traced_record(
+    result: TraceAnalysis,
+    *,
+    mode: str,
+    step_time: StepTimes,
+    trace_dir: str,
+    facts: JobFacts,
+    config: dict[str, Any],
+    env: Env,
+    run_dir: str | None = None,
+) -> RunMetrics:
+    """The record of traces alone (a job's, or a bare folder's): one mode, its analysis, no memory or
+    verification; `run_dir` defaults to the folder the traces came from."""
+    modes = {mode: ModeMetrics(mode=mode, step_time=step_time, memory=(), checks=(), trace_dir=trace_dir, analysis=analysis_record(result))}
+    return build_record(run_dir=run_dir or facts.source, config=config, env=env, modes=modes, job=facts)
+
+
+def to_json(analysis: TraceAnalysis) -> dict[str, Any]:
+    """The `analyze --json` record as JSON has it."""
+    plain: dict[str, Any] = as_json(analysis_record(analysis))
+    return plain

@@ -11,18 +11,18 @@ windows, the slowest rank per step; there is no memory or verification for a job
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from profile_overlap.analysis.cross_rank import TraceAnalysis
 from profile_overlap.analysis.folder import analyze_dir
-from profile_overlap.analysis.record import timeline_record, to_json
+from profile_overlap.analysis.record import timeline_record, traced_record
 from profile_overlap.api import layout
 from profile_overlap.core import status
+from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, STATUS_JSON, TIMELINE_JSON
 from profile_overlap.core.io import write_json_atomic
-from profile_overlap.record.metrics import SCHEMA_VERSION, ModeMetrics, RunMetrics, StepTimes
-from profile_overlap.record.summary import with_summary
+from profile_overlap.record.load import load_metrics
+from profile_overlap.record.metrics import JOB, Env, JobFacts, RankEnv, RunMetrics, StepTimes
 
 STEP_METHOD = "ProfilerStep windows of the profiled steps (slowest rank per step)"
 LAUNCHER = "own job"
@@ -48,66 +48,63 @@ def job_record(job_dir: Path, result: TraceAnalysis, *, cycle: int | None = None
     for r in result.ranks:
         for s in r.steps:
             slowest[s.step] = max(slowest.get(s.step, 0.0), s.step_us / 1e3)
-    world = max([result.world_size, *(s.get("world_size", 1) for s in states.values())])
+    world = max([result.world_size, *(s.world_size for s in states.values())])
     found = sorted(r.rank for r in result.ranks)
-    mode = ModeMetrics(
-        mode=layout.JOB_MODE,
-        step_time=StepTimes.from_times([slowest[k] for k in sorted(slowest)], method=STEP_METHOD),
-        memory=(),
-        checks=(),
-        trace_dir=".",
-        analysis=to_json(result),
+    facts = JobFacts(
+        kind=JOB,
+        source=str(job_dir),
+        trace_files=sum(len(r.files) for r in result.ranks),
+        profiled_steps=len(slowest),
+        profiled_ranks=tuple(found),
+        missing_ranks=tuple(sorted(set(range(world)) - set(found))) if len(found) < world else (),
+        dropped_traces=layout.num_dropped(job_dir),
+        cycles="all" if cycle is None else f"cycle {cycle} only (the job is running)",
     )
+    # The same facts in the config, as records before RunMetrics.job had them (other tools read them there).
     config = {
         "mode": layout.JOB_MODE,
         "job": Path(job_dir).name,
         "log_dir": str(Path(job_dir).parent),
-        "trace_files": sum(len(r.files) for r in result.ranks),
-        "profiled_steps": len(slowest),
-        "profiled_ranks": found,
-        "missing_ranks": sorted(set(range(world)) - set(found)) if len(found) < world else [],
-        "dropped_traces": layout.num_dropped(job_dir),
-        "cycles": "all" if cycle is None else f"cycle {cycle} only (the job is running)",
+        "trace_files": facts.trace_files,
+        "profiled_steps": facts.profiled_steps,
+        "profiled_ranks": list(facts.profiled_ranks),
+        "missing_ranks": list(facts.missing_ranks),
+        "dropped_traces": facts.dropped_traces,
+        "cycles": facts.cycles,
     }
-    return with_summary(
-        RunMetrics(
-            schema_version=SCHEMA_VERSION,
-            run_dir=str(job_dir),
-            config=config,
-            env=_env(states, result, world),
-            modes={layout.JOB_MODE: mode},
-            checks=(),
-            speedup=None,
-        )
+    step_time = StepTimes.from_times([slowest[k] for k in sorted(slowest)], method=STEP_METHOD)
+    return traced_record(
+        result, mode=layout.JOB_MODE, step_time=step_time, trace_dir=".", facts=facts, config=config, env=_env(states, result, world)
     )
 
 
-def _env(states: dict[int, dict], result: TraceAnalysis, world: int) -> dict:
+def _env(states: dict[int, layout.RankState], result: TraceAnalysis, world: int) -> Env:
     """What the ranks recorded about themselves (state files); from the traces alone for a folder of
     others' traces."""
-    first = states[min(states)] if states else {}
-    ranks = [{k: s.get(k) for k in ("rank", "host", "pid", "local_rank", "node_rank", "device")} for _, s in sorted(states.items())]
+    first = states[min(states)] if states else layout.RankState(rank=0)
+    ranks = tuple(
+        RankEnv(rank=s.rank, host=s.host, pid=s.pid, local_rank=s.local_rank, node_rank=s.node_rank, device=s.device)
+        for _, s in sorted(states.items())
+    )
     if not ranks:
-        ranks = [
-            {"rank": r.rank, "host": "?", "pid": None, "local_rank": None, "node_rank": None, "device": r.device} for r in result.ranks
-        ]
-    backend = first.get("backend") or next((r.backend for r in result.ranks if r.backend), None)
-    return {
-        "date": min((s["started"] for s in states.values() if s.get("started")), default=None),
-        "command": first.get("command"),
-        "launcher": LAUNCHER,
-        "python": first.get("python"),
-        "torch": first.get("torch"),
-        "cuda": first.get("cuda"),
-        "nccl": first.get("nccl"),
-        "gloo": first.get("gloo"),
-        "backend": backend,
-        "device_type": first.get("device_type") or result.ranks[0].device,
-        "world_size": world,
-        "num_nodes": len({r["node_rank"] for r in ranks}) if states else None,
-        "hosts": sorted({r["host"] for r in ranks if r["host"] != "?"}),
-        "ranks": ranks,
-    }
+        ranks = tuple(RankEnv(rank=r.rank, host="?", device=r.device) for r in result.ranks)
+    backend = first.backend or next((r.backend for r in result.ranks if r.backend), None)
+    return Env(
+        date=min((s.started for s in states.values() if s.started), default=None),
+        command=first.command,
+        launcher=LAUNCHER,
+        python=first.python,
+        torch=first.torch,
+        cuda=first.cuda,
+        nccl=first.nccl,
+        gloo=first.gloo,
+        backend=backend,
+        device_type=first.device_type or result.ranks[0].device,
+        world_size=world,
+        num_nodes=len({r.node_rank for r in ranks}) if states else None,
+        hosts=tuple(sorted({r.host for r in ranks if r.host is not None and r.host != "?"})),
+        ranks=ranks,
+    )
 
 
 def write_record(job_dir: Path, metrics: RunMetrics, result: TraceAnalysis, *, final: bool) -> None:
@@ -118,11 +115,10 @@ def write_record(job_dir: Path, metrics: RunMetrics, result: TraceAnalysis, *, f
     if not final:
         status.write(job_dir, "running")
         return
-    from profile_overlap.api import report
-    from profile_overlap.render import tensorboard
+    from profile_overlap.render import tensorboard, write
 
     tensorboard.write_run(job_dir, metrics)
-    report.write(job_dir, metrics)
+    write.write(job_dir, metrics, check_status=False)
     status.write(job_dir, "succeeded")
 
 
@@ -135,9 +131,10 @@ def finish_job(job_dir: Path, *, warn=None, max_workers: int | None = None) -> R
 
 def is_job_record(run_dir: Path) -> bool:
     """Whether run_dir's metrics.json is a job's record (not a run of ours)."""
+    path = Path(run_dir) / METRICS_JSON
     try:
-        return json.loads((Path(run_dir) / METRICS_JSON).read_text())["config"].get("mode") == layout.JOB_MODE
-    except (OSError, ValueError, KeyError, AttributeError):
+        return path.is_file() and load_metrics(path).job is not None
+    except UserError:
         return False
 
 
@@ -160,6 +157,6 @@ def write_report(
     run_dir = ensure_record(Path(path))
     if not is_job_record(run_dir):
         return None
-    from profile_overlap.api import report
+    from profile_overlap.render import write
 
-    return run_dir, report.write(run_dir, out=out, formats=formats)
+    return run_dir, write.write(run_dir, out=out, formats=formats)

@@ -27,15 +27,18 @@ import shutil
 import time
 from pathlib import Path
 
+import msgspec
+
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON
 from profile_overlap.core.io import write_text_atomic
+from profile_overlap.record import metrics
 
 STATE_DIR = ".profile_overlap"
 TRACE_SUFFIX = ".pt.trace.json.gz"
 PARTIAL_PREFIX = ".partial-"
 """A trace being written: hidden, and never ending in .json, so no reader takes it for a trace."""
-JOB_MODE = "job"
+JOB_MODE = metrics.JOB_MODE
 """The one mode of a job's record."""
 JOB_ENV = "PROFILE_OVERLAP_JOB"
 WAIT_ENV = "PROFILE_OVERLAP_JOB_WAIT_S"
@@ -92,15 +95,39 @@ def write_state(job_dir: Path, rank: int, state: dict) -> None:
     write_text_atomic(path, json.dumps(state, indent=1))
 
 
-def read_states(job_dir: Path) -> dict[int, dict]:
+class RankState(msgspec.Struct, frozen=True, kw_only=True):
+    """A rank's state file: what the rank is (handler._state writes it; env.json's fields for a job)."""
+
+    rank: int
+    world_size: int = 1
+    worker: str = ""
+    """The trace file name's worker part (torch.profiler's worker_name)."""
+    host: str | None = None
+    pid: int | None = None
+    local_rank: int | None = None
+    node_rank: int | None = None
+    device: str | None = None
+    device_type: str | None = None
+    backend: str | None = None
+    python: str | None = None
+    torch: str | None = None
+    cuda: str | None = None
+    nccl: str | None = None
+    gloo: str | None = None
+    command: str | None = None
+    started: str | None = None
+    """When the rank's handler started (UTC, ISO 8601)."""
+
+
+def read_states(job_dir: Path) -> dict[int, RankState]:
     """Every rank's state file, by rank (unreadable ones left out: the record says what is missing)."""
     states = {}
     for path in sorted((Path(job_dir) / STATE_DIR).glob("rank*.state")):
         try:
-            state = json.loads(path.read_text())
-            states[int(state["rank"])] = state
-        except (OSError, ValueError, KeyError, TypeError):
+            state = msgspec.json.decode(path.read_bytes(), type=RankState)
+        except (OSError, msgspec.DecodeError):
             continue
+        states[state.rank] = state
     return states
 
 
@@ -202,5 +229,5 @@ def find_job_dir(path: Path) -> Path:
 
 def _started(job_dir: Path) -> tuple:
     """When the job began (its earliest rank state), then its name: the latest job sorts last."""
-    times = [s.get("started", "") for s in read_states(job_dir).values()]
+    times = [s.started or "" for s in read_states(job_dir).values()]
     return (min(times) if times else "", job_dir.name)

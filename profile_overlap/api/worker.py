@@ -98,7 +98,7 @@ class RankWorker:
         paths: dict[int, Path] = {}
         while True:
             states, done = layout.read_states(self.job_dir), layout.done_ranks(self.job_dir)
-            traces = {r: layout.traces_of(self.job_dir, s["worker"]) for r, s in states.items() if r != self.rank}
+            traces = {r: layout.traces_of(self.job_dir, s.worker) for r, s in states.items() if r != self.rank}
             paths = {r: t[cycle - 1] for r, t in traces.items() if len(t) >= cycle}
             if all(r in paths or r in done for r in traces) or time.monotonic() > started + LIVE_WAIT_S:
                 break
@@ -156,8 +156,8 @@ class RankWorker:
             say(f"profile_overlap: left out of the record: {message}")
         x = metrics.summary.modes[layout.JOB_MODE]
         numbers = "" if x.overlap_pct is None else f"overlap {x.overlap_pct:.1f}%, exposed comm {x.exposed_comm_ms:.2f} ms per step; "
-        missing = metrics.config["missing_ranks"]
-        absent = f"ranks missing: {', '.join(map(str, missing))}; " if missing else ""
+        missing_ranks = metrics.job.missing_ranks if metrics.job else ()
+        absent = f"ranks missing: {', '.join(map(str, missing_ranks))}; " if missing_ranks else ""
         say(f"profile_overlap: job {self.job_dir.name}: {numbers}{absent}report {self.job_dir / 'report.html'}")
 
     def close(self) -> None:

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import write_json_atomic
-from profile_overlap.render.integrity import console_lines as integrity_lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,108 +64,12 @@ def parse_steps(text: str) -> tuple[int | None, int | None]:
         raise argparse.ArgumentTypeError(f"{text!r} is not A:B with whole step numbers (e.g. 3:5, 3:, :5 or 4)") from None
 
 
-def _fmt(x: float | None, digits: int = 1) -> str:
-    return "-" if x is None else f"{x:,.{digits}f}"
-
-
-def _bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:,.2f} {unit}"
-    return f"{n} B"
-
-
-def render(analysis, console) -> None:
-    """Tables from the analysis record; nothing is recomputed here."""
-    from rich.table import Table
-
-    waits = {w.rank: w for w in analysis.waits}
-    title = f"Overlap per rank: {analysis.source} (world size {analysis.world_size})"
-    if analysis.hta_compat:
-        title += ", HTA-compatible (last step dropped)"
-    t = Table(title=title, title_justify="left")
-    for col in ("rank", "device", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap %", "wait_us", "transfer_us"):
-        t.add_column(col, justify="left" if col == "device" else "right")
-    for r in analysis.ranks:
-        w = waits.get(r.rank)
-        mark = " (slowest)" if r.rank == analysis.slowest_rank else ""
-        t.add_row(
-            f"{r.rank}{mark}",
-            r.device,
-            _fmt(r.comm_us),
-            _fmt(r.compute_us),
-            _fmt(r.overlap_us),
-            _fmt(r.exposed_comm_us),
-            _fmt(r.overlap_pct, 2),
-            _fmt(w.wait_us if w and w.matched else None),
-            _fmt(w.transfer_us if w and w.matched else None),
-        )
-    console.print(t)
-
-    t = Table(title="Collectives per rank (totals; algbw = S/t, busbw = algbw * factor(kind, n), as nccl-tests)", title_justify="left")
-    for col in ("rank", "kind", "count", "n", "bytes", "dur_us", "algbw GB/s", "busbw GB/s"):
-        t.add_column(col, justify="left" if col == "kind" else "right")
-    for r in analysis.ranks:
-        for c in r.collectives:
-            t.add_row(
-                str(r.rank),
-                c.kind,
-                str(c.count),
-                str(c.group_size or "-"),
-                _bytes(c.nbytes),
-                _fmt(c.dur_us),
-                _fmt(c.algbw_gbps, 2),
-                _fmt(c.busbw_gbps, 2),
-            )
-    console.print(t)
-
-    t = Table(title="Profiler steps (each metric clipped to the ProfilerStep#N window)", title_justify="left")
-    for col in ("rank", "step", "step_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap %"):
-        t.add_column(col, justify="right")
-    for r in analysis.ranks:
-        for s in r.steps:
-            t.add_row(
-                str(r.rank),
-                str(s.step),
-                _fmt(s.step_us),
-                _fmt(s.comm_us),
-                _fmt(s.compute_us),
-                _fmt(s.overlap_us),
-                _fmt(s.exposed_comm_us),
-                _fmt(s.overlap_pct, 2),
-            )
-    if t.row_count:
-        console.print(t)
-    else:
-        console.print("No ProfilerStep#N annotations: per-step metrics need prof.step() in the training loop.")
-
-    if analysis.slowest_rank is not None:
-        console.print(
-            f"Wait vs transfer: each collective call is matched across ranks by process group, kind and order; "
-            f"transfer = the fastest rank's duration, wait = the rest. Rank {analysis.slowest_rank} waits least: "
-            f"the others wait for it."
-        )
-    if analysis.exposed is not None:
-        from profile_overlap.render.exposed import console_lines
-
-        for line in console_lines("these traces", analysis.exposed):
-            console.print(line, markup=False)
-    for r in analysis.ranks:
-        for note in r.notes:
-            console.print(f"note: {note}", style="yellow")
-    styles = {"error": "bold red", "warning": "yellow"}
-    for line in integrity_lines(analysis.integrity.checks):
-        status = next((s for s in styles if line.startswith(f"integrity: {s.upper()}")), None)
-        console.print(line, style=styles.get(status, ""), markup=False)
-
-
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from profile_overlap.analysis.folder import analyze_dir
     from profile_overlap.analysis.record import to_json
+    from profile_overlap.render import analysis_console
 
     def warn(message: str) -> None:
         print(f"warning: {message}", file=sys.stderr)
@@ -188,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         analysis = analyze_dir(args.dir, warn=warn, **options)
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 140))
-    render(analysis, Console(width=width, highlight=False))
+    analysis_console.render(analysis, Console(width=width, highlight=False))
     if args.json:
         try:
             args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -1,1 +1,2 @@
-"""The metrics record: typed dataclasses for metrics.json, JSON in and out, the schema version."""
+"""The typed record: msgspec Structs for metrics.json, each mode's analysis and timeline.json, the one
+builder of a record (build.py), its derived numbers (summary.py) and its reading back (load.py, folder.py)."""

@@ -3,22 +3,33 @@ anything that is not a finished (or failed) run."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, STATUS_JSON, TIMELINE_JSON
+from profile_overlap.record.load import load_metrics
 from profile_overlap.record.metrics import RunMetrics
-from profile_overlap.record.summary import load_metrics
+from profile_overlap.record.timeline import Timeline, load_timeline
+
+
+class RunStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """status.json (core/status.py writes it)."""
+
+    state: str
+    """running, succeeded, failed or interrupted."""
+    time: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
 class Run:
     dir: Path
     metrics: RunMetrics
-    timeline: dict | None
-    status: dict | None
+    timeline: Timeline | None
+    status: RunStatus | None
     """status.json; None while the run itself renders its report (the run is finishing)."""
 
     @property
@@ -27,7 +38,7 @@ class Run:
 
     @property
     def failed(self) -> bool:
-        return not self.metrics.passed or (self.status is not None and self.status.get("state") in ("failed", "interrupted"))
+        return not self.metrics.passed or (self.status is not None and self.status.state in ("failed", "interrupted"))
 
 
 def load_run(run_dir: Path) -> Run:
@@ -41,29 +52,25 @@ def load_run(run_dir: Path) -> Run:
             f"{run_dir} is not a run folder (no status.json or metrics.json): give a folder made by "
             "`profile_overlap run`; for bare trace folders use `profile_overlap analyze`"
         )
-    status = _read_json(status_path) if status_path.is_file() else None
+    status = _read_status(status_path) if status_path.is_file() else None
     if not metrics_path.is_file():
-        state = (status or {}).get("state", "unknown")
-        reason = (status or {}).get("reason") or "no reason recorded"
+        state = status.state if status else "unknown"
+        reason = (status.reason if status else None) or "no reason recorded"
         if state == "running":
             raise UserError(f"{run_dir} is still running (or was killed) and has no metrics.json yet: wait for it to finish, or rerun it")
         raise UserError(
             f"run {run_dir.name} {state.upper()} before writing metrics.json ({reason}): nothing to report; fix the cause and rerun"
         )
-    try:
-        metrics = load_metrics(metrics_path)
-    except (ValueError, KeyError, TypeError) as err:
-        raise UserError(
-            f"{metrics_path} is not a metrics record this version can read ({type(err).__name__}: {err}): "
-            "rerun, or report with the version that made it"
-        ) from None
+    metrics = load_metrics(metrics_path)
     timeline_path = run_dir / TIMELINE_JSON
-    timeline = _read_json(timeline_path) if timeline_path.is_file() else None
+    timeline = load_timeline(timeline_path) if timeline_path.is_file() else None
     return Run(dir=run_dir, metrics=metrics, timeline=timeline, status=status)
 
 
-def _read_json(path: Path) -> dict:
+def _read_status(path: Path) -> RunStatus:
     try:
-        return json.loads(path.read_text())
-    except ValueError as err:
+        return msgspec.json.decode(path.read_bytes(), type=RunStatus)
+    except msgspec.ValidationError as err:
+        raise UserError(f"{path}: {err}: not a status this version can read; rerun") from None
+    except msgspec.DecodeError as err:
         raise UserError(f"{path} is not valid JSON ({err}): the run folder is damaged; rerun") from None

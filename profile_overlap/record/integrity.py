@@ -1,14 +1,15 @@
-"""The integrity checks of a record, typed: read back from an `analyze --json` record's
-`integrity` key (each mode's `analysis` in metrics.json). Renderers read these, never the raw
-dicts; the checks themselves are computed once, by the analysis (analysis/integrity.py)."""
+"""The integrity checks of a record, typed: each mode's `analysis.integrity` in metrics.json and the
+`integrity` of an `analyze --json` record. The checks themselves are computed once, by the analysis
+(analysis/integrity.py); renderers read these fields."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
 
 
-@dataclass(frozen=True)
-class IntegrityCheck:
+class IntegrityCheck(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     status: str
     """ok, warning or error."""
@@ -18,14 +19,15 @@ class IntegrityCheck:
     """One line: what it means for the numbers."""
     affects: tuple[str, ...] = ()
     """The numbers that rest on this check."""
-    figures: dict = field(default_factory=dict)
+    figures: dict[str, Any] = {}
+    """The check's own numbers, as JSON has them (string keys)."""
 
 
-@dataclass(frozen=True)
-class IntegrityRecord:
-    checks: tuple[IntegrityCheck, ...]
-    clock_offsets_us: dict[str, float | None]
-    clock_uncertainty_us: dict[str, float | None]
+class IntegrityRecord(msgspec.Struct, frozen=True, kw_only=True):
+    checks: tuple[IntegrityCheck, ...] = ()
+    clock_offsets_us: dict[str, float | None] = {}
+    """Per rank (a string key), its clock offset against the reference rank; None where unknown."""
+    clock_uncertainty_us: dict[str, float | None] = {}
     clock_moved: tuple[int, ...] = ()
     """The ranks whose times the cross-rank views move by their offset (larger than its uncertainty)."""
 
@@ -36,26 +38,3 @@ class IntegrityRecord:
     def failed(self) -> tuple[IntegrityCheck, ...]:
         """The checks that are not ok, errors first."""
         return self.with_status("error") + self.with_status("warning")
-
-
-def integrity_of(analysis: dict | None) -> IntegrityRecord | None:
-    """The integrity of an `analyze --json` record; None for records written before it existed."""
-    data = (analysis or {}).get("integrity")
-    if not data:
-        return None
-    return IntegrityRecord(
-        checks=tuple(
-            IntegrityCheck(
-                name=c["name"],
-                status=c["status"],
-                detail=c["detail"],
-                meaning=c.get("meaning", ""),
-                affects=tuple(c.get("affects", ())),
-                figures=c.get("figures", {}),
-            )
-            for c in data.get("checks", ())
-        ),
-        clock_offsets_us=dict(data.get("clock_offsets_us", {})),
-        clock_uncertainty_us=dict(data.get("clock_uncertainty_us", {})),
-        clock_moved=tuple(data.get("clock_moved", ())),
-    )

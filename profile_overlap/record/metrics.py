@@ -1,16 +1,23 @@
-"""The metrics record: one frozen dataclass tree per run, written once as metrics.json. Renderers
-read it and never recompute; every number here is defined in the README's "Metrics" section."""
+"""The metrics record: one tree of frozen msgspec Structs per run, written once as metrics.json
+(field names are the JSON keys; record/summary.py reads it back with msgspec).
+
+Renderers (console, TensorBoard, reports) read this record and never recompute. Every number
+here is defined in the README's "Metrics" section.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import statistics
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import msgspec
 
 from profile_overlap.core.errors import UserError
-from profile_overlap.record.exposed import Exposed, from_builtins
+from profile_overlap.record.analysis import AnalysisRecord, as_json
+from profile_overlap.record.exposed import Exposed
 from profile_overlap.record.noise import NoiseSummary, percentile
 
 SCHEMA_VERSION = 3
@@ -21,12 +28,21 @@ split_blocking_step_ms, overlap_yield_ms and overlap_yield_pct. Any set of modes
 (torch's ddp and fsdp2 too): each mode's collectives per phase (ModeSummary.phase_collectives), their
 bytes against the model's parameter bytes (ModeSummary.bytes_checks) and every mode's speedup over the
 first (RunSummary.speedup_vs_first). Records of versions 1 and 2 get their summary recomputed when
-they are read (record.summary.load_metrics). Keys added since, without a new version:
---repeats (StepTimes.blocks_ms, RunMetrics.rounds, RunSummary.noise; absent from older records, read as none)."""
+they are read (record.load.load_metrics). Keys added since, without a new version:
+--repeats (StepTimes.blocks_ms, RunMetrics.rounds, RunSummary.noise; absent from older records, read as none);
+the facts of a record built from traces alone (RunMetrics.job; older job records get it from their config when read)."""
+
+JOB_MODE = "job"
+"""The one mode of a job's record."""
+FOLDER_MODE = "trace"
+"""The one mode of a bare folder's record."""
+JOB = "job"
+"""JobFacts.kind of a job traced by profile_overlap.trace_handler (api/)."""
+FOLDER = "folder"
+"""JobFacts.kind of a bare folder of others' traces (`analyze --tensorboard`)."""
 
 
-@dataclass(frozen=True)
-class StepTimes:
+class StepTimes(msgspec.Struct, frozen=True, kw_only=True):
     """Unprofiled step times of one mode. A step's time is the slowest rank's."""
 
     times_ms: tuple[float, ...]
@@ -43,7 +59,7 @@ class StepTimes:
     """times_ms cut into its blocks, one per round (--repeats); empty in records before --repeats."""
 
     @classmethod
-    def from_times(cls, times_ms: list[float], *, method: str, blocks_ms: tuple = ()) -> StepTimes:
+    def from_times(cls, times_ms: Sequence[float], *, method: str, blocks_ms: Sequence[Sequence[float]] = ()) -> StepTimes:
         if not times_ms:
             return cls(times_ms=(), median_ms=None, p10_ms=None, p90_ms=None, mean_ms=None, min_ms=None, max_ms=None, method=method)
         ordered = sorted(times_ms)
@@ -60,8 +76,7 @@ class StepTimes:
         )
 
 
-@dataclass(frozen=True)
-class Memory:
+class Memory(msgspec.Struct, frozen=True, kw_only=True):
     """Bytes one rank holds in one mode."""
 
     rank: int
@@ -72,8 +87,7 @@ class Memory:
     """torch.cuda.max_memory_allocated during the mode; None on CPU."""
 
 
-@dataclass(frozen=True)
-class CheckResult:
+class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     passed: bool
     max_abs_err: float | None
@@ -100,8 +114,7 @@ class CheckResult:
         return f"{self.name}: {verdict} ({error} at {where}; tolerance {self.tolerance:.3g} relative; {self.num_checked} checks)"
 
 
-@dataclass(frozen=True)
-class Spread:
+class Spread(msgspec.Struct, frozen=True, kw_only=True):
     """A value over ranks: its mean, least and greatest."""
 
     mean: float
@@ -109,8 +122,7 @@ class Spread:
     max: float
 
 
-@dataclass(frozen=True)
-class CollectiveRow:
+class CollectiveRow(msgspec.Struct, frozen=True, kw_only=True):
     """One collective kind of one mode, over ranks (definitions: "Per mode")."""
 
     kind: str
@@ -122,8 +134,7 @@ class CollectiveRow:
     busbw_gbps: Spread | None
 
 
-@dataclass(frozen=True)
-class PhaseSummary:
+class PhaseSummary(msgspec.Struct, frozen=True, kw_only=True):
     """One phase (forward, backward, optimizer) of one mode: per profiled step, mean over ranks
     (definitions: "Phases")."""
 
@@ -139,8 +150,7 @@ class PhaseSummary:
     """Where the ranks' windows of this phase came from: "labels", or torch's own ranges in unlabelled steps (Metrics, Phases)."""
 
 
-@dataclass(frozen=True)
-class OverlapYield:
+class OverlapYield(msgspec.Struct, frozen=True, kw_only=True):
     """The step time won by overlapping (definitions: `overlap_yield_ms`, `overlap_yield_pct`)."""
 
     ms: float
@@ -153,8 +163,7 @@ class OverlapYield:
     """The two modes' step times within run-to-run noise (definitions: `within_noise`)."""
 
 
-@dataclass(frozen=True)
-class PhaseInterference:
+class PhaseInterference(msgspec.Struct, frozen=True, kw_only=True):
     """How much slower a phase's compute ran beside communication (definitions: `interference_pct`)."""
 
     phase: str
@@ -166,8 +175,7 @@ class PhaseInterference:
     """100 * (compute_ms / baseline_compute_ms - 1); None when either is missing or zero."""
 
 
-@dataclass(frozen=True)
-class PhaseCollective:
+class PhaseCollective(msgspec.Struct, frozen=True, kw_only=True):
     """One collective kind issued in one phase of one mode: per profiled step, mean over ranks
     (definitions: "Communication by phase")."""
 
@@ -180,8 +188,7 @@ class PhaseCollective:
     ms_per_step: float
 
 
-@dataclass(frozen=True)
-class BytesCheck:
+class BytesCheck(msgspec.Struct, frozen=True, kw_only=True):
     """A mode's collective bytes per step of one kind and phase against the model's parameter bytes
     (definitions: `bytes_ratio`)."""
 
@@ -195,8 +202,7 @@ class BytesCheck:
     """expected <= ratio <= expected + the padding allowance (record.summary.BYTES_PADDING); None when unknown."""
 
 
-@dataclass(frozen=True)
-class RelativeSpeedup:
+class RelativeSpeedup(msgspec.Struct, frozen=True, kw_only=True):
     """One mode against the run's first mode (definitions: `speedup_vs_first`)."""
 
     mode: str
@@ -208,8 +214,7 @@ class RelativeSpeedup:
     """The two step times within run-to-run noise; None for the first mode itself or untimed modes."""
 
 
-@dataclass(frozen=True)
-class ModeSummary:
+class ModeSummary(msgspec.Struct, frozen=True, kw_only=True):
     """One mode's derived numbers (definitions: "Per mode"). Profiled times are per profiled
     step, mean over ranks; None without profiling. Step times stay in ModeMetrics.step_time."""
 
@@ -237,8 +242,7 @@ class ModeSummary:
     """The (phase, kind) rows whose bytes this mode should move per step; empty when it cannot be checked."""
 
 
-@dataclass(frozen=True)
-class RunSummary:
+class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     """Every number derived from the run's measurements, computed once when the record is built
     (record/summary.py); renderers only read it."""
 
@@ -261,28 +265,84 @@ class RunSummary:
     """The intervals over blocks and the rule every within_noise here follows (record/noise.py)."""
 
 
-@dataclass(frozen=True)
-class ModeMetrics:
+class ModeMetrics(msgspec.Struct, frozen=True, kw_only=True):
     mode: str
     step_time: StepTimes
     memory: tuple[Memory, ...]
     checks: tuple[CheckResult, ...]
     trace_dir: str | None
     """Folder of this mode's traces, relative to the run folder."""
-    analysis: dict | None
+    analysis: AnalysisRecord | None
     """The `analyze --json` record of this mode's traces (schema in the README); None without profiling."""
     model_param_bytes: int | None = None
     """Bytes of the model's parameters (all of them, unsharded and unpadded); None in records before schema 3."""
 
     @property
     def exposed(self) -> Exposed | None:
-        """The analysis record's `exposed`, typed (record/exposed.py); None without it (records before it)."""
-        data = (self.analysis or {}).get("exposed")
-        return from_builtins(data) if data else None
+        """The analysis record's `exposed` (record/exposed.py); None without it (records before it)."""
+        return self.analysis.exposed if self.analysis else None
 
 
-@dataclass(frozen=True)
-class Speedup:
+class RankEnv(msgspec.Struct, frozen=True, kw_only=True):
+    """Where one rank ran."""
+
+    rank: int
+    host: str | None = None
+    """"?" in a folder of others' traces; None where a rank did not record it."""
+    pid: int | None = None
+    local_rank: int | None = None
+    node_rank: int | None = None
+    device: str | None = None
+    """The GPU's name, or the CPU's."""
+
+
+class Env(msgspec.Struct, frozen=True, kw_only=True):
+    """env.json: versions, hosts, ranks and devices, and the command that reruns the job. None where
+    the record's maker did not know it (a job's ranks record theirs; a bare folder of traces has
+    only its world size)."""
+
+    date: str | None = None
+    """When the run started (UTC, ISO 8601)."""
+    command: str | None = None
+    """The command line that reruns it."""
+    launcher: str | None = None
+    """torchrun, python (this package's own launcher) or "own job"."""
+    python: str | None = None
+    torch: str | None = None
+    cuda: str | None = None
+    nccl: str | None = None
+    gloo: str | None = None
+    backend: str | None = None
+    device_type: str | None = None
+    world_size: int
+    num_nodes: int | None = None
+    hosts: tuple[str, ...] = ()
+    ranks: tuple[RankEnv, ...] = ()
+
+
+class JobFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What a record built from traces alone covers: a job's folder (JOB) or a bare folder of traces
+    (FOLDER). Runs of ours have none."""
+
+    kind: str
+    """JOB or FOLDER."""
+    source: str
+    """The folder the traces were read from."""
+    trace_files: int | None
+    """None in a bare folder's record written before RunMetrics.job."""
+    profiled_steps: int
+    """ProfilerStep windows found (the record's step times are theirs)."""
+    profiled_ranks: tuple[int, ...]
+    """The ranks that wrote traces."""
+    missing_ranks: tuple[int, ...] = ()
+    """Ranks of the world that wrote none (never profiled, or their traces are elsewhere)."""
+    dropped_traces: int = 0
+    """Traces the job dropped while writing them (a full disk)."""
+    cycles: str = "all"
+    """The profiler cycles the record covers: all, or one cycle while the job runs."""
+
+
+class Speedup(msgspec.Struct, frozen=True, kw_only=True):
     measured: float
     """sequential median step time / split median step time."""
     predicted: float | None
@@ -290,12 +350,12 @@ class Speedup:
     the sequential mode's communication could hide behind its compute."""
 
 
-@dataclass(frozen=True)
-class RunMetrics:
+class RunMetrics(msgspec.Struct, frozen=True, kw_only=True):
     schema_version: int
     run_dir: str
-    config: dict
-    env: dict
+    config: dict[str, Any]
+    """The run's flags (config.json); a job's or a folder's own few facts."""
+    env: Env
     modes: dict[str, ModeMetrics]
     checks: tuple[CheckResult, ...]
     """Checks across modes (final parameters of every mode equal to the first mode's)."""
@@ -304,6 +364,8 @@ class RunMetrics:
     """None only while the record is being built (record.summary.with_summary fills it)."""
     rounds: tuple[tuple[str, ...], ...] = ()
     """The order the modes ran their blocks of timed steps in, one tuple per round (--repeats)."""
+    job: JobFacts | None = None
+    """What a record built from traces alone covers; None for a run of ours."""
 
     @property
     def passed(self) -> bool:
@@ -312,79 +374,15 @@ class RunMetrics:
     def all_checks(self) -> list[CheckResult]:
         return [c for m in self.modes.values() for c in m.checks] + list(self.checks)
 
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
     @classmethod
-    def from_json(cls, data: dict) -> RunMetrics:
-        modes = {
-            name: ModeMetrics(
-                mode=m["mode"],
-                step_time=_step_times(m["step_time"]),
-                memory=tuple(Memory(**x) for x in m["memory"]),
-                checks=tuple(CheckResult(**c) for c in m["checks"]),
-                trace_dir=m["trace_dir"],
-                analysis=m["analysis"],
-                model_param_bytes=m.get("model_param_bytes"),
-            )
-            for name, m in data["modes"].items()
-        }
-        speedup = Speedup(**data["speedup"]) if data.get("speedup") else None
-        summary = _summary_from_json(data["summary"]) if data.get("summary") else None
-        return cls(
-            schema_version=data["schema_version"],
-            run_dir=data["run_dir"],
-            config=data["config"],
-            env=data["env"],
-            modes=modes,
-            checks=tuple(CheckResult(**c) for c in data["checks"]),
-            speedup=speedup,
-            summary=summary,
-            rounds=tuple(tuple(r) for r in data.get("rounds", ())),
-        )
+    def from_json(cls, data: dict[str, Any]) -> RunMetrics:
+        """The record of JSON already parsed, as it stands (record/load.py also converts older schemas)."""
+        return msgspec.convert(data, cls)
 
-
-def _step_times(d: dict) -> StepTimes:
-    return StepTimes(**{**d, "times_ms": tuple(d["times_ms"]), "blocks_ms": tuple(map(tuple, d.get("blocks_ms", ())))})
-
-
-def _spread_from_json(d: dict | None) -> Spread | None:
-    return Spread(**d) if d else None
-
-
-def _summary_from_json(d: dict) -> RunSummary:
-    modes = {}
-    for name, m in d["modes"].items():
-        rows = tuple(
-            CollectiveRow(
-                **{
-                    **c,
-                    "calls": tuple(c["calls"]),
-                    "time_per_call_us": Spread(**c["time_per_call_us"]),
-                    "algbw_gbps": _spread_from_json(c["algbw_gbps"]),
-                    "busbw_gbps": _spread_from_json(c["busbw_gbps"]),
-                }
-            )
-            for c in m["collectives"]
-        )
-        shares = tuple((rank, share) for rank, share in m.get("wait_share_pct", ()))
-        extra = {
-            "phases": tuple(PhaseSummary(**{**p, "sources": tuple(p.get("sources", ()))}) for p in m.get("phases", ())),
-            "phase_collectives": tuple(PhaseCollective(**p) for p in m.get("phase_collectives", ())),
-            "bytes_checks": tuple(BytesCheck(**c) for c in m.get("bytes_checks", ())),
-        }
-        modes[name] = ModeSummary(**{**m, "collectives": rows, "wait_share_pct": shares, **extra})
-    gain = d.get("overlap_yield")
-    return RunSummary(
-        modes=modes,
-        headline_mode=d["headline_mode"],
-        headline=d["headline"],
-        within_noise=d["within_noise"],
-        overlap_yield=OverlapYield(**gain) if gain else None,
-        interference=tuple(PhaseInterference(**x) for x in d.get("interference", ())),
-        speedup_vs_first=tuple(RelativeSpeedup(**x) for x in d.get("speedup_vs_first", ())),
-        noise=NoiseSummary.from_json(d["noise"]) if d.get("noise") else None,
-    )
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON has it (metrics.json, report.json)."""
+        plain: dict[str, Any] = as_json(self)
+        return plain
 
 
 def ensure_writable_dir(out: Path) -> Path:

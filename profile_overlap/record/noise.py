@@ -13,7 +13,8 @@ import math
 import random
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 CONFIDENCE = 0.95
 """Two-sided confidence level of every interval."""
@@ -45,8 +46,7 @@ SINGLE_RUN_SD = 0.07
 misses drift within the block): 0.069 over 22 A/A pairs of single runs, as RUN_TO_RUN_SD."""
 
 
-@dataclass(frozen=True)
-class Interval:
+class Interval(msgspec.Struct, frozen=True):
     """A CONFIDENCE interval of a number."""
 
     low: float
@@ -56,8 +56,7 @@ class Interval:
         return self.low <= x <= self.high
 
 
-@dataclass(frozen=True)
-class NoiseSummary:
+class NoiseSummary(msgspec.Struct, frozen=True, kw_only=True):
     """A run's noise numbers, computed once with its summary (record/summary.py)."""
 
     rule: str
@@ -74,23 +73,8 @@ class NoiseSummary:
     overlap_yield_ms: Interval | None = None
     """The paired interval of overlap_yield_ms (split-blocking − split, over rounds); None as for speedup."""
 
-    @classmethod
-    def from_json(cls, d: dict) -> NoiseSummary:
-        def interval(x: dict | None) -> Interval | None:
-            return Interval(**x) if x else None
 
-        per_mode = {k: {m: interval(x) for m, x in d[k].items()} for k in ("step_time_ms", "speedup_vs_first")}
-        return cls(
-            rule=d["rule"],
-            num_blocks=d["num_blocks"],
-            **per_mode,
-            speedup=interval(d.get("speedup")),
-            overlap_yield_ms=interval(d.get("overlap_yield_ms")),
-        )
-
-
-@dataclass(frozen=True)
-class RunDifference:
+class RunDifference(msgspec.Struct, frozen=True):
     """One mode's step time in run B against run A (definitions: "Comparing two runs")."""
 
     ratio: float

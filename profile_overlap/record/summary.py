@@ -5,21 +5,21 @@ collectives over ranks and per phase, their bytes against the model's parameter 
 slowest rank; every mode's speedup over the first; the headline numbers; whether sequential and
 split are within run-to-run noise, and the intervals over blocks that decide it (record/noise.py);
 the overlap yield and the interference per phase of split against split-blocking) and `speedup`
-computes `RunMetrics.speedup`. The harness calls both before writing metrics.json; `load_metrics`
+computes `RunMetrics.speedup`. The harness calls both before writing metrics.json; record/load.py
 recomputes the summary of a record of an older schema.
 Renderers (console, reports, TensorBoard, the Overlap tab, sweeps) only read the result.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import statistics
-from pathlib import Path
+from collections.abc import Sequence
+
+import msgspec
 
 from profile_overlap.record import noise
+from profile_overlap.record.analysis import RankRecord
 from profile_overlap.record.metrics import (
-    SCHEMA_VERSION,
     BytesCheck,
     CollectiveRow,
     ModeMetrics,
@@ -128,10 +128,10 @@ def speedup(modes: dict[str, ModeMetrics]) -> Speedup | None:
     seq, split = modes["sequential"], modes["split"]
     measured = seq.step_time.median_ms / split.step_time.median_ms
     predicted = None
-    if seq.analysis:
-        ranks = seq.analysis["ranks"]
-        comm = sum(r["comm_us"] for r in ranks) / len(ranks)
-        compute = sum(r["compute_us"] for r in ranks) / len(ranks)
+    if seq.analysis and seq.analysis.ranks:
+        ranks = seq.analysis.ranks
+        comm = sum(r.comm_us for r in ranks) / len(ranks)
+        compute = sum(r.compute_us for r in ranks) / len(ranks)
         if max(comm, compute) > 0:
             predicted = (comm + compute) / max(comm, compute)
     return Speedup(measured=measured, predicted=predicted)
@@ -141,19 +141,19 @@ def _spread(values: list[float]) -> Spread:
     return Spread(mean=statistics.fmean(values), min=min(values), max=max(values))
 
 
-def _collectives(ranks: list[dict]) -> tuple[CollectiveRow, ...]:
+def _collectives(ranks: Sequence[RankRecord]) -> tuple[CollectiveRow, ...]:
     rows = []
-    for kind in sorted({c["kind"] for r in ranks for c in r["collectives"]}):
-        per_rank = [c for r in ranks for c in r["collectives"] if c["kind"] == kind]
-        sized = [c for c in per_rank if c["nbytes"]]
-        alg = [c["algbw_gbps"] for c in per_rank if c["algbw_gbps"] is not None]
-        bus = [c["busbw_gbps"] for c in per_rank if c["busbw_gbps"] is not None]
+    for kind in sorted({c.kind for r in ranks for c in r.collectives}):
+        per_rank = [c for r in ranks for c in r.collectives if c.kind == kind]
+        sized = [c.nbytes / c.count for c in per_rank if c.nbytes]
+        alg = [c.algbw_gbps for c in per_rank if c.algbw_gbps is not None]
+        bus = [c.busbw_gbps for c in per_rank if c.busbw_gbps is not None]
         rows.append(
             CollectiveRow(
                 kind=kind,
-                size_per_call=statistics.fmean(c["nbytes"] / c["count"] for c in sized) if sized else None,
-                calls=(min(c["count"] for c in per_rank), max(c["count"] for c in per_rank)),
-                time_per_call_us=_spread([c["dur_us"] / c["count"] for c in per_rank]),
+                size_per_call=statistics.fmean(sized) if sized else None,
+                calls=(min(c.count for c in per_rank), max(c.count for c in per_rank)),
+                time_per_call_us=_spread([c.dur_us / c.count for c in per_rank]),
                 algbw_gbps=_spread(alg) if alg else None,
                 busbw_gbps=_spread(bus) if bus else None,
             )
@@ -161,52 +161,62 @@ def _collectives(ranks: list[dict]) -> tuple[CollectiveRow, ...]:
     return tuple(rows)
 
 
-def _wait_share_pct(rank: dict) -> float | None:
+def _wait_share_pct(rank: RankRecord) -> float | None:
     """definitions: `wait_share_pct`."""
-    if rank.get("wait_us") is None:
+    if rank.wait_us is None:
         return None
-    total = rank["wait_us"] + rank["transfer_us"]
-    return 100 * rank["wait_us"] / total if total else None
+    total = rank.wait_us + (rank.transfer_us or 0.0)
+    return 100 * rank.wait_us / total if total else None
 
 
-def _phases(ranks: list[dict], steps: int) -> tuple[PhaseSummary, ...]:
+PHASE_FIELDS = ("window_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us")
+"""PhaseRecord's numbers, in PhaseSummary's order (each in ms there)."""
+
+
+def _phases(ranks: Sequence[RankRecord], steps: int) -> tuple[PhaseSummary, ...]:
     """Each phase's numbers per profiled step, mean over ranks (a rank without the phase counts 0),
     and where its windows came from. Empty when no rank's trace has phases (records before
     schema 3, others' traces without labels or torch's ranges)."""
-    keys = ("window_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us")
     totals: dict[str, list[float]] = {}
     sources: dict[str, dict[str, None]] = {}
     for r in ranks:
-        for p in r.get("phases", ()):
-            acc = totals.setdefault(p["phase"], [0.0] * len(keys))
-            for i, key in enumerate(keys):
-                acc[i] += p[key] or 0.0
-            sources.setdefault(p["phase"], {}).update(dict.fromkeys(p.get("sources", ())))
+        for p in r.phases:
+            acc = totals.setdefault(p.phase, [0.0] * len(PHASE_FIELDS))
+            for i, key in enumerate(PHASE_FIELDS):
+                acc[i] += getattr(p, key) or 0.0
+            sources.setdefault(p.phase, {}).update(dict.fromkeys(p.sources))
     names = [p for p in PHASE_ORDER if p in totals] + sorted(p for p in totals if p not in PHASE_ORDER)
-    return tuple(PhaseSummary(name, *(x / len(ranks) / steps / 1e3 for x in totals[name]), sources=tuple(sources[name])) for name in names)
+    per_step = {name: [x / len(ranks) / steps / 1e3 for x in totals[name]] for name in names}
+    return tuple(
+        PhaseSummary(phase=name, window_ms=w, comm_ms=c, compute_ms=x, hidden_ms=h, exposed_comm_ms=e, sources=tuple(sources[name]))
+        for name, (w, c, x, h, e) in per_step.items()
+    )
 
 
-def _phase_collectives(ranks: list[dict], steps: int) -> tuple[PhaseCollective, ...]:
+def _phase_collectives(ranks: Sequence[RankRecord], steps: int) -> tuple[PhaseCollective, ...]:
     """Each (phase, kind) of the ranks' phase_collectives per profiled step, mean over ranks (a rank
     without the row counts 0); bytes None when some rank's size is unknown. In phase order, then kind."""
-    totals: dict[tuple[str, str], list] = {}
+    calls: dict[tuple[str, str], int] = {}
+    nbytes: dict[tuple[str, str], int | None] = {}
+    dur_us: dict[tuple[str, str], float] = {}
     for r in ranks:
-        for c in r.get("phase_collectives") or ():
-            acc = totals.setdefault((c["phase"], c["kind"]), [0, 0, 0.0])
-            acc[0] += c["count"]
-            acc[1] = None if acc[1] is None or c["nbytes"] is None else acc[1] + c["nbytes"]
-            acc[2] += c["dur_us"]
+        for c in r.phase_collectives:
+            key = (c.phase, c.kind)
+            calls[key] = calls.get(key, 0) + c.count
+            before = nbytes.get(key, 0)
+            nbytes[key] = None if before is None or c.nbytes is None else before + c.nbytes
+            dur_us[key] = dur_us.get(key, 0.0) + c.dur_us
     order = {p: i for i, p in enumerate((*PHASE_ORDER, OTHER_PHASE))}
     n = len(ranks) * steps
     return tuple(
         PhaseCollective(
             phase=phase,
             kind=kind,
-            calls_per_step=count / n,
-            bytes_per_step=None if nbytes is None else nbytes / n,
-            ms_per_step=dur_us / n / 1e3,
+            calls_per_step=calls[phase, kind] / n,
+            bytes_per_step=None if nbytes[phase, kind] is None else nbytes[phase, kind] / n,
+            ms_per_step=dur_us[phase, kind] / n / 1e3,
         )
-        for (phase, kind), (count, nbytes, dur_us) in sorted(totals.items(), key=lambda x: (order.get(x[0][0], len(order)), x[0]))
+        for phase, kind in sorted(calls, key=lambda k: (order.get(k[0], len(order)), k))
     )
 
 
@@ -228,22 +238,28 @@ def bytes_checks(mode: str, rows: tuple[PhaseCollective, ...], param_bytes: int 
 
 def summarize_mode(mode: ModeMetrics, *, reshard: bool = True) -> ModeSummary:
     """`reshard`: the run's fsdp2 gathers parameters again in backward (config reshard_after_forward)."""
-    comm = compute = overlap = exposed = pct = slowest = None
-    shares: tuple = ()
-    phases: tuple = ()
-    attributed: tuple = ()
-    ranks = mode.analysis["ranks"] if mode.analysis else []
-    if ranks:
+    comm = compute = overlap = exposed = pct = None
+    slowest: int | None = None
+    shares: tuple[tuple[int, float | None], ...] = ()
+    phases: tuple[PhaseSummary, ...] = ()
+    attributed: tuple[PhaseCollective, ...] = ()
+    ranks = mode.analysis.ranks if mode.analysis else ()
+    if mode.analysis and ranks:
         # Per profiled step, averaged over ranks: the analysis record's per-rank totals cover all profiled steps.
-        steps = max(len(r["steps"]) for r in ranks) or 1
+        steps = max(len(r.steps) for r in ranks) or 1
         phases = _phases(ranks, steps)
         attributed = _phase_collectives(ranks, steps)
-        comm, compute, overlap, exposed = (
-            sum(r[k] for r in ranks) / len(ranks) / steps / 1e3 for k in ("comm_us", "compute_us", "overlap_us", "exposed_comm_us")
-        )
+
+        def per_step_ms(total_us: float) -> float:
+            return total_us / len(ranks) / steps / 1e3
+
+        comm = per_step_ms(sum(r.comm_us for r in ranks))
+        compute = per_step_ms(sum(r.compute_us for r in ranks))
+        overlap = per_step_ms(sum(r.overlap_us for r in ranks))
+        exposed = per_step_ms(sum(r.exposed_comm_us for r in ranks))
         pct = 100 * overlap / comm if comm else None
-        slowest = mode.analysis.get("slowest_rank")  # decided by the analysis (absent from records before schema 2)
-        shares = tuple((r["rank"], _wait_share_pct(r)) for r in ranks)
+        slowest = mode.analysis.slowest_rank  # decided by the analysis (absent from records before schema 2)
+        shares = tuple((r.rank, _wait_share_pct(r)) for r in ranks)
     peaks = [m.peak_allocated_bytes for m in mode.memory if m.peak_allocated_bytes is not None]
     return ModeSummary(
         mode=mode.mode,
@@ -368,14 +384,4 @@ def summarize(metrics: RunMetrics) -> RunSummary:
 
 
 def with_summary(metrics: RunMetrics) -> RunMetrics:
-    return dataclasses.replace(metrics, summary=summarize(metrics))
-
-
-def load_metrics(path: Path) -> RunMetrics:
-    """metrics.json read back. A record of an older schema gets its summary (re)computed here, from
-    its own measurements: version 1 had none, version 2 lacks the phases, yield and interference."""
-    metrics = RunMetrics.from_json(json.loads(Path(path).read_text()))
-    if metrics.summary and metrics.schema_version >= SCHEMA_VERSION:
-        return metrics
-    # A three-mode record of version 2 was written without its speedup (then computed for exactly two modes).
-    return with_summary(dataclasses.replace(metrics, speedup=metrics.speedup or speedup(metrics.modes)))
+    return msgspec.structs.replace(metrics, summary=summarize(metrics))

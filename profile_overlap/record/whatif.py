@@ -5,12 +5,14 @@ Every number is defined in the README's Metrics section ("What if")."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import msgspec
 
 from profile_overlap.core.errors import UserError
+from profile_overlap.record.analysis import as_json
 
 WHATIF_JSON = "whatif.json"
 WHATIF_PNG = "whatif.png"
@@ -78,26 +80,9 @@ class WhatifResult:
     notes: tuple[str, ...]
     """What the model assumed for this run (fallbacks, unmodelled modes)."""
 
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, d: dict) -> WhatifResult:
-        return cls(
-            schema=d["schema"],
-            run_dir=d["run_dir"],
-            measured_world_size=d["measured_world_size"],
-            latency_us=d["latency_us"],
-            compute_scale=d["compute_scale"],
-            fit=d["fit"],
-            world_sizes=tuple(d["world_sizes"]),
-            link_gbps=tuple(d["link_gbps"]),
-            modes=tuple(d["modes"]),
-            points=tuple(WhatifPoint(**p) for p in d["points"]),
-            self_replay=tuple(SelfReplay(**s) for s in d["self_replay"]),
-            crossovers=tuple(Crossover(**c) for c in d["crossovers"]),
-            notes=tuple(d["notes"]),
-        )
+    def to_json(self) -> dict[str, Any]:
+        plain: dict[str, Any] = as_json(self)
+        return plain
 
     def point(self, mode: str, world_size: int, link_gbps: float) -> WhatifPoint | None:
         return next((p for p in self.points if (p.mode, p.world_size, p.link_gbps) == (mode, world_size, link_gbps)), None)
@@ -109,6 +94,6 @@ def load_whatif(run_dir: Path) -> WhatifResult | None:
     if not path.is_file():
         return None
     try:
-        return WhatifResult.from_json(json.loads(path.read_text()))
-    except (ValueError, KeyError, TypeError) as err:
-        raise UserError(f"{path} is not a whatif record this version can read ({type(err).__name__}: {err}): rerun `whatif`") from None
+        return msgspec.json.decode(path.read_bytes(), type=WhatifResult)
+    except msgspec.DecodeError as err:
+        raise UserError(f"{path} is not a whatif record this version can read ({err}): rerun `whatif`") from None

@@ -2,20 +2,49 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 from profile_overlap.record import noise
+from profile_overlap.record.analysis import as_json
 from profile_overlap.record.folder import Run
+from profile_overlap.record.metrics import Env
 from profile_overlap.record.summary import HEADLINE_NAMES, compare_runs
-from profile_overlap.render.document import Code, Paragraph, Ref, Report, Section, Table, ms
+from profile_overlap.render.document import Code, Paragraph, Ref, Report, Section, Table
 from profile_overlap.render.modes import speedup_cell
+from profile_overlap.render.numbers import ms, significant
 from profile_overlap.render.report import reproduce_command
 
 
 def build_compare(a: Run, b: Run) -> Report:
+    failed = [r for r in (a, b) if r.failed]
+    banner_ = (
+        Paragraph(
+            (f"FAILED: {', '.join(r.name for r in failed)} did not pass verification or did not finish; compare its timings with care.",),
+            tone="failed",
+        )
+        if failed
+        else None
+    )
+    runs = Code(f"A: {a.dir}\n   {reproduce_command(a.metrics)}\nB: {b.dir}\n   {reproduce_command(b.metrics)}")
+    sections = (
+        Section("verdict", "Verdict", _verdict_blocks(a, b)),
+        Section("spread", "Step time and its spread", (_spread_table(a, b),)),
+        Section("headline", "Headline metrics", (_headline_table(a, b),)),
+        Section("differences", "What differs between the runs", _differences(a, b)),
+        Section("runs", "The runs", (runs,)),
+    )
+    return Report(
+        title="profile_overlap comparison", subtitle=f"A (before): {a.name}  ·  B (after): {b.name}", banner=banner_, sections=sections
+    )
+
+
+def _mode_names(a: Run, b: Run) -> list[str]:
+    """A's modes in its order, then B's other modes."""
+    return list(dict.fromkeys([*a.metrics.modes, *b.metrics.modes]))
+
+
+def _headline_table(a: Run, b: Run) -> Table:
     ha, hb = a.metrics.summary.headline, b.metrics.summary.headline
-    sa, sb = a.metrics.summary.modes, b.metrics.summary.modes
     rows = []
     for name in HEADLINE_NAMES:
         x, y = ha.get(name), hb.get(name)
@@ -23,8 +52,8 @@ def build_compare(a: Run, b: Run) -> Report:
             continue
         delta = "–" if x is None or y is None else f"{y - x:+,.3g}"
         ratio = "–" if not x or y is None else f"{y / x:.3f}"
-        rows.append(((name,), (_num(x),), (_num(y),), (delta,), (ratio,)))
-    headline_table = Table(
+        rows.append(((name,), (significant(x),), (significant(y),), (delta,), (ratio,)))
+    return Table(
         header=(("headline metric",), (f"A: {a.name}",), (f"B: {b.name}",), (Ref("B − A", "delta"),), ("B / A",)),
         rows=tuple(rows),
         numeric=(False, True, True, True, True),
@@ -38,13 +67,28 @@ def build_compare(a: Run, b: Run) -> Report:
             ),
         ),
     )
-    names = list(dict.fromkeys([*a.metrics.modes, *b.metrics.modes]))  # A's order, then B's other modes
-    statements = []
+
+
+def _verdict_blocks(a: Run, b: Run) -> tuple:
+    """One statement per mode timed in both runs, and the modes only one run has."""
+    sa, sb = a.metrics.summary.modes, b.metrics.summary.modes
+    names = _mode_names(a, b)
     only = {side: [n for n in names if n in mine and n not in theirs] for side, mine, theirs in (("A", sa, sb), ("B", sb, sa))}
     alone = "; ".join(f"only in {side}: {', '.join(modes)}" for side, modes in only.items() if modes)
-    for mode, diff in compare_runs(a.metrics, b.metrics).items():
-        statements.append(_statement(mode, diff, a.metrics.modes[mode].step_time, b.metrics.modes[mode].step_time))
-    spread = Table(
+    statements = [
+        _statement(mode, diff, a.metrics.modes[mode].step_time, b.metrics.modes[mode].step_time)
+        for mode, diff in compare_runs(a.metrics, b.metrics).items()
+    ]
+    return (
+        tuple(Paragraph(t, tone="verdict") for t in statements)
+        or (Paragraph(("The runs share no mode with timed steps, so their step times cannot be compared.",)),)
+    ) + ((Paragraph((alone[0].upper() + alone[1:] + ": nothing to compare these modes with.",)),) if alone else ())
+
+
+def _spread_table(a: Run, b: Run) -> Table:
+    sa, sb = a.metrics.summary.modes, b.metrics.summary.modes
+    names = _mode_names(a, b)
+    return Table(
         header=(("",), *((n,) for n in names)),
         rows=(
             (("A: median (p10 – p90) ms",), *((_spread(a, n),) for n in names)),
@@ -65,46 +109,18 @@ def build_compare(a: Run, b: Run) -> Report:
             "(– where a run lacks the mode). Speedup vs each run's first mode; *: within run-to-run noise of it.",
         ),
     )
-    diff_rows = []
+
+
+def _differences(a: Run, b: Run) -> tuple:
+    """The config flags and environment facts that differ (not dates, pids or folders)."""
+    rows = []
     for label, da, db in (("config", a.metrics.config, b.metrics.config), ("env", _env_view(a.metrics.env), _env_view(b.metrics.env))):
         for key in sorted(set(da) | set(db)):
             if da.get(key) != db.get(key):
-                diff_rows.append(((f"{label}.{key}",), (_show(da.get(key)),), (_show(db.get(key)),)))
-    failed = [r for r in (a, b) if r.failed]
-    banner_ = (
-        Paragraph(
-            (f"FAILED: {', '.join(r.name for r in failed)} did not pass verification or did not finish; compare its timings with care.",),
-            tone="failed",
-        )
-        if failed
-        else None
-    )
-    sections = (
-        Section(
-            "verdict",
-            "Verdict",
-            (
-                tuple(Paragraph(t, tone="verdict") for t in statements)
-                or (Paragraph(("The runs share no mode with timed steps, so their step times cannot be compared.",)),)
-            )
-            + ((Paragraph((alone[0].upper() + alone[1:] + ": nothing to compare these modes with.",)),) if alone else ()),
-        ),
-        Section("spread", "Step time and its spread", (spread,)),
-        Section("headline", "Headline metrics", (headline_table,)),
-        Section(
-            "differences",
-            "What differs between the runs",
-            (Table(header=(("setting",), ("A",), ("B",)), rows=tuple(diff_rows), numeric=(False, False, False)),)
-            if diff_rows
-            else (Paragraph(("Same config and environment (apart from dates, process ids and folder names).",)),),
-        ),
-        Section(
-            "runs", "The runs", (Code(f"A: {a.dir}\n   {reproduce_command(a.metrics)}\nB: {b.dir}\n   {reproduce_command(b.metrics)}"),)
-        ),
-    )
-    return Report(
-        title="profile_overlap comparison", subtitle=f"A (before): {a.name}  ·  B (after): {b.name}", banner=banner_, sections=sections
-    )
+                rows.append(((f"{label}.{key}",), (_show(da.get(key)),), (_show(db.get(key)),)))
+    if not rows:
+        return (Paragraph(("Same config and environment (apart from dates, process ids and folder names).",)),)
+    return (Table(header=(("setting",), ("A",), ("B",)), rows=tuple(rows), numeric=(False, False, False)),)
 
 
 def _statement(mode: str, diff: noise.RunDifference, ta, tb) -> tuple:
@@ -185,21 +201,26 @@ def compare_record(a: Run, b: Run) -> dict:
         "b": {"run_dir": str(b.dir), "headline": hb},
         "delta": {k: (hb[k] - ha[k] if ha.get(k) is not None and hb.get(k) is not None else None) for k in HEADLINE_NAMES},
         # Per mode timed in both: run_ratio, its interval (runs with repeats), the rule and the verdict.
-        "step_time": {mode: dataclasses.asdict(diff) for mode, diff in compare_runs(a.metrics, b.metrics).items()},
+        "step_time": {mode: as_json(diff) for mode, diff in compare_runs(a.metrics, b.metrics).items()},
     }
 
 
-def _env_view(env: dict) -> dict:
-    """The environment keys that can explain a difference (not dates, pids or the command's folder)."""
-    keep = ("python", "torch", "cuda", "nccl", "gloo", "backend", "device_type", "world_size", "num_nodes", "hosts")
-    view = {k: env.get(k) for k in keep}
-    view["devices"] = sorted({r["device"] for r in env.get("ranks", [])})
-    return view
+def _env_view(env: Env) -> dict[str, object]:
+    """The environment facts that can explain a difference (not dates, pids or the command's folder)."""
+    return {
+        "python": env.python,
+        "torch": env.torch,
+        "cuda": env.cuda,
+        "nccl": env.nccl,
+        "gloo": env.gloo,
+        "backend": env.backend,
+        "device_type": env.device_type,
+        "world_size": env.world_size,
+        "num_nodes": env.num_nodes,
+        "hosts": list(env.hosts),
+        "devices": sorted({str(r.device) for r in env.ranks}),
+    }
 
 
 def _show(v) -> str:
     return "–" if v is None else v if isinstance(v, str) else json.dumps(v)
-
-
-def _num(x: float | None) -> str:
-    return "–" if x is None else f"{x:,.4g}"

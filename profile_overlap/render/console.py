@@ -12,11 +12,7 @@ from profile_overlap.core import rank_output
 from profile_overlap.core.files import REPORT_HTML
 from profile_overlap.record.metrics import RunMetrics
 from profile_overlap.render import exposed, integrity, modes
-
-
-def _fmt(value: float | None, spec: str = ".2f", unit: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{unit}"
-
+from profile_overlap.render.numbers import fixed
 
 SUMMARY_COLUMNS = (
     "mode",
@@ -47,14 +43,14 @@ def summary_rows(metrics: RunMetrics) -> list[tuple[str, ...]]:
         rows.append(
             (
                 m.mode,
-                _fmt(st.median_ms),
+                fixed(st.median_ms),
                 spread,
                 modes.speedup_cell(metrics, m.mode).replace("×", "x").replace("–", "-"),
-                _fmt(m.comm_ms),
-                _fmt(m.compute_ms),
-                _fmt(m.overlap_ms),
-                _fmt(m.exposed_comm_ms),
-                _fmt(m.overlap_pct, ".1f"),
+                fixed(m.comm_ms),
+                fixed(m.compute_ms),
+                fixed(m.overlap_ms),
+                fixed(m.exposed_comm_ms),
+                fixed(m.overlap_pct, ".1f"),
                 f"{m.optimizer_state_bytes / 2**20:.2f}",
             )
         )
@@ -83,7 +79,7 @@ PHASE_COLUMNS = ("mode", "phase", "window ms", "comm ms", "hidden ms", "exposed 
 def phase_rows(metrics: RunMetrics) -> list[tuple[str, ...]]:
     """The per-phase table's cells, one row per mode and phase, in PHASE_COLUMNS order (console, TensorBoard)."""
     return [
-        (m.mode, p.phase, _fmt(p.window_ms), _fmt(p.comm_ms), _fmt(p.hidden_ms), _fmt(p.exposed_comm_ms), _fmt(p.compute_ms))
+        (m.mode, p.phase, fixed(p.window_ms), fixed(p.comm_ms), fixed(p.hidden_ms), fixed(p.exposed_comm_ms), fixed(p.compute_ms))
         for m in metrics.summary.modes.values()
         for p in m.phases
     ]
@@ -127,7 +123,7 @@ def yield_line(metrics: RunMetrics) -> str | None:
         share = f", {y.pct_of_comm:.1f}% of the comm" if y.pct_of_comm is not None else ""
         parts.append(f"overlap yield {y.ms:.2f} ms/step{share} ({y.mode} vs {y.baseline}{', within noise' if y.within_noise else ''})")
     if s.interference:
-        parts.append("interference: " + ", ".join(f"{x.phase} {_fmt(x.pct, '+.1f', '%')}" for x in s.interference))
+        parts.append("interference: " + ", ".join(f"{x.phase} {fixed(x.pct, '+.1f', '%')}" for x in s.interference))
     return "; ".join(parts)
 
 
@@ -163,7 +159,7 @@ def make_console() -> Console:
 def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> None:
     console = console or make_console()
     cfg, env = metrics.config, metrics.env
-    where = f"{env['world_size']} ranks, {env['backend']} ({env['device_type']})"
+    where = f"{env.world_size} ranks, {env.backend} ({env.device_type})"
     console.print(f"[bold]profile_overlap[/bold] {cfg['mode']} on {where}, {workload_text(cfg)}")
     console.print(summary_table(metrics))
 

@@ -7,8 +7,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profile_overlap.record.summary import MIB
-
 DEFINITIONS_PATH = Path(__file__).resolve().parent / "static" / "metric_defs.md"
 """The README's "Metrics" section, shipped with the package so that reports can link to it."""
 
@@ -91,35 +89,6 @@ class Report:
         walk(self.sections)
         walk(self.banner)
         return keys
-
-
-def ms(x: float | None) -> str:
-    if x is None:
-        return "–"
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}"
-
-
-def mib(nbytes: float | None) -> str:
-    if nbytes is None:
-        return "–"
-    x = nbytes / MIB
-    return f"{x:,.0f}" if x == int(x) else f"{x:,.2f}"
-
-
-def pct(x: float | None) -> str:
-    return "–" if x is None else f"{x:.1f}"
-
-
-def gbps(x: float | None) -> str:
-    return "–" if x is None else f"{x:.3g}"
-
-
-def times(x: float | None) -> str:
-    return "–" if x is None else f"{x:.2f}×"
-
-
-def us(x: float | None) -> str:
-    return "–" if x is None else f"{x:,.0f}"
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from profile_overlap.record.exposed import Exposed, ExposedCall, Straggler
 from profile_overlap.record.metrics import RunMetrics
-from profile_overlap.render.document import Inline, Paragraph, Ref, Section, Table, gbps, mib, ms, pct
+from profile_overlap.render.document import Inline, Paragraph, Ref, Section, Table
+from profile_overlap.render.numbers import gbps, mib, ms, pct
 
 CONSOLE_CALLS = 3
 """Calls the console names per mode."""

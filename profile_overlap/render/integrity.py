@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from rich.console import Console
 
-from profile_overlap.record.integrity import IntegrityRecord, integrity_of
+from profile_overlap.record.integrity import IntegrityRecord
 from profile_overlap.record.metrics import RunMetrics
 from profile_overlap.render.document import Inline, Paragraph, Ref, Section, Table
 
@@ -90,7 +90,7 @@ def verdict_note(records: Mapping[str, IntegrityRecord | None]) -> Inline:
 
 def records_of(metrics: RunMetrics) -> dict[str, IntegrityRecord | None]:
     """Each mode's integrity (a job has one mode), from the record's `analysis`."""
-    return {mode: integrity_of(mm.analysis) for mode, mm in metrics.modes.items()}
+    return {mode: mm.analysis.integrity if mm.analysis and mm.analysis.integrity else None for mode, mm in metrics.modes.items()}
 
 
 def with_section(sections: tuple, metrics: RunMetrics) -> tuple:

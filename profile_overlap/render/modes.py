@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from profile_overlap.record.metrics import BytesCheck, ModeSummary, PhaseCollective, RunMetrics
 from profile_overlap.record.summary import BYTES_PADDING, MIB, OTHER_PHASE
-from profile_overlap.render.document import Inline, Paragraph, Ref, Table, mib, ms, times
+from profile_overlap.render.document import Inline, Paragraph, Ref, Table
+from profile_overlap.render.numbers import mib, ms, times
 
 MODE_TEXT = {
     "sequential": "sequential (like DDP without its overlap): backward, then a blocking all_reduce of every gradient bucket, "

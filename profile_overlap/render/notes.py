@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from profile_overlap.record.metrics import RunMetrics
 from profile_overlap.record.summary import ModeSummary
-from profile_overlap.render.document import Inline, Ref, mib, ms, pct, times
+from profile_overlap.render.document import Inline, Ref
 from profile_overlap.render.modes import bytes_inline, expectation
+from profile_overlap.render.numbers import mib, ms, pct, times
 
 # Thresholds, with the reason each is where it is.
 GLOO_RS_AS_ALL_REDUCE = 0.7
@@ -54,7 +55,7 @@ def failed_checks(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
 
 
 def gloo_reduce_scatter(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
-    if m.env.get("backend") != "gloo" or "sequential" not in s or "split" not in s:
+    if m.env.backend != "gloo" or "sequential" not in s or "split" not in s:
         return None
     ar = _kind(s["sequential"], "all_reduce")
     rs = _kind(s["split"], "reduce_scatter")
@@ -156,7 +157,7 @@ def short_of_ideal(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
 def stragglers(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     worst = None
     for name, mode in m.modes.items():
-        ranks = {r["rank"]: r for r in mode.analysis["ranks"]} if mode.analysis else {}
+        ranks = {r.rank: r for r in mode.analysis.ranks} if mode.analysis else {}
         slow = s[name].slowest_rank
         if slow is None:
             continue
@@ -167,20 +168,22 @@ def stragglers(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     if worst is None:
         return None
     share, name, r, slow = worst
-    late = {x["rank"]: x for x in m.modes[name].analysis["ranks"]}[slow].get("last_arrival_pct")  # absent from older records
+    analysis = m.modes[name].analysis
+    slow_rank = analysis.rank(slow) if analysis else None
+    late = slow_rank.last_arrival_pct if slow_rank else None  # absent from older records
     arrival = ("; it arrived last at ", Ref(f"{pct(late)}%", "last_arrival_pct"), " of the calls") if late is not None else ()
-    hosts = {x["rank"]: x["host"] for x in m.env.get("ranks", [])}
-    shared = m.env.get("num_nodes") == 1 and m.env.get("device_type") == "cpu"
+    hosts = {x.rank: x.host for x in m.env.ranks}
+    shared = m.env.num_nodes == 1 and m.env.device_type == "cpu"
     advice = (
         "All ranks share one CPU host here, so this is most likely the OS scheduling ranks unevenly, not a slow link."
         if shared
         else f"Look at what else runs on {hosts.get(slow, 'its host')}, and at its links."
     )
     return (
-        f"Ranks wait for each other: in {name}, rank {r['rank']} spent ",
+        f"Ranks wait for each other: in {name}, rank {r.rank} spent ",
         Ref(f"{pct(100 * share)}%", "wait_share_pct"),
         " of its collective time (",
-        Ref(f"{ms(r['wait_us'] / 1e3)} ms", "wait_us"),
+        Ref(f"{ms((r.wait_us or 0.0) / 1e3)} ms", "wait_us"),
         ") waiting, mostly for rank ",
         str(slow),
         " (",
@@ -221,7 +224,7 @@ def interference(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
         return None
     worst = max(known, key=lambda x: x.compute_ms - x.baseline_compute_ms)
     lost = worst.compute_ms - worst.baseline_compute_ms
-    if m.env.get("backend") == "gloo":
+    if m.env.backend == "gloo":
         why = (
             "On CPU, gloo runs each collective on worker threads that take cores from compute; fewer ranks per host than "
             "cores leaves them room."

@@ -18,23 +18,11 @@ from __future__ import annotations
 import json
 
 from profile_overlap.core.dtypes import DTYPE_BYTES
-from profile_overlap.record.folder import Run
+from profile_overlap.record.folder import Run, RunStatus
 from profile_overlap.record.metrics import CheckResult, ModeSummary, RunMetrics
-from profile_overlap.render import exposed, integrity, modes, notes, whatif
-from profile_overlap.render.document import (
-    Code,
-    Inline,
-    Items,
-    Paragraph,
-    Ref,
-    Report,
-    Section,
-    Table,
-    mib,
-    ms,
-    pct,
-    times,
-)
+from profile_overlap.render import exposed, integrity, modes, notes, notes_job, report_job, whatif
+from profile_overlap.render.document import Code, Inline, Items, Paragraph, Ref, Report, Section, Table
+from profile_overlap.render.numbers import mib, ms, pct, times
 from profile_overlap.render.perfetto_link import perfetto_blocks
 from profile_overlap.render.report_tables import (
     collectives_table,
@@ -45,40 +33,39 @@ from profile_overlap.render.report_tables import (
     yield_blocks,
 )
 
-# ---------------------------------------------------------------- per-mode numbers
-
-
-# ---------------------------------------------------------------- headline metrics (gate, compare)
-
-
-# ---------------------------------------------------------------- number formatting
-
-
-# ---------------------------------------------------------------- the single-run report
-
 
 def build(run: Run) -> Report:
+    """The report of a run, or of a record of traces alone (RunMetrics.job: a job, a bare folder):
+    the same sections where the record holds their numbers, a job's own verdict, setup and notes."""
     m = run.metrics
     s = m.summary.modes
-
+    job = m.job
     sections = (
-        Section("verdict", "Verdict", verdict_blocks(run)),
-        Section("setup", "Setup", setup_blocks(run)),
-        Section("verification", "Verification", verification_blocks(m)),
-        Section("comparison", comparison_title(s), (side_by_side(m, s),)),
+        Section("verdict", "Verdict", report_job.verdict_blocks(m, job) if job else verdict_blocks(run)),
+        Section("setup", "Setup", report_job.setup_blocks(m, job) if job else setup_blocks(run)),
+        *(() if job else (Section("verification", "Verification", verification_blocks(m)),)),
+        (
+            Section("overlap", "Overlap per profiled step", (report_job.overview(m, s),))
+            if job
+            else Section("comparison", comparison_title(s), (side_by_side(m, s),))
+        ),
         Section("timeline", "Overlap timeline", timeline_blocks(run) + perfetto_blocks(run.dir)),
-        Section("phases", "Phases: where communication hides", phase_blocks(m, s)),
+        Section("phases", "Phases: where communication hides", phase_blocks(m, s) + (report_job.phase_hint(s) if job else ())),
         Section("attribution", "Communication by phase", modes.attribution_blocks(m, s)),
-        Section("yield", "What overlapping won: overlap yield and interference", yield_blocks(m)),
+        *(() if job else (Section("yield", "What overlapping won: overlap yield and interference", yield_blocks(m)),)),
         Section("collectives", "Collectives", (collectives_table(s),)),
         Section("stragglers", "Stragglers: wait vs transfer", straggler_blocks(m)),
         *exposed.report_sections(m),
         *whatif.report_sections(run.dir),
-        Section("notes", "Notes", (Items(notes.notes(m, s)),)),
+        Section("notes", "Notes", (Items(notes_job.notes(m, job) if job else notes.notes(m, s)),)),
     )
     sections = integrity.with_section(sections, m)
-    cfg, env = m.config, m.env
-    subtitle = f"{cfg['mode']} run {run.name}: {env['world_size']} ranks, {env['backend']} on {env['device_type']}, {env['date']}"
+    env = m.env
+    subtitle = (
+        report_job.subtitle(m, job)
+        if job
+        else f"{m.config['mode']} run {run.name}: {env.world_size} ranks, {env.backend} on {env.device_type}, {env.date}"
+    )
     return Report(title="profile_overlap report", subtitle=subtitle, banner=banner(run), sections=sections)
 
 
@@ -100,10 +87,10 @@ def comparison_title(s: dict[str, ModeSummary]) -> str:
 
 
 def banner(run: Run) -> Paragraph | None:
-    state = (run.status or {}).get("state")
+    state = run.status.state if run.status else None
     failed = [c for c in run.metrics.all_checks() if not c.passed]
     if failed or state in ("failed", "interrupted"):
-        reason = (run.status or {}).get("reason") or "; ".join(c.describe() for c in failed)
+        reason = (run.status.reason if run.status else None) or "; ".join(c.describe() for c in failed)
         word = "INTERRUPTED" if state == "interrupted" else "FAILED"
         return Paragraph((f"{word}: this run did not pass. {reason}. Its timings are shown for diagnosis only.",), tone="failed")
     if state == "running":
@@ -118,44 +105,52 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
     """The headline, one sentence, every number linked to its definition."""
     failed = [c for c in m.all_checks() if not c.passed]
     if failed:
-        worst = failed[0]
-        if worst.max_abs_err is None:
-            return (
-                f"The run FAILED verification: {worst.name} produced values that are ",
-                Ref("not finite", "max_abs_err"),
-                f" (NaN or infinity, first at rank {worst.worst_rank}), so the timings cannot be compared.",
-            )
-        return (
-            f"The run FAILED verification: {worst.name} differs by ",
-            Ref(f"{worst.max_abs_err:.3g}", "max_abs_err"),
-            " against a tolerance of ",
-            Ref(f"{worst.tolerance:.3g}", "tolerance"),
-            ", so the two modes did not compute the same thing and their timings cannot be compared.",
-        )
+        return _failed_verdict(failed[0])
     if len(s) > 1 and not m.speedup:
-        return modes.versus_first(m)
+        return modes.versus_first(m) or ()
     if len(s) == 1:
-        name = m.summary.headline_mode
-        one = s[name]
-        text: list = [f"{name} only: median step ", Ref(f"{ms(m.modes[name].step_time.median_ms)} ms", "step_time_ms")]
-        if one.comm_ms:
-            text += [
-                ", with ",
-                Ref(f"{ms(one.overlap_ms)} ms", "overlap_ms"),
-                " of its ",
-                Ref(f"{ms(one.comm_ms)} ms", "comm_ms"),
-                " of communication per step hidden behind compute (",
-                Ref(f"{pct(one.overlap_pct)}%", "mode_overlap_pct"),
-                ")",
-            ]
-        return (*text, "; run with --mode compare (and --modes to choose them) to set it beside other modes.")
-    seq, split = s["sequential"], s["split"]
-    n = m.env["world_size"]
-    memory = (
-        Ref(f"{mib(split.optimizer_state_bytes)} MiB", "optimizer_state_bytes"),
-        " instead of ",
-        Ref(f"{mib(seq.optimizer_state_bytes)} MiB", "optimizer_state_bytes"),
+        return _one_mode_verdict(m, s)
+    return _split_verdict(m, s)
+
+
+def _failed_verdict(worst: CheckResult) -> Inline:
+    """The first failed check: the timings cannot be compared."""
+    if worst.max_abs_err is None:
+        return (
+            f"The run FAILED verification: {worst.name} produced values that are ",
+            Ref("not finite", "max_abs_err"),
+            f" (NaN or infinity, first at rank {worst.worst_rank}), so the timings cannot be compared.",
+        )
+    return (
+        f"The run FAILED verification: {worst.name} differs by ",
+        Ref(f"{worst.max_abs_err:.3g}", "max_abs_err"),
+        " against a tolerance of ",
+        Ref(f"{worst.tolerance:.3g}", "tolerance"),
+        ", so the two modes did not compute the same thing and their timings cannot be compared.",
     )
+
+
+def _one_mode_verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
+    """A one-mode run: its median step and how much of its communication hid."""
+    name = m.summary.headline_mode
+    one = s[name]
+    text: list = [f"{name} only: median step ", Ref(f"{ms(m.modes[name].step_time.median_ms)} ms", "step_time_ms")]
+    if one.comm_ms:
+        text += [
+            ", with ",
+            Ref(f"{ms(one.overlap_ms)} ms", "overlap_ms"),
+            " of its ",
+            Ref(f"{ms(one.comm_ms)} ms", "comm_ms"),
+            " of communication per step hidden behind compute (",
+            Ref(f"{pct(one.overlap_pct)}%", "mode_overlap_pct"),
+            ")",
+        ]
+    return (*text, "; run with --mode compare (and --modes to choose them) to set it beside other modes.")
+
+
+def _split_verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
+    """split against sequential: the same, faster or slower, with the hidden communication and the memory."""
+    seq, split = s["sequential"], s["split"]
     seq_t, split_t = m.modes["sequential"].step_time, m.modes["split"].step_time
     steps = (Ref(f"{ms(split_t.median_ms)} ms", "step_time_ms"), " vs ", Ref(f"{ms(seq_t.median_ms)} ms", "step_time_ms"))
     hid = (
@@ -166,61 +161,41 @@ def verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
         Ref(f"{ms(split.comm_ms)} ms", "comm_ms"),
         " of communication per step behind compute",
     )
-    speed = m.speedup.measured
+    memory = (
+        str(m.env.world_size),
+        " of the optimizer state (",
+        Ref(f"{mib(split.optimizer_state_bytes)} MiB", "optimizer_state_bytes"),
+        " instead of ",
+        Ref(f"{mib(seq.optimizer_state_bytes)} MiB", "optimizer_state_bytes"),
+        ").",
+    )
     interval = m.summary.noise.speedup if m.summary.noise else None
+    speed = m.speedup.measured if m.speedup else 1.0
     if m.summary.within_noise:
+        head: Inline = ("split and sequential took the same time, ", Ref("within run-to-run noise", "within_noise"), " (median step ")
         return (
-            "split and sequential took the same time, ",
-            Ref("within run-to-run noise", "within_noise"),
-            " (median step ",
+            *head,
             *steps,
             *modes.noise_reason(m, interval, within=True),
             "): ",
             *hid,
             *_slower_reason(m, seq, split),
             "; each rank did hold 1/",
-            str(n),
-            " of the optimizer state (",
             *memory,
-            ").",
         )
+    noise = modes.noise_reason(m, interval, within=False)
     if speed >= 1:
-        return (
-            "split was ",
-            Ref(times(speed), "speedup"),
-            " faster than sequential (median step ",
-            *steps,
-            *modes.noise_reason(m, interval, within=False),
-            "): ",
-            *hid,
-            ", and each rank held 1/",
-            str(n),
-            " of the optimizer state (",
-            *memory,
-            ").",
-        )
-    return (
-        "split was ",
-        Ref(times(1 / speed), "speedup"),
-        " slower than sequential (median step ",
-        *steps,
-        *modes.noise_reason(m, interval, within=False),
-        "): ",
-        *hid,
-        *_slower_reason(m, seq, split),
-        "; each rank did hold 1/",
-        str(n),
-        " of the optimizer state (",
-        *memory,
-        ").",
-    )
+        head = ("split was ", Ref(times(speed), "speedup"), " faster than sequential (median step ")
+        return (*head, *steps, *noise, "): ", *hid, ", and each rank held 1/", *memory)
+    head = ("split was ", Ref(times(1 / speed), "speedup"), " slower than sequential (median step ")
+    return (*head, *steps, *noise, "): ", *hid, *_slower_reason(m, seq, split), "; each rank did hold 1/", *memory)
 
 
 def _slower_reason(m: RunMetrics, seq: ModeSummary, split: ModeSummary) -> Inline:
     """Why the split did not win, from the numbers: it communicated longer than sequential."""
     if split.comm_ms is None or seq.comm_ms is None or split.comm_ms <= seq.comm_ms:
         return ()
-    why = "; gloo runs reduce_scatter as a full all_reduce" if m.env.get("backend") == "gloo" else ""
+    why = "; gloo runs reduce_scatter as a full all_reduce" if m.env.backend == "gloo" else ""
     return (
         ", and communicated longer than sequential (",
         Ref(f"{ms(split.comm_ms)} ms", "comm_ms"),
@@ -234,25 +209,23 @@ def setup_blocks(run: Run) -> tuple:
     m = run.metrics
     cfg, env = m.config, m.env
     devices: dict[str, int] = {}
-    for r in env.get("ranks", []):
-        devices[r["device"]] = devices.get(r["device"], 0) + 1
+    for r in env.ranks:
+        devices[str(r.device)] = devices.get(str(r.device), 0) + 1
     device_text = ", ".join(f"{name} ×{count}" for name, count in devices.items())
-    state = run.status or {"state": "succeeded" if m.passed else "failed", "time": None, "reason": None}
+    state = run.status or RunStatus(state="succeeded" if m.passed else "failed")
     rows = [
-        ("date (UTC)", env["date"]),
+        ("date (UTC)", str(env.date)),
         (
             "status",
-            state["state"]
-            + (f" at {state['time']}" if state.get("time") else "")
-            + (f": {state['reason']}" if state.get("reason") else ""),
+            state.state + (f" at {state.time}" if state.time else "") + (f": {state.reason}" if state.reason else ""),
         ),
         ("run folder", m.run_dir),
-        ("hosts", f"{', '.join(env['hosts'])} ({env['num_nodes']} node{'s' if env['num_nodes'] != 1 else ''})"),
-        ("world size", f"{env['world_size']} ranks"),
-        ("backend", env["backend"]),
-        ("devices", f"{env['device_type']}: {device_text}"),
-        ("python / torch", f"{env['python']} / {env['torch']}"),
-        ("CUDA / NCCL / gloo", " / ".join(str(env.get(k) or "–") for k in ("cuda", "nccl", "gloo"))),
+        ("hosts", f"{', '.join(env.hosts)} ({env.num_nodes} node{'s' if env.num_nodes != 1 else ''})"),
+        ("world size", f"{env.world_size} ranks"),
+        ("backend", str(env.backend)),
+        ("devices", f"{env.device_type}: {device_text}"),
+        ("python / torch", f"{env.python} / {env.torch}"),
+        ("CUDA / NCCL / gloo", " / ".join(str(v or "–") for v in (env.cuda, env.nccl, env.gloo))),
         ("step timing", next(iter(m.modes.values())).step_time.method),
     ]
     steps = f" Per mode: {cfg['warmup_steps']} warmup steps (verified), {cfg['steps']} timed steps, {cfg['profile_steps']} profiled steps."
@@ -289,17 +262,18 @@ def setup_blocks(run: Run) -> tuple:
 
 def reproduce_command(m: RunMetrics) -> str:
     env = m.env
-    command = env["command"]
-    if env.get("launcher") != "torchrun":
+    command = env.command or ""
+    if env.launcher != "torchrun":
         return command
     # The recorded command is the worker's: `python -m profile_overlap ARGS`; torchrun's own flags
     # are not visible to the workers, so the node layout is restated from the record.
     args = command.split(" -m profile_overlap", 1)[1].strip() if " -m profile_overlap" in command else command
-    per_node = env["world_size"] // max(env["num_nodes"], 1)
-    if env["num_nodes"] == 1:
+    num_nodes = env.num_nodes or 1
+    per_node = env.world_size // num_nodes
+    if num_nodes == 1:
         return f"torchrun --standalone --nproc-per-node {per_node} -m profile_overlap {args}".strip()
     return (
-        f"torchrun --nnodes {env['num_nodes']} --nproc-per-node {per_node} --rdzv-backend c10d --rdzv-endpoint HOST:PORT "
+        f"torchrun --nnodes {num_nodes} --nproc-per-node {per_node} --rdzv-backend c10d --rdzv-endpoint HOST:PORT "
         f"-m profile_overlap {args}   # on every node; HOST:PORT: the first node's address and a free port"
     )
 
@@ -347,12 +321,3 @@ def verification_blocks(m: RunMetrics) -> tuple:
         else f"{len([c for _, c in checks if not c.passed])} of {len(checks)} checks FAILED."
     )
     return (Paragraph((summary,), tone="ok" if m.passed else "failed"), table)
-
-
-# ---------------------------------------------------------------- the two-run comparison
-
-
-# ---------------------------------------------------------------- writing
-
-
-# ---------------------------------------------------------------- the definitions appendix

@@ -6,20 +6,9 @@ from __future__ import annotations
 
 from profile_overlap.record.folder import Run
 from profile_overlap.record.metrics import ModeSummary, RunMetrics
-from profile_overlap.render.document import (
-    Figure,
-    Inline,
-    Paragraph,
-    Ref,
-    Table,
-    gbps,
-    mib,
-    ms,
-    pct,
-    times,
-    us,
-)
+from profile_overlap.render.document import Figure, Inline, Paragraph, Ref, Table
 from profile_overlap.render.modes import noise_reason, speedup_cell
+from profile_overlap.render.numbers import gbps, mib, ms, pct, times, us
 
 
 def side_by_side(m: RunMetrics, s: dict[str, ModeSummary]) -> Table:
@@ -83,7 +72,7 @@ def side_by_side(m: RunMetrics, s: dict[str, ModeSummary]) -> Table:
 
 
 def timeline_blocks(run: Run) -> tuple:
-    if not run.timeline or not run.timeline.get("modes"):
+    if not run.timeline or not run.timeline.modes:
         return (Paragraph(("This run was not profiled (--no-profile), so there is no timeline.",)),)
     return (
         Figure(
@@ -262,7 +251,7 @@ def yield_blocks(m: RunMetrics) -> tuple:
                 Ref(f"{worst.pct:+.1f}%", "interference_pct"),
                 f" ({ms(worst.baseline_compute_ms)} ms alone, {ms(worst.compute_ms)} ms beside communication).",
             ]
-        if m.env.get("backend") == "gloo":
+        if m.env.backend == "gloo":
             text.append(" On CPU, gloo runs each collective on worker threads that compete with compute for the cores.")
         blocks.append(Paragraph(tuple(text)))
         blocks.append(
@@ -324,10 +313,10 @@ def collectives_table(s: dict[str, ModeSummary]) -> Table:
 
 
 def straggler_blocks(m: RunMetrics) -> tuple:
-    hosts = {r["rank"]: r["host"] for r in m.env.get("ranks", [])}
+    hosts = {r.rank: r.host for r in m.env.ranks}
     blocks: list = []
     for name, mode in m.modes.items():
-        ranks = mode.analysis["ranks"] if mode.analysis else []
+        ranks = mode.analysis.ranks if mode.analysis else ()
         slow = m.summary.modes[name].slowest_rank
         if slow is None:
             blocks.append(Paragraph((f"{name}: no collective was matched on two or more ranks, so there is no wait/transfer split.",)))
@@ -335,29 +324,29 @@ def straggler_blocks(m: RunMetrics) -> tuple:
         rows, hi = [], set()
         shares = dict(m.summary.modes[name].wait_share_pct)
         for i, r in enumerate(ranks):
-            share = shares.get(r["rank"])
+            share = shares.get(r.rank)
             rows.append(
                 (
-                    (str(r["rank"]),),
-                    (hosts.get(r["rank"], "?"),),
-                    (ms(r["wait_us"] / 1e3),),
-                    (ms(r["transfer_us"] / 1e3),),
+                    (str(r.rank),),
+                    (hosts.get(r.rank, "?"),),
+                    (ms(_ms(r.wait_us)),),
+                    (ms(_ms(r.transfer_us)),),
                     (pct(share),),
-                    (pct(r.get("last_arrival_pct")),),
-                    ("slowest: the others wait for it" if r["rank"] == slow else "",),
+                    (pct(r.last_arrival_pct),),
+                    ("slowest: the others wait for it" if r.rank == slow else "",),
                 )
             )
-            if r["rank"] == slow:
+            if r.rank == slow:
                 hi.add(i)
-        most = max(ranks, key=lambda r: r["wait_us"] or 0)
+        most = max(ranks, key=lambda r: r.wait_us or 0)
         # Records written before clock alignment have no arrival order.
-        late = max((r for r in ranks if r.get("last_arrival_pct") is not None), key=lambda r: r["last_arrival_pct"], default=None)
+        late = max((r for r in ranks if r.last_arrival_pct is not None), key=lambda r: r.last_arrival_pct or 0.0, default=None)
         arrival = (
             (
                 " On the aligned clocks, rank ",
-                str(late["rank"]),
+                str(late.rank),
                 " arrived last at ",
-                Ref(f"{pct(late['last_arrival_pct'])}%", "last_arrival_pct"),
+                Ref(f"{pct(late.last_arrival_pct)}%", "last_arrival_pct"),
                 " of the collective calls.",
             )
             if late
@@ -369,9 +358,9 @@ def straggler_blocks(m: RunMetrics) -> tuple:
                     f"{name}: the slowest rank was rank {slow} on {hosts.get(slow, '?')} (",
                     Ref("slowest rank", "slowest_rank"),
                     "); rank ",
-                    str(most["rank"]),
+                    str(most.rank),
                     " waited longest, ",
-                    Ref(f"{ms(most['wait_us'] / 1e3)} ms", "wait_us"),
+                    Ref(f"{ms(_ms(most.wait_us))} ms", "wait_us"),
                     " over the profiled steps.",
                     *arrival,
                 )
@@ -398,3 +387,8 @@ def straggler_blocks(m: RunMetrics) -> tuple:
             )
         )
     return tuple(blocks)
+
+
+def _ms(x_us: float | None) -> float | None:
+    """µs of the analysis record in ms; None stays None."""
+    return None if x_us is None else x_us / 1e3

@@ -12,8 +12,8 @@ from a finished folder as cheaply as at the end of a run.
 
 from __future__ import annotations
 
-import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,30 +27,32 @@ from tensorboard.util import tensor_util
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, TIMELINE_JSON
+from profile_overlap.record.analysis import PhaseRecord, StepRecord, as_json
+from profile_overlap.record.load import load_metrics
 from profile_overlap.record.metrics import RunMetrics
-from profile_overlap.record.summary import load_metrics
+from profile_overlap.record.timeline import Timeline, load_timeline
 from profile_overlap.render import console
 
 EVENT_SUFFIX = ".profile_overlap"
 """Our event files end with this, so a rewrite replaces ours and nothing else."""
 
-PER_STEP = ("step_ms", "comm_ms", "compute_ms", "exposed_comm_ms", "overlap_pct")
-_RECORD_KEY = {
-    "step_ms": "step_us",
-    "comm_ms": "comm_us",
-    "compute_ms": "compute_us",
-    "exposed_comm_ms": "exposed_comm_us",
-    "overlap_pct": "overlap_pct",
+PER_STEP: dict[str, Callable[[StepRecord], float | None]] = {
+    "step_ms": lambda s: s.step_us,
+    "comm_ms": lambda s: s.comm_us,
+    "compute_ms": lambda s: s.compute_us,
+    "exposed_comm_ms": lambda s: s.exposed_comm_us,
+    "overlap_pct": lambda s: s.overlap_pct,
 }
+"""Per-step scalars `rank<R>/<name>` -> the step's number in the analysis record (µs; shown in ms)."""
 
-PHASE_NUMBERS = {
-    "window_ms": "window_us",
-    "comm_ms": "comm_us",
-    "compute_ms": "compute_us",
-    "hidden_ms": "overlap_us",
-    "exposed_comm_ms": "exposed_comm_us",
+PHASE_NUMBERS: dict[str, Callable[[PhaseRecord], float | None]] = {
+    "window_ms": lambda p: p.window_us,
+    "comm_ms": lambda p: p.comm_us,
+    "compute_ms": lambda p: p.compute_us,
+    "hidden_ms": lambda p: p.overlap_us,
+    "exposed_comm_ms": lambda p: p.exposed_comm_us,
 }
-"""Per-phase scalars `phase/<phase>/<name>` -> the analysis record's key of the step's phase entry."""
+"""Per-phase scalars `phase/<phase>/<name>` -> the number of the step's phase entry in the analysis record."""
 
 # The HParams dashboard's metrics: tag -> display name. Defined in the README's Metrics section.
 HEADLINE = {
@@ -84,7 +86,7 @@ def write_run(run_dir: Path | str, metrics: RunMetrics | None = None) -> list[Pa
             raise UserError(f"{path} not found; pass a finished run folder (runs/<run>)")
         metrics = load_metrics(path)
     spans_path = run_dir / TIMELINE_JSON
-    spans = json.loads(spans_path.read_text()) if spans_path.exists() else None
+    spans = load_timeline(spans_path) if spans_path.exists() else None
     wall_s = time.time()
     written = []
     for i, mode in enumerate(metrics.modes):
@@ -105,9 +107,9 @@ def write_run(run_dir: Path | str, metrics: RunMetrics | None = None) -> list[Pa
     return written
 
 
-def _timeline_png(metrics: RunMetrics, spans: dict | None, mode: str) -> bytes | None:
+def _timeline_png(metrics: RunMetrics, spans: Timeline | None, mode: str) -> bytes | None:
     """This mode's timeline, on the time axis of all modes: the Images dashboard shows the modes side by side."""
-    if not spans or mode not in spans.get("modes", {}):
+    if not spans or mode not in spans.modes:
         return None
     from profile_overlap.render import timeline  # matplotlib: only when there is something to draw
 
@@ -121,43 +123,43 @@ def _scalar(tag: str, value: float) -> summary_pb2.Summary:
 def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_text: bool):
     """(summary, step) pairs for one mode folder."""
     m = metrics.modes[mode]
-    ranks = (m.analysis or {}).get("ranks", [])
+    ranks = m.analysis.ranks if m.analysis else ()
 
     # Per profiled step: per rank, and the rank mean and max (ranks missing a step are skipped).
-    steps = sorted({s["step"] for r in ranks for s in r["steps"]})
+    steps = sorted({s.step for r in ranks for s in r.steps})
     for step in steps:
-        for name in PER_STEP:
+        for name, number in PER_STEP.items():
             values = []
             for r in ranks:
-                row = next((s for s in r["steps"] if s["step"] == step), None)
-                value = None if row is None else row[_RECORD_KEY[name]]
+                row = next((s for s in r.steps if s.step == step), None)
+                value = None if row is None else number(row)
                 if value is None:
                     continue
                 value = value / 1e3 if name.endswith("_ms") else value
                 values.append(value)
-                yield _scalar(f"rank{r['rank']}/{name}", value), step
+                yield _scalar(f"rank{r.rank}/{name}", value), step
             if values:
                 yield _scalar(f"mean/{name}", sum(values) / len(values)), step
                 yield _scalar(f"max/{name}", max(values)), step
 
     # Per phase and profiled step: the rank mean (a rank with the step but not the phase counts 0).
     for step in steps:
-        rows = [s for r in ranks for s in r["steps"] if s["step"] == step]
-        names = list(dict.fromkeys(p["phase"] for s in rows for p in s.get("phases", ())))
+        rows = [s for r in ranks for s in r.steps if s.step == step]
+        names = list(dict.fromkeys(p.phase for s in rows for p in s.phases))
         for phase in names:
-            entries = [next((p for p in s.get("phases", ()) if p["phase"] == phase), None) for s in rows]
-            for name, key in PHASE_NUMBERS.items():
-                total = sum((e[key] or 0.0) for e in entries if e is not None)
+            entries = [next((p for p in s.phases if p.phase == phase), None) for s in rows]
+            for name, phase_number in PHASE_NUMBERS.items():
+                total = sum((phase_number(e) or 0.0) for e in entries if e is not None)
                 yield _scalar(f"phase/{phase}/{name}", total / len(rows) / 1e3), step
 
     # Bus bandwidth is recorded over all profiled steps together: one point, at the last profiled step.
     if steps:
         by_kind: dict[str, list[float]] = {}
         for r in ranks:
-            for c in r["collectives"]:
-                if c["busbw_gbps"] is not None:
-                    by_kind.setdefault(c["kind"], []).append(c["busbw_gbps"])
-                    yield _scalar(f"rank{r['rank']}/busbw_gbps/{c['kind']}", c["busbw_gbps"]), steps[-1]
+            for c in r.collectives:
+                if c.busbw_gbps is not None:
+                    by_kind.setdefault(c.kind, []).append(c.busbw_gbps)
+                    yield _scalar(f"rank{r.rank}/busbw_gbps/{c.kind}", c.busbw_gbps), steps[-1]
         for kind, values in by_kind.items():
             yield _scalar(f"mean/busbw_gbps/{kind}", sum(values) / len(values)), steps[-1]
             yield _scalar(f"max/busbw_gbps/{kind}", max(values)), steps[-1]
@@ -216,10 +218,10 @@ def _hparams(metrics: RunMetrics, mode: str) -> dict:
     return {
         "mode": mode,
         **cfg,
-        "world_size": env.get("world_size", 0),
-        "backend": str(env.get("backend")),
-        "device_type": str(env.get("device_type")),
-        "torch": str(env.get("torch")),
+        "world_size": env.world_size,
+        "backend": str(env.backend),
+        "device_type": str(env.device_type),
+        "torch": str(env.torch),
     }
 
 
@@ -288,7 +290,7 @@ def verification_markdown(metrics: RunMetrics) -> str:
 
 
 def configuration_markdown(metrics: RunMetrics) -> str:
-    env = {k: v for k, v in metrics.env.items() if k != "ranks"}
+    env = {k: v for k, v in as_json(metrics.env).items() if k != "ranks"}
     rows = [(f"`{k}`", f"`{v}`") for k, v in metrics.config.items()]
     rows += [(f"`{k}`", f"`{v}`") for k, v in env.items()]
     return f"run folder `{metrics.run_dir}`\n\n" + _md_table(("setting", "value"), rows)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
@@ -27,7 +28,10 @@ from matplotlib.patches import Patch, Rectangle
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import replace_atomically
+from profile_overlap.record.analysis import StepRecord
 from profile_overlap.record.metrics import RunMetrics
+from profile_overlap.record.timeline import Timeline, TimelineMode, as_timeline
+from profile_overlap.render.numbers import us_as_ms
 from profile_overlap.render.timeline_style import (  # noqa: F401  (re-exported: the figure's colours)
     BAND_HEIGHT,
     BAND_OFFSET,
@@ -59,7 +63,7 @@ class _RankStep:
     """(start_ms, end_ms, kind, label) on the panel's axis."""
     phases: tuple[tuple[float, float, str], ...]
     """(start_ms, end_ms, phase) of the step's phase windows, on the panel's axis."""
-    numbers: dict | None
+    numbers: StepRecord | None
     """This rank's step in the analysis record (step_us, comm_us, overlap_pct, ...)."""
 
 
@@ -77,7 +81,12 @@ class _ModeStep:
 
 
 def figure(
-    metrics: RunMetrics, timeline: dict, *, step: int | None = None, max_ranks: int = 16, modes: tuple[str, ...] | None = None
+    metrics: RunMetrics,
+    timeline: Timeline | dict[str, Any],
+    *,
+    step: int | None = None,
+    max_ranks: int = 16,
+    modes: tuple[str, ...] | None = None,
 ) -> Figure:
     """One profiled step per mode, modes stacked on a shared time axis: ms from the first rank's
     ProfilerStep start on the reference rank's clock (timeline.json carries aligned times), or from
@@ -85,14 +94,15 @@ def figure(
     profiled step to draw in every mode; by default each mode's median-length step. More than
     `max_ranks` ranks are sampled (rank 0, the slowest rank, and evenly spaced ones between), and
     the figure says so. `modes`: draw only these (one figure per mode, e.g. for TensorBoard),
-    keeping the time axis of all modes so that figures drawn separately still compare."""
+    keeping the time axis of all modes so that figures drawn separately still compare. A dict is
+    timeline.json as parsed, converted to the typed Timeline once, here."""
     if max_ranks < 2:
         raise UserError(f"max_ranks must be at least 2 (got {max_ranks})")
-    modes_json = timeline.get("modes") or {}
-    names = [m for m in metrics.modes if m in modes_json] + [m for m in modes_json if m not in metrics.modes]  # the run's order
+    in_file = as_timeline(timeline).modes
+    names = [m for m in metrics.modes if m in in_file] + [m for m in in_file if m not in metrics.modes]  # the run's order
     if not names:
         raise UserError("timeline.json holds no profiled steps; rerun with profiling on (drop --no-profile)")
-    panels = [_select(name, modes_json[name], metrics, step=step, max_ranks=max_ranks) for name in names]
+    panels = [_select(name, in_file[name], metrics, step=step, max_ranks=max_ranks) for name in names]
     # The time axis, colours and lane layout come from every mode, so that figures drawn separately still compare.
     xmax_ms = max(r.lead_ms + r.step_us / 1e3 for p in panels for r in p.ranks)
     colours = _colour_map(panels)
@@ -126,8 +136,8 @@ def figure(
     cfg = metrics.config
     fig.suptitle(
         f"Communication / compute overlap, one profiled step {'per mode' if len(panels) > 1 else 'of ' + panels[0].mode}  ·  {run}\n"
-        f"{metrics.env.get('world_size', '?')} ranks, {metrics.env.get('backend', '?')} on "
-        f"{metrics.env.get('device_type', '?')}, {_model(cfg)}",
+        f"{metrics.env.world_size} ranks, {metrics.env.backend or '?'} on "
+        f"{metrics.env.device_type or '?'}, {_model(cfg)}",
         fontsize=12,
         fontweight="bold",
         x=0.01,
@@ -180,13 +190,13 @@ def _pitch(phased: bool) -> float:
     return 3.0 + (BAND_OFFSET if phased else 0.0)
 
 
-def _select(mode: str, mode_json: dict, metrics: RunMetrics, *, step: int | None, max_ranks: int) -> _ModeStep:
-    ranks_json = sorted(mode_json["ranks"], key=lambda r: r["rank"])
+def _select(mode: str, drawn: TimelineMode, metrics: RunMetrics, *, step: int | None, max_ranks: int) -> _ModeStep:
+    in_order = sorted(drawn.ranks, key=lambda r: r.rank)
     # A step's length is its slowest rank's, as for the unprofiled step times.
     lengths: dict[int, float] = {}
-    for r in ranks_json:
-        for s in r["steps"]:
-            lengths[s["step"]] = max(lengths.get(s["step"], 0.0), s["step_us"])
+    for r in in_order:
+        for s in r.steps:
+            lengths[s.step] = max(lengths.get(s.step, 0.0), s.step_us)
     if not lengths:
         raise UserError(f"timeline.json has no profiled steps for mode {mode}; rerun with --profile-steps 1 or more")
     if step is None:
@@ -199,24 +209,29 @@ def _select(mode: str, mode_json: dict, metrics: RunMetrics, *, step: int | None
         raise UserError(f"profiled step {step} is not in mode {mode}; choose one of {sorted(lengths)}")
 
     analysis = metrics.modes[mode].analysis if mode in metrics.modes else None
-    by_rank = {r["rank"]: r for r in (analysis or {}).get("ranks", [])}
-    windows = {r["rank"]: w for r in ranks_json if (w := next((s for s in r["steps"] if s["step"] == chosen), None))}
+    by_rank = {r.rank: r for r in analysis.ranks} if analysis else {}
+    windows = {r.rank: w for r in in_order if (w := next((s for s in r.steps if s.step == chosen), None))}
     # Aligned ranks (timeline.json on the reference clock) share one origin: the first of them to start the step.
-    aligned = [r["rank"] for r in ranks_json if r.get("aligned") and r["rank"] in windows]
-    origin = min((windows[k]["start_us"] for k in aligned), default=None) if len(aligned) >= 2 else None
+    aligned = [r.rank for r in in_order if r.aligned and r.rank in windows]
+    origin = min((windows[k].start_us for k in aligned), default=None) if len(aligned) >= 2 else None
     rank_steps = []
-    for r in ranks_json:
-        window = windows.get(r["rank"])
+    for r in in_order:
+        window = windows.get(r.rank)
         if window is None:
             continue
-        t0 = origin if origin is not None and r["rank"] in aligned else window["start_us"]
+        t0 = origin if origin is not None and r.rank in aligned else window.start_us
         relabel = {("comm", p): f"{p}/collective" for p in PHASE_COLOURS}  # ddp's all_reduce: labelled backward only
-        spans = tuple(((a - t0) / 1e3, (b - t0) / 1e3, k, relabel.get((k, x), x)) for st, a, b, k, x in r["spans"] if st == chosen)
-        # Runs made before the analysis kept phase windows have no "phases": no band then.
-        phases = tuple(((a - t0) / 1e3, (b - t0) / 1e3, name) for st, name, a, b in r.get("phases") or () if st == chosen)
-        numbers = next((s for s in by_rank.get(r["rank"], {}).get("steps", []) if s["step"] == chosen), None)
-        lead_ms = (window["start_us"] - t0) / 1e3
-        rank_steps.append(_RankStep(r["rank"], window["step_us"], window["start_us"], lead_ms, spans, phases, numbers))
+        spans = tuple(
+            ((sp.start_us - t0) / 1e3, (sp.end_us - t0) / 1e3, sp.kind, relabel.get((sp.kind, sp.label), sp.label))
+            for sp in r.spans
+            if sp.step == chosen
+        )
+        # Runs made before the analysis kept phase windows have no phases: no band then.
+        phases = tuple(((w.start_us - t0) / 1e3, (w.end_us - t0) / 1e3, w.phase) for w in r.phases if w.step == chosen)
+        record = by_rank.get(r.rank)
+        numbers = next((s for s in record.steps if s.step == chosen), None) if record else None
+        lead_ms = (window.start_us - t0) / 1e3
+        rank_steps.append(_RankStep(r.rank, window.step_us, window.start_us, lead_ms, spans, phases, numbers))
 
     world = len(rank_steps)
     note = None
@@ -232,7 +247,7 @@ def _select(mode: str, mode_json: dict, metrics: RunMetrics, *, step: int | None
             f"showing {len(rank_steps)} of {world} ranks: rank {rank_steps[0].rank}, the slowest in this step "
             f"(rank {slowest}), and evenly spaced ranks"
         )
-    ref = mode_json.get("reference_rank") if origin is not None else None
+    ref = drawn.reference_rank if origin is not None else None
     return _ModeStep(mode, chosen, len(lengths), chosen_as, tuple(rank_steps), world, note, reference_rank=ref)
 
 
@@ -254,10 +269,6 @@ def _colour_map(panels: list[_ModeStep]) -> dict[str, str]:
 
 def _union(spans: tuple[tuple[float, float, str, str], ...], kind: str) -> iv.Union:
     return iv.union([a for a, _, k, _ in spans if k == kind], [b for _, b, k, _ in spans if k == kind])
-
-
-def _fmt_ms(us: float | None) -> str:
-    return "-" if us is None else f"{us / 1e3:.1f}"
 
 
 def _draw_panel(ax, panel: _ModeStep, *, colours: dict[str, str], xmax_ms: float, phased: bool) -> None:
@@ -332,18 +343,16 @@ def _draw_phases(ax, phases: tuple[tuple[float, float, str], ...], *, top: float
             ax.text((a + b) / 2, y, text, ha="center", va="center", fontsize=7, color="#222222", zorder=4, clip_on=True)
 
 
-def _annotate(ax, n: dict, *, y: float) -> None:
+def _annotate(ax, n: StepRecord, *, y: float) -> None:
     """The record's numbers for this rank's step, right of the lanes; per phase where the record has them."""
-    pct = "-" if n.get("overlap_pct") is None else f"{n['overlap_pct']:.0f}%"
+    pct = "-" if n.overlap_pct is None else f"{n.overlap_pct:.0f}%"
     lines = [
-        f"step {_fmt_ms(n['step_us'])} ms, overlap {pct}",
-        f"comm {_fmt_ms(n['comm_us'])} ms, exposed {_fmt_ms(n['exposed_comm_us'])} ms",
+        f"step {us_as_ms(n.step_us)} ms, overlap {pct}",
+        f"comm {us_as_ms(n.comm_us)} ms, exposed {us_as_ms(n.exposed_comm_us)} ms",
     ]
-    phases = [p for p in n.get("phases") or () if p.get("comm_us")]
+    phases = [p for p in n.phases if p.comm_us]
     if phases:
-        lines.append(
-            "exposed: " + ", ".join(f"{PHASE_SHORT.get(p['phase'], p['phase'])} {_fmt_ms(p['exposed_comm_us'])}" for p in phases) + " ms"
-        )
+        lines.append("exposed: " + ", ".join(f"{PHASE_SHORT.get(p.phase, p.phase)} {us_as_ms(p.exposed_comm_us)}" for p in phases) + " ms")
     ax.annotate(
         "\n".join(lines),
         xy=(1.0, y),

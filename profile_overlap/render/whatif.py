@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from profile_overlap.record.whatif import WHATIF_PNG, WhatifResult, load_whatif
-from profile_overlap.render.document import Paragraph, Ref, Section, Table, ms, pct, times
+from profile_overlap.render.document import Paragraph, Ref, Section, Table
+from profile_overlap.render.numbers import ms, pct, times
 
 
 def _gbps(x: float) -> str:

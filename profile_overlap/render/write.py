@@ -40,7 +40,7 @@ def write(
 
 def write_files(report, metrics: RunMetrics, fig, *, out: Path, formats: tuple[str, ...]) -> list[Path]:
     """A built report's files in `out`: report.html (the figure as SVG), report.md (+ timeline.png)
-    and report.json (the record). Shared by runs and by profiled jobs (api/report.py)."""
+    and report.json (the record). Shared by runs and by profiled jobs."""
     written = []
     if "html" in formats:
         from profile_overlap.render import html as report_html
@@ -86,7 +86,7 @@ def write_compare(a_dir: Path, b_dir: Path, *, out: Path | None = None, formats:
 
 
 def _figure(run: Run):
-    if not run.timeline or not run.timeline.get("modes"):
+    if not run.timeline or not run.timeline.modes:
         return None
     from profile_overlap.render import timeline
 

@@ -18,20 +18,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import torch
 import torch.distributed as dist
 
 from profile_overlap.analysis.cross_rank import TraceAnalysis, combine
 from profile_overlap.analysis.per_rank import analyze_rank
-from profile_overlap.analysis.record import timeline_record, to_json
+from profile_overlap.analysis.record import analysis_record, timeline_record
 from profile_overlap.core import rank_output
 from profile_overlap.core import status as run_status
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import CONFIG_JSON, ENV_JSON, METRICS_JSON, TIMELINE_JSON
 from profile_overlap.core.io import write_json_atomic
-from profile_overlap.record import summary
+from profile_overlap.record.build import build_record
 from profile_overlap.record.metrics import (
-    SCHEMA_VERSION,
+    Env,
     Memory,
     ModeMetrics,
     RunMetrics,
@@ -152,7 +153,7 @@ def _mode_metrics(run: ModeRun, *, trace, run_dir: Path, device: torch.device) -
         memory=tuple(r["memory"] for r in gathered),
         checks=tuple(run.checks),
         trace_dir=str(trace.parent.relative_to(run_dir)) if trace else None,
-        analysis=to_json(combined) if combined else None,
+        analysis=analysis_record(combined) if combined else None,
         model_param_bytes=sum(p.numel() * p.element_size() for p in state.model.parameters()),
     ), combined
 
@@ -223,17 +224,13 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
         # Every mode against the first: the same steps on the same data end with equal parameters.
         name = f"{trained[0]} == {other}: final parameters"
         cross.append(compare_params(final_params[trained[0]], final_params[other], name=name, dtype=DTYPES[config.dtype]))
-    metrics = summary.with_summary(
-        RunMetrics(
-            schema_version=SCHEMA_VERSION,
-            run_dir=str(run_dir),
-            config=config.to_dict(),
-            env=env,
-            modes=modes,
-            checks=tuple(cross),
-            speedup=summary.speedup(modes),
-            rounds=tuple(order) if config.repeats > 1 else (tuple(m for m in config.modes if modes[m].step_time.times_ms),),
-        )
+    metrics = build_record(
+        run_dir=str(run_dir),
+        config=config.to_dict(),
+        env=msgspec.convert(env, Env),
+        modes=modes,
+        checks=tuple(cross),
+        rounds=tuple(order) if config.repeats > 1 else (tuple(m for m in config.modes if modes[m].step_time.times_ms),),
     )
     if rank == 0:
         failed = [c for c in metrics.all_checks() if not c.passed]

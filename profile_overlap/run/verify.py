@@ -8,8 +8,7 @@ ring reduce_scatter may sum in another order, which the tolerance allows for.
 
 from __future__ import annotations
 
-import dataclasses
-
+import msgspec
 import torch
 import torch.distributed as dist
 
@@ -97,7 +96,7 @@ class DecompositionChecker:
         gathered = _reduce_check(name, torch.stack(self.gathered_errors), bounds, **kwargs)
         # A bad shard shows up on every rank after the all_gather; the shard check names its owner.
         worst = shard if not shard.passed else gathered
-        return dataclasses.replace(
+        return msgspec.structs.replace(
             worst,
             passed=shard.passed and gathered.passed,
             max_abs_err=None if None in (shard.max_abs_err, gathered.max_abs_err) else max(shard.max_abs_err, gathered.max_abs_err),

@@ -12,37 +12,40 @@ from __future__ import annotations
 from pathlib import Path
 
 from profile_overlap.analysis.cross_rank import TraceAnalysis
-from profile_overlap.analysis.record import timeline_record, to_json
+from profile_overlap.analysis.record import timeline_record, traced_record
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, TIMELINE_JSON
 from profile_overlap.core.io import write_json_atomic
-from profile_overlap.record.metrics import SCHEMA_VERSION, ModeMetrics, RunMetrics, StepTimes
-from profile_overlap.record.summary import with_summary
+from profile_overlap.record.metrics import FOLDER, FOLDER_MODE, Env, JobFacts, RankEnv, RunMetrics, StepTimes
 
-FOREIGN_MODE = "trace"
+FOREIGN_MODE = FOLDER_MODE
 """The one mode of a record written for foreign traces (our runs have sequential / split)."""
 
 
 def plugin_metrics(result: TraceAnalysis, *, out_dir: Path) -> RunMetrics:
     """The metrics record of foreign traces: their analysis and nothing we cannot know."""
-    mode = ModeMetrics(
+    facts = JobFacts(
+        kind=FOLDER,
+        source=result.source,
+        trace_files=sum(len(r.files) for r in result.ranks),
+        profiled_steps=max((len(r.steps) for r in result.ranks), default=0),
+        profiled_ranks=tuple(sorted(r.rank for r in result.ranks)),
+    )
+    return traced_record(
+        result,
         mode=FOREIGN_MODE,
         step_time=StepTimes.from_times([], method="none (traces only)"),
-        memory=(),
-        checks=(),
         trace_dir=result.source,
-        analysis=to_json(result),
-    )
-    return with_summary(
-        RunMetrics(
-            schema_version=SCHEMA_VERSION,
-            run_dir=str(out_dir),
-            config={"source": result.source, "hta_compat": result.hta_compat},
-            env={"command": "profile_overlap analyze --tensorboard", "world_size": result.world_size},
-            modes={FOREIGN_MODE: mode},
-            checks=(),
-            speedup=None,
-        )
+        facts=facts,
+        run_dir=str(out_dir),
+        config={"source": result.source, "hta_compat": result.hta_compat},
+        env=Env(
+            command="profile_overlap analyze --tensorboard",
+            backend=next((r.backend for r in result.ranks if r.backend), None),
+            device_type=result.ranks[0].device if result.ranks else None,
+            world_size=result.world_size,
+            ranks=tuple(RankEnv(rank=r.rank, host="?", device=r.device) for r in result.ranks),
+        ),
     )
 
 

@@ -22,20 +22,25 @@ timeline.json is optional. Routes, under /data/plugin/profile_overlap/:
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-import orjson
+import msgspec
 from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from profile_overlap.analysis.spans import coarsen
+from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, PERFETTO_TRACE, STATUS_JSON, TIMELINE_JSON
+from profile_overlap.record.folder import RunStatus
+from profile_overlap.record.load import load_metrics
+from profile_overlap.record.timeline import TimelineRank, TimelineSpan, load_timeline
 
 PLUGIN_NAME = "profile_overlap"
 TAB_NAME = "Overlap"
@@ -73,9 +78,9 @@ def find_runs(logdir: Path) -> list[Path]:
     return sorted(runs)
 
 
-def describe_run(logdir: Path, run_dir: Path) -> dict:
+def describe_run(logdir: Path, run_dir: Path) -> dict[str, Any]:
     """One row of the run picker, read from the run's own files."""
-    entry = {
+    entry: dict[str, Any] = {
         "run": run_dir.relative_to(logdir).as_posix(),
         "modes": [],
         "world_size": None,
@@ -85,34 +90,34 @@ def describe_run(logdir: Path, run_dir: Path) -> dict:
         "error": None,
     }
     try:
-        record = json.loads((run_dir / METRICS_JSON).read_text())
-        entry["modes"] = list(record["modes"])
-        entry["world_size"] = (record.get("env") or {}).get("world_size")
-    except (OSError, ValueError, KeyError, TypeError) as err:
+        record = load_metrics(run_dir / METRICS_JSON)
+        entry["modes"] = list(record.modes)
+        entry["world_size"] = record.env.world_size
+    except UserError as err:
         entry["error"] = f"unreadable {METRICS_JSON}: {err}"
     try:
-        entry["status"] = json.loads((run_dir / STATUS_JSON).read_text()).get("state")
-    except (OSError, ValueError, AttributeError):
+        entry["status"] = msgspec.json.decode((run_dir / STATUS_JSON).read_bytes(), type=RunStatus).state
+    except (OSError, msgspec.DecodeError):
         pass
     return entry
 
 
-def merge_spans(spans: list[list], *, max_spans: int) -> list[list]:
+def merge_spans(spans: Sequence[TimelineSpan], *, max_spans: int) -> Sequence[TimelineSpan]:
     """At most `max_spans` spans of each kind, merged as the analysis merges the timeline
     (`spans.coarsen`: the largest gaps stay). A merged span keeps its first piece's step and its
     longest piece's label. Within the budget, `spans` is returned as is."""
-    if max(sum(s[3] == "comm" for s in spans), sum(s[3] == "compute" for s in spans)) <= max_spans:
+    if max(sum(s.kind == "comm" for s in spans), sum(s.kind == "compute" for s in spans)) <= max_spans:
         return spans
-    out = []
+    out: list[TimelineSpan] = []
     for kind in ("comm", "compute"):
-        mine = [s for s in spans if s[3] == kind]
+        mine = [s for s in spans if s.kind == kind]
         if len(mine) <= max_spans:
             out.extend(mine)
             continue
-        first, ends, longest = coarsen([s[1] for s in mine], [s[2] for s in mine], max_spans=max_spans)
+        first, ends, longest = coarsen([s.start_us for s in mine], [s.end_us for s in mine], max_spans=max_spans)
         for a, e, best in zip(first.tolist(), ends.tolist(), longest.tolist()):
-            out.append([mine[a][0], float(mine[a][1]), e, kind, mine[best][4]])
-    out.sort(key=lambda s: s[1])
+            out.append(TimelineSpan(mine[a].step, float(mine[a].start_us), e, kind, mine[best].label))
+    out.sort(key=lambda s: s.start_us)
     return out
 
 
@@ -239,25 +244,35 @@ class OverlapPlugin(base_plugin.TBPlugin):
 def timeline_replies(path: Path, *, max_spans: int | None) -> dict[str, bytes]:
     """Per mode of a timeline.json: the serialised reply of the timeline route."""
     try:
-        modes = orjson.loads(path.read_bytes())["modes"]
-        ranks_of = {mode: record["ranks"] for mode, record in modes.items()}
-    except (OSError, ValueError, KeyError, TypeError) as err:
+        timeline = load_timeline(path)
+    except UserError as err:
         raise RequestError(f"unreadable {TIMELINE_JSON}: {err}", code=500) from None
     replies = {}
-    for mode, ranks in ranks_of.items():
-        num_in_file = sum(len(r["spans"]) for r in ranks)
+    for mode, drawn in timeline.modes.items():
+        ranks = drawn.ranks
+        num_in_file = sum(len(r.spans) for r in ranks)
         if max_spans is not None:
-            ranks = [{**r, "spans": merge_spans(r["spans"], max_spans=max_spans)} for r in ranks]
-        replies[mode] = orjson.dumps(
-            {
-                "mode": mode,
-                "ranks": ranks,
-                "max_spans": max_spans,
-                "num_spans_in_file": num_in_file,
-                "num_spans_served": sum(len(r["spans"]) for r in ranks),
-            }
+            ranks = tuple(msgspec.structs.replace(r, spans=tuple(merge_spans(r.spans, max_spans=max_spans))) for r in ranks)
+        replies[mode] = msgspec.json.encode(
+            TimelineReply(
+                mode=mode,
+                ranks=ranks,
+                max_spans=max_spans,
+                num_spans_in_file=num_in_file,
+                num_spans_served=sum(len(r.spans) for r in ranks),
+            )
         )
     return replies
+
+
+class TimelineReply(msgspec.Struct, frozen=True, kw_only=True):
+    """The timeline route's reply: one mode's ranks, their spans merged to at most max_spans per kind."""
+
+    mode: str
+    ranks: tuple[TimelineRank, ...]
+    max_spans: int | None
+    num_spans_in_file: int
+    num_spans_served: int
 
 
 def _error(request, err: RequestError):

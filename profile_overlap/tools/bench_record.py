@@ -5,19 +5,39 @@ scalars with the size in bytes as the step. bench.json is the record itself.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import msgspec
 
 from profile_overlap.analysis.bandwidth import algbw_gbps, busbw_gbps
+from profile_overlap.record.analysis import as_json
+from profile_overlap.record.metrics import Env
 from profile_overlap.tools.bench_config import COLLECTIVES, BenchConfig, parse_sizes
 
 SCHEMA_VERSION = 1
 RS_LIKE_AR = 0.75
 """reduce_scatter / all_reduce time at or above which the table says reduce_scatter costs about as
 much as all_reduce (a ring reduce_scatter moves half of all_reduce's bytes: ideally 0.5)."""
+
+
+class TimedResult(msgspec.Struct, frozen=True):
+    time_us: float
+
+
+class TimedRow(msgspec.Struct, frozen=True):
+    nbytes: int
+    results: dict[str, TimedResult]
+
+
+class BenchTimes(msgspec.Struct, frozen=True):
+    """The part of bench.json that `whatif --fit` reads: each size's time per collective kind."""
+
+    world_size: int
+    rows: tuple[TimedRow, ...]
 
 
 @dataclass(frozen=True)
@@ -54,7 +74,7 @@ class BenchResult:
     timing: str
     """cuda_events or perf_counter+barrier."""
     config: dict
-    env: dict
+    env: Env
     rows: tuple[SizeRow, ...]
     num_wrong: int
     avg_busbw_gbps: float | None
@@ -67,8 +87,9 @@ class BenchResult:
     def passed(self) -> bool:
         return self.num_wrong == 0
 
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+    def to_json(self) -> dict[str, Any]:
+        plain: dict[str, Any] = as_json(self)
+        return plain
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -86,7 +107,7 @@ def build_result(
     backend: str,
     device_type: str,
     config: BenchConfig,
-    env: dict,
+    env: dict[str, Any],
     run_dir: str | None,
 ) -> BenchResult:
     """times_us[(nbytes, kind)]: per iteration, the slowest rank's time; wrong: summed over ranks."""
@@ -121,7 +142,7 @@ def build_result(
         dtype=config.dtype,
         timing="cuda_events" if device_type == "cuda" else "perf_counter+barrier",
         config=config.to_dict(),
-        env=env,
+        env=msgspec.convert({**env, "world_size": world_size}, Env),
         rows=tuple(rows),
         num_wrong=sum(r.results[k].num_wrong for r in rows for k in COLLECTIVES),
         avg_busbw_gbps=_mean([r.results[k].busbw_gbps for r in rows for k in COLLECTIVES]),
@@ -167,8 +188,8 @@ def render_table(result: BenchResult) -> str:
         f"count: its elements (reduce_scatter output and all_gather input: count/{result.world_size})",
         "#",
     ]
-    for r in result.env.get("ranks", []):
-        lines.append(f"#  Rank {r['rank']:>3}  Pid {r['pid']:>7}  on {r['host']}  device {r['device']}")
+    for r in result.env.ranks:
+        lines.append(f"#  Rank {r.rank:>3}  Pid {r.pid!s:>7}  on {r.host}  device {r.device}")
     lines.append("#")
     group = "   time   algbw   busbw  #wrong"
     width = len(group)

@@ -76,12 +76,12 @@ def _recorded(path: Path) -> Source:
     modes = tuple(ModeTraces(name, path / m.trace_dir) for name, m in run.metrics.modes.items() if m.trace_dir is not None)
     if not modes:
         raise UserError(f"{path} has no traces: its modes ran without the profiler; rerun with --profile")
-    hosts = {int(r["rank"]): str(r["host"]) for r in run.metrics.env.get("ranks") or () if r.get("host") not in (None, "?")}
+    hosts = {r.rank: r.host for r in run.metrics.env.ranks if r.host is not None and r.host != "?"}
     return Source(kind, path, modes, hosts or (_hosts_of_states(path) if kind == "job" else {}))
 
 
 def _hosts_of_states(job_dir: Path) -> dict[int, str]:
-    return {rank: str(s["host"]) for rank, s in layout.read_states(job_dir).items() if s.get("host")}
+    return {rank: s.host for rank, s in layout.read_states(job_dir).items() if s.host}
 
 
 def _hosts_of_names(folder: Path) -> dict[int, str]:

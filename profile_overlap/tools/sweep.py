@@ -182,7 +182,7 @@ def _mkdir(path: Path) -> Path:
 
 def sweep_record(sweep: SweepConfig, point_dirs: list[Path]) -> dict:
     """Each point's knobs, resolved workload, headline numbers and per-mode numbers, read from its metrics.json."""
-    from profile_overlap.record.summary import load_metrics
+    from profile_overlap.record.load import load_metrics
 
     points = []
     for point, run_dir in zip(sweep.points(), point_dirs):

@@ -81,14 +81,13 @@ def figure(record: dict):
     return fig
 
 
-def _fmt(x: float | None, spec: str) -> str:
-    return "–" if x is None else f"{x:{spec}}"
-
-
 def explain_crossover(record: dict) -> list[str]:
     """One sentence per series, from the component times of the points around the crossover: where
     the second mode (split by default) starts to beat the first (sequential)."""
-    from profile_overlap.render.document import times
+    from profile_overlap.render.numbers import fixed, times
+
+    def num(x: float | None, spec: str) -> str:
+        return fixed(x, spec, missing="–")
 
     vary = list(record["vary"].items())
     x_name = vary[0][0]
@@ -102,9 +101,9 @@ def explain_crossover(record: dict) -> list[str]:
             p = by_name[c["point"]]
             lines.append(
                 f"{ch} starts to beat {base} at {x_name}={c['at'][x_name]}{where}: {times(p[ch]['speedup_vs_first'])}; there "
-                f"{base}'s step spent {_fmt(p[base]['comm_ms'], '.1f')} ms communicating and "
-                f"{_fmt(p[base]['compute_ms'], '.1f')} ms computing, and {ch} hid {_fmt(p[ch]['overlap_pct'], '.0f')}% of its "
-                f"{_fmt(p[ch]['comm_ms'], '.1f')} ms of communication."
+                f"{base}'s step spent {num(p[base]['comm_ms'], '.1f')} ms communicating and "
+                f"{num(p[base]['compute_ms'], '.1f')} ms computing, and {ch} hid {num(p[ch]['overlap_pct'], '.0f')}% of its "
+                f"{num(p[ch]['comm_ms'], '.1f')} ms of communication."
             )
         elif c["kind"] == "always":
             lines.append(f"{ch} beats {base} at every {x_name} swept{where} (from {times(series[0][ch]['speedup_vs_first'])}).")
@@ -119,8 +118,8 @@ def explain_crossover(record: dict) -> list[str]:
             lines.append(
                 f"{ch} never beats {base}{' by more than run-to-run noise' if beats else ''} in this range{where}: at best "
                 f"{times(best[ch]['speedup_vs_first'])} at {x_name}={best['knobs'][x_name]}, where {ch} communicated "
-                f"{_fmt(s[1]['comm_ms'], '.1f')} ms per step against {base}'s {_fmt(s[0]['comm_ms'], '.1f')} ms and hid "
-                f"{_fmt(s[1]['overlap_pct'], '.0f')}% of it." + (why if gloo else "")
+                f"{num(s[1]['comm_ms'], '.1f')} ms per step against {base}'s {num(s[0]['comm_ms'], '.1f')} ms and hid "
+                f"{num(s[1]['overlap_pct'], '.0f')}% of it." + (why if gloo else "")
             )
     return lines
 
@@ -133,7 +132,7 @@ def workload(p: dict) -> str:
 
 def _vs_cell(p: dict, mode: str) -> str:
     """A point's speedup of `mode` over the first mode: '1.20×', '0.98×*' (within run-to-run noise) or '–'."""
-    from profile_overlap.render.document import times
+    from profile_overlap.render.numbers import times
 
     m = p.get(mode, {})
     return times(m.get("speedup_vs_first")) + ("*" if m.get("within_noise_vs_first") else "")
@@ -154,7 +153,7 @@ def table_columns(record: dict) -> list[str]:
 
 def table_rows(record: dict) -> list[tuple[str, ...]]:
     """The points table's cells (report and console), in table_columns order after the knobs."""
-    from profile_overlap.render.document import ms, pct, times
+    from profile_overlap.render.numbers import ms, pct, times
 
     modes = modes_of(record)
     rows = []
@@ -176,7 +175,7 @@ def table_rows(record: dict) -> list[tuple[str, ...]]:
 
 def mode_rows(record: dict) -> list[tuple[str, ...]]:
     """One row per point and mode (knobs, mode, step ms, speedup vs first, overlap %, exposed comm ms): any number of modes."""
-    from profile_overlap.render.document import ms, pct
+    from profile_overlap.render.numbers import ms, pct
 
     rows = []
     for p in record["points"]:
@@ -199,7 +198,8 @@ def write_reports(sweep_dir: Path, record: dict) -> None:
     from profile_overlap.render import document, timeline
     from profile_overlap.render import html as report_html
     from profile_overlap.render import markdown as report_md
-    from profile_overlap.render.document import Figure, Paragraph, Ref, Section, Table, times
+    from profile_overlap.render.document import Figure, Paragraph, Ref, Section, Table
+    from profile_overlap.render.numbers import times
 
     fig = figure(record)
     vary = list(record["vary"].items())

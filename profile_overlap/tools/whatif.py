@@ -2,7 +2,8 @@
 
     python -m profile_overlap whatif runs/<run> --world-size 8,64,512 --link-gbps 50,450
 
-Inputs, per mode, from the run folder's traces (RUN_DIR/<mode>/, re-read with analysis.events):
+Inputs, per mode, from the run's record (each rank's `replay`, measured by analysis/replay.py with
+the rest of the analysis; a record written before it held them gets its traces analysed again):
 the compute per phase (forward, backward, optimizer, and outside the phases) and every collective
 of a step (kind, size S, the phase that issued it, its duration), each the median over ranks and
 profiled steps. Per-unit compute: the backward is cut at the moments the split hands each unit's
@@ -19,24 +20,24 @@ step time), and with ring α-β costs at each target point.
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+import msgspec
 
 from profile_overlap.analysis.classify import PHASES
-from profile_overlap.analysis.events import FileEvents, extract
-from profile_overlap.analysis.folder import find_trace_files
-from profile_overlap.analysis.trace import load_trace
-from profile_overlap.core import intervals as iv
+from profile_overlap.analysis.folder import analyze_dir, find_trace_files
+from profile_overlap.analysis.record import analysis_record
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import write_json_atomic
+from profile_overlap.record.analysis import AnalysisRecord
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.whatif import SCHEMA, WHATIF_JSON, Crossover, SelfReplay, WhatifPoint, WhatifResult
 from profile_overlap.tools import whatif_model as model
+from profile_overlap.tools.bench_record import BenchTimes
 
 SAME_BODY = ("sequential", "split", "split-blocking", "ddp")
 """Modes that run the same forward and backward operators (fsdp2 adds its gathers' copies)."""
@@ -64,109 +65,58 @@ class Measured:
     profiled_ms: float | None
 
 
-def _busy_between(busy: iv.Union, lo: float, hi: float) -> float:
-    return iv.length(iv.clip(busy, lo, hi))
+def _median(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
-def _phase_union(f: FileEvents, index: int, lo: float, hi: float) -> iv.Union:
-    sel = f.phases.phase == index
-    return iv.clip(iv.union(f.phases.start[sel], f.phases.end[sel]), lo, hi)
-
-
-def stream_shares(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Each call's share of the time communication was busy (µs): its duration, with every stretch
-    where k calls were in flight at once counted 1/k to each. The shares add up to the length of
-    the calls' union, so calls serialised on one stream with these durations keep the stream busy
-    exactly as long as the measured ones were (gloo runs two at once on its worker threads; NCCL's
-    calls on one stream never overlap, and there a share is the duration)."""
-    if starts.size == 0:
-        return np.zeros(0)
-    edges = np.unique(np.concatenate([starts, ends]))
-    mids = (edges[:-1] + edges[1:]) / 2
-    in_flight = np.searchsorted(np.sort(starts), mids, side="right") - np.searchsorted(np.sort(ends), mids, side="right")
-    per_us = np.where(in_flight > 0, np.diff(edges) / np.maximum(in_flight, 1), 0.0)
-    cum = np.concatenate([[0.0], np.cumsum(per_us)])
-    return cum[np.searchsorted(edges, ends)] - cum[np.searchsorted(edges, starts)]
-
-
-def _samples(f: FileEvents):
-    """Per profiled step of one file: (pre_us, {phase: busy_us}, [(t, kind, nbytes, phase, dur)], cuts).
-
-    Busy time is the step's time minus its exposed communication: compute, and the gaps between
-    operators (Python, launches, the profiler's own cost), which the step spends whether or not
-    communication runs; only the waits for communication are left out, and the replay puts them back."""
-    comm = iv.union(f.comm.start, f.comm.end)
-    compute = iv.difference(iv.union(f.compute.start, f.compute.end), f.exclude)
-    starts = np.array([c.start_us for c in f.calls], dtype=float)
-    shares = stream_shares(starts, starts + np.array([c.dur_us for c in f.calls], dtype=float))
-    for lo, hi in zip(f.step_start.tolist(), f.step_end.tolist()):
-        exposed = iv.difference(iv.clip(comm, lo, hi), iv.clip(compute, lo, hi))
-        step_busy = iv.difference((np.array([lo]), np.array([hi])), exposed)
-        windows = {name: _phase_union(f, i, lo, hi) for i, name in enumerate(PHASES)}
-        phase_us = {name: iv.intersection_length(step_busy, w) for name, w in windows.items()}
-        pre_us = iv.length(step_busy) - sum(phase_us.values())
-        calls = []
-        for c, share in zip(f.calls, shares.tolist()):
-            t = c.issued_us if c.issued_us is not None else c.start_us
-            if lo <= t < hi:
-                phase = next((n for n, w in windows.items() if iv.covers(w, np.array([t]))[0]), "other")
-                calls.append((t, c.kind, c.nbytes, phase, share))
-        calls.sort()
-        bwd = windows["backward"]
-        launches = [t for t, kind, _, phase, _ in calls if phase == "backward" and kind == "reduce_scatter"]
-        cuts = None
-        if launches and bwd[0].size:
-            edges = [float(bwd[0][0]), *launches, float(bwd[1][-1])]
-            parts = [_busy_between(step_busy, a, b) for a, b in zip(edges, edges[1:])]
-            parts[-2] += parts.pop()  # after the last launch: the tail of unit 0's backward
-            cuts = tuple(reversed(parts))  # launches go last unit first
-        yield pre_us, phase_us, calls, cuts
-
-
-def _median(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
+def replay_record(run: Run, mode: str) -> AnalysisRecord:
+    """The mode's analysis with its per-step replay inputs: the record's own, or, for a record written
+    before it held them, the mode's traces analysed again (as the run did: every profiled step)."""
+    analysis = run.metrics.modes[mode].analysis
+    if analysis is not None and any(r.replay for r in analysis.ranks):
+        return analysis
+    folder = run.dir / mode
+    if not folder.is_dir() or not find_trace_files(folder):
+        raise UserError(f"{folder} holds no traces: whatif needs profiled steps; rerun with --profile-steps 2 or more")
+    return analysis_record(analyze_dir(folder, steps=(None, None), max_workers=1))
 
 
 def measure_mode(run: Run, mode: str) -> Measured:
-    """The mode's measured step from its traces (one-line errors for a mode without them)."""
-    folder = run.dir / mode
-    paths = find_trace_files(folder) if folder.is_dir() else []
-    if not paths:
-        raise UserError(f"{folder} holds no traces: whatif needs profiled steps; rerun with --profile-steps 2 or more")
-    samples = [s for p in paths for s in _samples(extract(load_trace(p)))]
+    """The mode's measured step from its record's replay inputs (one-line errors for a mode without them)."""
+    analysis = replay_record(run, mode)
+    samples = [s for r in analysis.ranks for s in r.replay]
     if not samples:
-        raise UserError(f"the traces of {mode} in {folder} have no ProfilerStep: rerun the run with --profile-steps 2 or more")
+        raise UserError(f"the traces of {mode} in {run.dir / mode} have no ProfilerStep: rerun the run with --profile-steps 2 or more")
     # The calls of a step, as (kind, phase) in issue order; steps that differ (a straggling
     # collective outside the window) are outvoted.
-    shapes = Counter(tuple((k, ph) for _, k, _, ph, _ in calls) for _, _, calls, _ in samples)
+    shapes = Counter(tuple((c.kind, c.phase) for c in s.calls) for s in samples)
     shape = shapes.most_common(1)[0][0]
-    same = [calls for _, _, calls, _ in samples if tuple((k, ph) for _, k, _, ph, _ in calls) == shape]
+    same = [s.calls for s in samples if tuple((c.kind, c.phase) for c in s.calls) == shape]
     calls = tuple(
-        MeasuredCall(kind=kind, nbytes=same[0][i][2], phase=phase, dur_us=statistics.median(c[i][4] for c in same))
+        MeasuredCall(kind=kind, nbytes=same[0][i].nbytes, phase=phase, dur_us=statistics.median(c[i].share_us for c in same))
         for i, (kind, phase) in enumerate(shape)
     )
-    cut_sets = [c for *_, c in samples if c is not None and sum(c) > 0]
+    cut_sets = [s.backward_cuts_us for s in samples if s.backward_cuts_us is not None and sum(s.backward_cuts_us) > 0]
     cuts = None
     if cut_sets and len({len(c) for c in cut_sets}) == 1:
         shares = [[x / sum(c) for x in c] for c in cut_sets]
         medians = [statistics.median(s[i] for s in shares) for i in range(len(shares[0]))]
         cuts = tuple(x / sum(medians) for x in medians)
-    analysis = run.metrics.modes[mode].analysis or {}
     # Per step, the ranks' mean ProfilerStep window: every rank runs the same steps in the same wall
     # time, but each marks its step boundaries at its own moment, and a boundary that is late on
     # one rank moves time from that step into the next. The slowest rank per step would take the
     # longer side of every such shift.
     by_step: dict[int, list[float]] = {}
-    for r in analysis.get("ranks", []):
-        for s in r["steps"]:
-            if s["step_us"]:
-                by_step.setdefault(s["step"], []).append(s["step_us"])
+    for r in analysis.ranks:
+        for st in r.steps:
+            if st.step_us:
+                by_step.setdefault(st.step, []).append(st.step_us)
     profiled = _median(statistics.fmean(v) for v in by_step.values())
     return Measured(
         mode=mode,
-        pre_us=max(statistics.median(s[0] for s in samples), 0.0),
-        phase_us={name: statistics.median(s[1][name] for s in samples) for name in PHASES},
+        pre_us=max(statistics.median(s.pre_us for s in samples), 0.0),
+        phase_us={name: statistics.median(s.phase_us.get(name, 0.0) for s in samples) for name in PHASES},
         calls=calls,
         backward_cuts=cuts,
         step_ms=run.metrics.modes[mode].step_time.median_ms,
@@ -252,16 +202,16 @@ def step_graph(
 
 def fit_source(fit: str, run: Run, measured: dict[str, Measured], *, latency_us: float) -> tuple[float, float]:
     """(α µs, B GB/s) from a bench-collectives result (its bench.json or folder) or, with "run", the run's own collectives."""
-    n0 = run.metrics.env["world_size"]
+    n0 = run.metrics.env.world_size
     if fit == "run":
         samples = [(c.kind, n0, c.nbytes, c.dur_us) for m in measured.values() for c in m.calls if c.nbytes]
     else:
         path = Path(fit)
         path = path / "bench.json" if path.is_dir() else path
         try:
-            bench = json.loads(path.read_text())
-            samples = [(k, bench["world_size"], row["nbytes"], r["time_us"]) for row in bench["rows"] for k, r in row["results"].items()]
-        except (OSError, ValueError, KeyError, TypeError) as err:
+            bench = msgspec.json.decode(path.read_bytes(), type=BenchTimes)
+            samples = [(k, bench.world_size, row.nbytes, r.time_us) for row in bench.rows for k, r in row.results.items()]
+        except (OSError, msgspec.DecodeError) as err:
             raise UserError(f"--fit {fit}: not a bench-collectives result ({err}); give its bench.json or run folder, or `run`") from None
     try:
         return model.fit_alpha_beta(samples, latency_us=latency_us)
@@ -289,7 +239,7 @@ def whatif(
         if not any(x.phase_us.values()):
             notes.append(f"{m}: its traces carry no phase labels, so all of its compute is replayed before the forward")
     units = find_units(measured, notes)
-    n0 = int(run.metrics.env["world_size"])
+    n0 = run.metrics.env.world_size
     if fit:
         latency_us, gbps = fit_source(fit, run, measured, latency_us=latency_us)
         link_gbps = (round(gbps, 6),)

@@ -1,0 +1,110 @@
+"""What `whatif` replays, measured once per profiled step of one rank, with the rest of the analysis:
+the busy time before and in each phase, every collective of the step (kind, size, the phase that
+issued it, its share of the communication time) and the backward's cuts at the split's hand-offs.
+
+Busy time is the step's time minus its exposed communication: compute, and the gaps between operators
+(Python, launches, the profiler's own cost), which the step spends whether or not communication runs;
+only the waits for communication are left out, and the replay puts them back (tools/whatif.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from profile_overlap.analysis.classify import PHASES
+from profile_overlap.analysis.events import FileEvents
+from profile_overlap.core import intervals as iv
+
+OTHER = "other"
+"""The phase of a call issued outside every phase window."""
+
+
+@dataclass(frozen=True)
+class ReplayCall:
+    """One collective call of a step, in issue order."""
+
+    kind: str
+    nbytes: int | None
+    phase: str
+    """The phase whose window holds the call's issue (its c10d op's start on CPU), or OTHER."""
+    share_us: float
+    """Its share of the time communication was busy (stream_shares)."""
+
+
+@dataclass(frozen=True)
+class ReplayStep:
+    """One profiled step of one rank, as whatif replays it."""
+
+    step: int
+    pre_us: float
+    """Busy time outside every phase window (before the forward, mostly)."""
+    phase_us: tuple[float, ...]
+    """Busy time inside each phase's window, in PHASES order."""
+    calls: tuple[ReplayCall, ...]
+    backward_cuts_us: tuple[float, ...] | None
+    """The backward's busy time between the split's reduce_scatter launches, per unit in forward order;
+    None without reduce_scatters issued in backward."""
+
+
+def stream_shares(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Each call's share of the time communication was busy (µs): its duration, with every stretch
+    where k calls were in flight at once counted 1/k to each. The shares add up to the length of
+    the calls' union, so calls serialised on one stream with these durations keep the stream busy
+    exactly as long as the measured ones were (gloo runs two at once on its worker threads; NCCL's
+    calls on one stream never overlap, and there a share is the duration)."""
+    if starts.size == 0:
+        return np.zeros(0)
+    edges = np.unique(np.concatenate([starts, ends]))
+    mids = (edges[:-1] + edges[1:]) / 2
+    in_flight = np.searchsorted(np.sort(starts), mids, side="right") - np.searchsorted(np.sort(ends), mids, side="right")
+    per_us = np.where(in_flight > 0, np.diff(edges) / np.maximum(in_flight, 1), 0.0)
+    cum = np.concatenate([[0.0], np.cumsum(per_us)])
+    out: np.ndarray = cum[np.searchsorted(edges, ends)] - cum[np.searchsorted(edges, starts)]
+    return out
+
+
+def _phase_union(f: FileEvents, index: int, lo: float, hi: float) -> iv.Union:
+    sel = f.phases.phase == index
+    return iv.clip(iv.union(f.phases.start[sel], f.phases.end[sel]), lo, hi)
+
+
+def _backward_cuts(step_busy: iv.Union, backward: iv.Union, launches: list[float]) -> tuple[float, ...] | None:
+    """Unit k's backward is the busy time between two reduce_scatter launches (the hook fires when
+    autograd has produced the unit's gradients); launches go last unit first."""
+    if not launches or not backward[0].size:
+        return None
+    edges = [float(backward[0][0]), *launches, float(backward[1][-1])]
+    parts = [iv.length(iv.clip(step_busy, a, b)) for a, b in zip(edges, edges[1:])]
+    parts[-2] += parts.pop()  # after the last launch: the tail of unit 0's backward
+    return tuple(reversed(parts))
+
+
+def replay_steps(f: FileEvents) -> Iterator[ReplayStep]:
+    """Per ProfilerStep window of one file, what whatif replays."""
+    comm = iv.union(f.comm.start, f.comm.end)
+    compute = iv.difference(iv.union(f.compute.start, f.compute.end), f.exclude)
+    starts = np.array([c.start_us for c in f.calls], dtype=float)
+    shares = stream_shares(starts, starts + np.array([c.dur_us for c in f.calls], dtype=float))
+    for num, lo, hi in zip(f.step_num.tolist(), f.step_start.tolist(), f.step_end.tolist()):
+        exposed = iv.difference(iv.clip(comm, lo, hi), iv.clip(compute, lo, hi))
+        step_busy = iv.difference((np.array([lo]), np.array([hi])), exposed)
+        windows = {name: _phase_union(f, i, lo, hi) for i, name in enumerate(PHASES)}
+        phase_us = tuple(iv.intersection_length(step_busy, w) for w in windows.values())
+        issued = []
+        for c, share in zip(f.calls, shares.tolist()):
+            t = c.issued_us if c.issued_us is not None else c.start_us
+            if lo <= t < hi:
+                phase = next((n for n, w in windows.items() if iv.covers(w, np.array([t]))[0]), OTHER)
+                issued.append((t, ReplayCall(kind=c.kind, nbytes=c.nbytes, phase=phase, share_us=share)))
+        issued.sort(key=lambda x: (x[0], x[1].kind))
+        launches = [t for t, c in issued if c.phase == "backward" and c.kind == "reduce_scatter"]
+        yield ReplayStep(
+            step=int(num),
+            pre_us=iv.length(step_busy) - sum(phase_us),
+            phase_us=phase_us,
+            calls=tuple(c for _, c in issued),
+            backward_cuts_us=_backward_cuts(step_busy, windows["backward"], launches),
+        )

@@ -1,0 +1,146 @@
+"""The analysis record, typed: what `analyze --json` writes and each mode's `analysis` in metrics.json
+(schema in the README, "Output"). Field names are the JSON keys; msgspec decodes JSON straight into
+these and `msgspec.to_builtins` writes them back in field order. The analysis builds them once
+(analysis/record.py); renderers read them by attribute.
+
+Fields with a default are absent from records of older schemas (read as that default)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from profile_overlap.record.exposed import Exposed
+from profile_overlap.record.integrity import IntegrityRecord
+
+
+def as_json(record: object) -> Any:
+    """A typed record as JSON has it: dicts, lists, str, numbers, None (what json.loads gives back)."""
+    return msgspec.json.decode(msgspec.json.encode(record, enc_hook=_builtin))
+
+
+def _builtin(x: Any) -> Any:
+    """Subclasses of builtins (torch's TorchVersion is a str) as their builtin; anything else is a bug."""
+    for kind in (str, int, float):
+        if isinstance(x, kind):
+            return kind(x)
+    raise TypeError(f"{type(x).__name__} has no JSON form in a record")
+
+
+class PhaseRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One phase of one step, or summed over a rank's steps (definitions: "Phases")."""
+
+    phase: str
+    window_us: float | None
+    comm_us: float | None
+    compute_us: float | None
+    overlap_us: float | None
+    """Communication hidden behind this phase's compute."""
+    exposed_comm_us: float | None
+    sources: tuple[str, ...] = ()
+    """Where the phase's windows came from (analysis/phases.py): "labels", or torch's own ranges in
+    unlabelled steps; absent before phases were found without labels."""
+
+
+class StepRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One ProfilerStep#N window of one rank: its metrics clipped to the window."""
+
+    step: int
+    step_us: float | None
+    comm_us: float | None
+    compute_us: float | None
+    overlap_us: float | None
+    exposed_comm_us: float | None
+    overlap_pct: float | None
+    phases: tuple[PhaseRecord, ...] = ()
+
+
+class PhaseCollectiveRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The collectives of one kind issued in one phase, over a rank's steps ("other": outside every phase)."""
+
+    phase: str
+    kind: str
+    count: int
+    nbytes: int | None
+    """Sum of the calls' sizes; None when some call's size is unknown."""
+    dur_us: float
+
+
+class CollectiveRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One collective kind of one rank, totals over its calls (definitions: `algbw_gbps`, `busbw_gbps`)."""
+
+    kind: str
+    count: int
+    nbytes: int | None
+    dur_us: float
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+
+
+class ReplayCallRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One collective call of a profiled step, in issue order (analysis/replay.py)."""
+
+    kind: str
+    nbytes: int | None
+    phase: str
+    """The phase whose window holds the call's issue, or "other"."""
+    share_us: float
+    """Its share of the time communication was busy: calls in flight together share it."""
+
+
+class ReplayStepRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One profiled step of one rank as `whatif` replays it (definitions: "What if")."""
+
+    step: int
+    pre_us: float
+    """Busy time (the step minus its exposed communication) outside every phase window."""
+    phase_us: dict[str, float]
+    """Busy time inside each phase's window."""
+    calls: tuple[ReplayCallRecord, ...]
+    backward_cuts_us: tuple[float, ...] | None
+    """The backward's busy time per unit (forward order), cut at the reduce_scatter launches; None without them."""
+
+
+class RankRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One rank's metrics over its profiled steps (definitions: "Per rank")."""
+
+    rank: int
+    device: str
+    comm_us: float
+    compute_us: float
+    overlap_us: float
+    exposed_comm_us: float
+    overlap_pct: float | None
+    steps: tuple[StepRecord, ...]
+    phases: tuple[PhaseRecord, ...] = ()
+    """Summed over the rank's steps; absent before schema 3."""
+    phase_collectives: tuple[PhaseCollectiveRecord, ...] = ()
+    collectives: tuple[CollectiveRecord, ...] = ()
+    wait_us: float | None = None
+    """Cross-rank wait (definitions: `wait_us`); None when no call was matched across ranks."""
+    transfer_us: float | None = None
+    last_arrivals: int | None = None
+    """The matched calls this rank arrived at last; absent before the integrity checks."""
+    last_arrival_pct: float | None = None
+    replay: tuple[ReplayStepRecord, ...] = ()
+    """Per profiled step, what whatif replays; absent from records written before whatif read it here."""
+
+
+class AnalysisRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The analysis of one folder of traces: every rank, the slowest one, and the integrity checks."""
+
+    ranks: tuple[RankRecord, ...]
+    world_size: int
+    slowest_rank: int | None = None
+    """The rank the others wait for; absent before schema 2."""
+    source: str | None = None
+    """The folder the traces were read from."""
+    integrity: IntegrityRecord | None = None
+    """None in records written before the checks existed."""
+    exposed: Exposed | None = None
+    """Why communication is exposed (record/exposed.py); None with one rank or without steps, and in
+    records written before the causes."""
+
+    def rank(self, rank: int) -> RankRecord | None:
+        return next((r for r in self.ranks if r.rank == rank), None)

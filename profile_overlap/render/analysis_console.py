@@ -1,0 +1,112 @@
+"""The console tables of `analyze DIR`: per rank, the collectives, the profiler steps, the cross-rank
+wait/transfer split and the integrity checks that are not ok. Nothing is recomputed here."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.table import Table
+
+from profile_overlap.render.exposed import console_lines as exposed_lines
+from profile_overlap.render.integrity import console_lines as integrity_lines
+from profile_overlap.render.numbers import grouped, nbytes
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from profile_overlap.analysis.cross_rank import TraceAnalysis
+
+
+def render(analysis: TraceAnalysis, console: Console) -> None:
+    """Tables from the analysis record; nothing is recomputed here."""
+    console.print(rank_table(analysis))
+    console.print(collectives_table(analysis))
+    steps = step_table(analysis)
+    if steps.row_count:
+        console.print(steps)
+    else:
+        console.print("No ProfilerStep#N annotations: per-step metrics need prof.step() in the training loop.")
+    print_notes(analysis, console)
+
+
+def rank_table(analysis: TraceAnalysis) -> Table:
+    waits = {w.rank: w for w in analysis.waits}
+    title = f"Overlap per rank: {analysis.source} (world size {analysis.world_size})"
+    if analysis.hta_compat:
+        title += ", HTA-compatible (last step dropped)"
+    t = Table(title=title, title_justify="left")
+    for col in ("rank", "device", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap %", "wait_us", "transfer_us"):
+        t.add_column(col, justify="left" if col == "device" else "right")
+    for r in analysis.ranks:
+        w = waits.get(r.rank)
+        mark = " (slowest)" if r.rank == analysis.slowest_rank else ""
+        t.add_row(
+            f"{r.rank}{mark}",
+            r.device,
+            grouped(r.comm_us),
+            grouped(r.compute_us),
+            grouped(r.overlap_us),
+            grouped(r.exposed_comm_us),
+            grouped(r.overlap_pct, 2),
+            grouped(w.wait_us if w and w.matched else None),
+            grouped(w.transfer_us if w and w.matched else None),
+        )
+    return t
+
+
+def collectives_table(analysis: TraceAnalysis) -> Table:
+    t = Table(title="Collectives per rank (totals; algbw = S/t, busbw = algbw * factor(kind, n), as nccl-tests)", title_justify="left")
+    for col in ("rank", "kind", "count", "n", "bytes", "dur_us", "algbw GB/s", "busbw GB/s"):
+        t.add_column(col, justify="left" if col == "kind" else "right")
+    for r in analysis.ranks:
+        for c in r.collectives:
+            t.add_row(
+                str(r.rank),
+                c.kind,
+                str(c.count),
+                str(c.group_size or "-"),
+                nbytes(c.nbytes),
+                grouped(c.dur_us),
+                grouped(c.algbw_gbps, 2),
+                grouped(c.busbw_gbps, 2),
+            )
+    return t
+
+
+def step_table(analysis: TraceAnalysis) -> Table:
+    t = Table(title="Profiler steps (each metric clipped to the ProfilerStep#N window)", title_justify="left")
+    for col in ("rank", "step", "step_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap %"):
+        t.add_column(col, justify="right")
+    for r in analysis.ranks:
+        for s in r.steps:
+            t.add_row(
+                str(r.rank),
+                str(s.step),
+                grouped(s.step_us),
+                grouped(s.comm_us),
+                grouped(s.compute_us),
+                grouped(s.overlap_us),
+                grouped(s.exposed_comm_us),
+                grouped(s.overlap_pct, 2),
+            )
+    return t
+
+
+def print_notes(analysis: TraceAnalysis, console: Console) -> None:
+    """The wait/transfer sentence, each rank's notes and the integrity checks that are not ok."""
+    if analysis.slowest_rank is not None:
+        console.print(
+            f"Wait vs transfer: each collective call is matched across ranks by process group, kind and order; "
+            f"transfer = the fastest rank's duration, wait = the rest. Rank {analysis.slowest_rank} waits least: "
+            f"the others wait for it."
+        )
+    if analysis.exposed is not None:
+        for line in exposed_lines("these traces", analysis.exposed):
+            console.print(line, markup=False)
+    for r in analysis.ranks:
+        for note in r.notes:
+            console.print(f"note: {note}", style="yellow")
+    styles = {"error": "bold red", "warning": "yellow"}
+    for line in integrity_lines(analysis.integrity.checks):
+        style = next((styles[s] for s in styles if line.startswith(f"integrity: {s.upper()}")), "")
+        console.print(line, style=style, markup=False)
