@@ -11,6 +11,8 @@ The names below load on first use: importing the package starts nothing and impo
 `__version__` is the installed distribution's (pyproject.toml's `version`, the one place it is written).
 """
 
+from typing import Any
+
 _LAZY = {
     "trace_handler": "profile_overlap.api.handler",
     "profile": "profile_overlap.api.handler",
@@ -19,7 +21,7 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name == "__version__":
         from profile_overlap.core.version import package_version
 

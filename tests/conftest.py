@@ -2,19 +2,75 @@
 
 The session-scoped runs are made once and read by many tests (traces, analysis, reports,
 TensorBoard); tests must not modify them.
+
+The fast subset (`-m "not slow"`) starts no process: a test that does (torchrun, the package's
+commands, tensorboard, chromium), or that uses a fixture that does, is `slow`. Users of the
+fixtures in PROCESS_FIXTURES are marked here; a test outside the subset that starts a process
+anyway fails with a line that says to mark it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
+import platform
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+PROCESS_FIXTURES = frozenset(
+    {
+        "compare_run_2", "compare_run_4", "engine_run_2",  # here
+        "ddp_job", "bench_run", "engine_runs", "nan_run", "tb_logdir", "tensorboard", "server", "browser",  # in their test files
+    }
+)  # fmt: skip
+"""Fixtures that start processes (directly or through another fixture): their users are slow."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    with _no_processes_unless_slow(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    with _no_processes_unless_slow(item):
+        return (yield)
+
+
+# platform.processor() runs `uname -p` once and caches it (run/environment.py asks for it): ask now,
+# before the guard below is in place.
+platform.processor()
+
+
+@contextlib.contextmanager
+def _no_processes_unless_slow(item: pytest.Item):
+    if item.get_closest_marker("slow"):
+        yield
+        return
+
+    def refuse(self, args, *rest, **kwargs):
+        raise AssertionError(f"{item.nodeid} starts a process ({args!r:.120}) outside the fast subset: mark it @pytest.mark.slow")
+
+    original = subprocess.Popen._execute_child
+    subprocess.Popen._execute_child = refuse
+    try:
+        yield
+    finally:
+        subprocess.Popen._execute_child = original
+
 
 REPO = Path(__file__).resolve().parent.parent
 # The synthetic trace generator serves the tests and the benchmarks; it is not part of the package.

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # `python -m profile_overlap analyze` in a subprocess
+
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parent.parent
 TRACE_FILTER = DATA / "hta_trace_filter_2rank"
@@ -33,7 +35,7 @@ def test_tables_and_json_schema(tmp_path):
         assert title in p.stdout
     assert "14.95" in p.stdout and "19.93" in p.stdout  # overlap % of rank 0 and 1
     record = json.loads(out.read_text())
-    assert set(record) == {"ranks", "world_size", "slowest_rank", "source", "integrity", "exposed"}
+    assert set(record) == {"ranks", "world_size", "slowest_rank", "source", "integrity", "exposed", "spread"}
     assert set(record["exposed"]) == {"ranks", "top", "stragglers", "critical_path"}
     assert "why exposed, these traces" in p.stdout
     assert record["world_size"] == 128 and record["source"] == str(TRACE_FILTER)

@@ -19,6 +19,7 @@ from conftest import DATA, REPO, clean_env
 GLOO = DATA / "gloo_2rank"
 
 
+@pytest.mark.slow
 def test_import_starts_nothing_and_imports_no_torch():
     code = (
         "import sys, threading, profile_overlap as po\n"
@@ -123,7 +124,7 @@ def test_report_of_a_trace_folder_builds_the_record_first(foreign_job, tmp_path)
     shutil.copytree(foreign_job, folder)
     run_dir, written = job.write_report(folder)
     assert run_dir == folder
-    assert {p.name for p in written} == {"report.html", "timeline.png", "report.md", "report.json"}
+    assert {p.name for p in written} == {"report.html", "timeline.png", "heatmap.png", "report.md", "report.json"}
     for name in ("metrics.json", "timeline.json", "status.json"):
         assert (folder / name).is_file(), name
     assert json.loads((folder / "status.json").read_text())["state"] == "succeeded"
@@ -166,6 +167,7 @@ class _Profiler:
         pass
 
 
+@pytest.mark.slow
 def test_the_handler_checks_each_trace_and_drops_an_incomplete_one(tmp_path, monkeypatch):
     from profile_overlap.api.handler import trace_handler
 
@@ -196,6 +198,7 @@ def test_the_worker_drops_a_trace_it_cannot_write(tmp_path, capsys):
     assert not partial.exists() and layout.num_dropped(tmp_path) == 1
 
 
+@pytest.mark.slow
 def test_the_worker_writes_a_record_whose_analysis_forks(tmp_path, monkeypatch):
     """Over 2 MB of traces, the record's analysis reads them in forked processes
     (analysis.folder.PARALLEL_MIN_BYTES): the worker process must not deadlock them."""

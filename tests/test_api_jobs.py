@@ -23,6 +23,8 @@ from profile_overlap.api import layout
 
 from conftest import REPO, clean_env, cli
 
+pytestmark = pytest.mark.slow  # every test runs a user's job under torchrun (or uses one that did)
+
 OWN_JOB = REPO / "tests" / "helpers" / "own_ddp_job.py"
 
 

@@ -106,6 +106,7 @@ def test_tensorboard_scalars_per_size(bench_run):
     assert [s.step for s in events.Scalars("bench_collectives/rs_ag_over_ar")] == SIZES
 
 
+@pytest.mark.slow
 def test_corrupted_output_is_counted_wrong(tmp_path):
     """Rank 1's reduce_scatter output at the third size (4 KiB) gets +1: exactly its 512 elements
     are wrong, nothing else, and the job fails. Self-launched, to cover launch_or_run's entry."""
@@ -123,6 +124,7 @@ def test_corrupted_output_is_counted_wrong(tmp_path):
     assert json.loads((run_dir / "bench.json").read_text())["num_wrong"] == 512
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [

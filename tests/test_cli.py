@@ -17,6 +17,8 @@ from profile_overlap.run.config import MODES
 
 from conftest import REPO, clean_env, cli
 
+pytestmark = pytest.mark.slow  # every test runs `python -m profile_overlap` in a subprocess
+
 
 def test_explain_prints_the_worked_example():
     proc = cli(["explain"])

@@ -279,6 +279,7 @@ def test_real_gloo_traces_shifted_by_seconds(tmp_path):
     assert moved.clocks.applies(1) and moved.clocks.offset(1) == moved.clocks.offsets_us[1]
 
 
+@pytest.mark.slow
 def test_two_torchrun_agents_on_one_host(tmp_path):
     """Two torchrun agents on this machine (two 'nodes', one rank each, one host clock). This
     proves that real gloo traces of separate agents are matched consistently: the causal bounds

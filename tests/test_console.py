@@ -7,6 +7,8 @@ import pytest
 
 from conftest import SMALL, only_run_dir, torchrun
 
+pytestmark = pytest.mark.slow  # torchrun jobs
+
 PROFILER_LOGGING = ("USDT:", "SyncActivityProfilerHandler", "profiler_start", "profiler_stop")
 
 
@@ -20,7 +22,6 @@ def test_console_holds_our_lines_and_the_logs_hold_everything(compare_run_2):
         assert "profiler_start" in log and "profiler_stop" in log  # nothing is lost
 
 
-@pytest.mark.slow
 def test_verbose_shows_everything_and_writes_no_logs(tmp_path):
     proc = torchrun(["--mode", "split", "--verbose", "--out", str(tmp_path), *SMALL], nproc=2)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -9,6 +9,8 @@ import pytest
 
 from conftest import FEW_STEPS, TINY_TRANSFORMER, cli, only_run_dir, torchrun
 
+pytestmark = pytest.mark.slow  # torchrun jobs of the engine modes
+
 
 def _calls(rank: dict) -> dict[tuple[str, str], dict]:
     return {(c["phase"], c["kind"]): c for c in rank["phase_collectives"]}
@@ -140,7 +142,7 @@ def test_a_users_unlabelled_job_gets_its_phases_from_the_engines_ranges(tmp_path
 def test_a_users_unlabelled_job_through_the_trace_handler_reports_its_phases(tmp_path, engine):
     """The same job with profile_overlap.trace_handler: the job's record and report carry the phases,
     their communication, and one sentence on where they were found."""
-    from profile_overlap.record.summary import load_metrics
+    from profile_overlap.record.load import load_metrics
 
     _unlabelled_job(engine, tmp_path / "tb", "ours")
     (job_dir,) = [p for p in (tmp_path / "tb").iterdir() if p.is_dir()]

@@ -12,7 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO, clean_env, free_port
+
+pytestmark = pytest.mark.slow  # the examples run under torchrun
 
 EXAMPLES = REPO / "examples"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from profile_overlap.tools.explain import SCHEDULES
 
 from conftest import REPO, cli
@@ -13,6 +15,7 @@ def _slots(schedule) -> list[tuple[str, str]]:
     return list(zip(words(schedule.compute), words(schedule.comm)))
 
 
+@pytest.mark.slow
 def test_explain_prints_the_three_schedules():
     proc = cli(["explain"])
     assert proc.returncode == 0, proc.stderr

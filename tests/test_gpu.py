@@ -14,6 +14,7 @@ from conftest import REPO, clean_env, only_run_dir, torchrun
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 @needs_cuda
 def test_compare_on_nccl(tmp_path):

@@ -8,6 +8,7 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
 from synthetic import NCCL_KERNEL, gpu_trace, write_trace
 
 from profile_overlap.analysis.folder import analyze_dir
@@ -187,6 +188,7 @@ def test_trace_cut_in_the_middle_of_a_step(tmp_path):
     assert found.status == "warning" and found.figures["cut_short"][0]["step"] == 4
 
 
+@pytest.mark.slow
 def test_strict_exit_code_json_and_console(tmp_path):
     folder = write_ranks(tmp_path / "t", pair(compute=[*COMPUTE, (7, 150, 400)]))
     plain = cli(["analyze", str(folder), "--json", str(tmp_path / "a.json")])
@@ -201,6 +203,7 @@ def test_strict_exit_code_json_and_console(tmp_path):
     assert clean.returncode == 0 and "integrity: 17 checks ok" in clean.stdout
 
 
+@pytest.mark.slow
 def test_own_split_run_is_clean_and_reported(tmp_path):
     proc = torchrun(["--mode", "split", "--out", str(tmp_path), *SMALL], nproc=2)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -13,6 +13,8 @@ from conftest import SMALL, clean_env, cli, only_run_dir, torchrun
 from test_tb_plugin import serve_tensorboard
 from test_tb_plugin_browser import CHROMIUM, Browser, plugin_frame
 
+pytestmark = pytest.mark.slow  # a torchrun job with an injected NaN
+
 WHERE = "at rank 1, step 0, layer 2"
 
 

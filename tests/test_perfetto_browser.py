@@ -20,10 +20,11 @@ from profile_overlap.tools.perfetto_serve import find_ui, start
 
 from conftest import DATA
 from test_perfetto import overlapping_pair
-from test_tb_plugin_browser import CHROMIUM, Browser, pytestmark  # noqa: F401  (skipped without Chromium)
+from test_tb_plugin_browser import CHROMIUM, Browser  # noqa: F401
+from test_tb_plugin_browser import pytestmark as browser_marks  # slow, and skipped without Chromium
 
 UI = find_ui()
-pytestmark = [pytestmark, pytest.mark.skipif(UI is None, reason='no local Perfetto UI: pip install -e ".[perfetto]"'), pytest.mark.slow]
+pytestmark = [*browser_marks, pytest.mark.skipif(UI is None, reason='no local Perfetto UI: pip install -e ".[perfetto]"')]
 BAD_STAT = re.compile(r"^(\S+?)(?:help_outline)?\t([1-9]\d*)\t(error|data_loss) \(", re.MULTILINE)
 """A row of the stats table with a non-zero count of an error or a data loss."""
 

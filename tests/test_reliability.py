@@ -31,6 +31,7 @@ def _one_line_error(stderr: str, text: str) -> None:
     assert "[rank0]: Traceback" not in stderr and "[rank1]: Traceback" not in stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, timeout_s", [("kill", 60), ("hang", 8)])
 def test_dead_or_hung_rank_ends_the_job_and_marks_the_run_failed(tmp_path, kind, timeout_s):
     env = clean_env(PROFILE_OVERLAP_FAULT=f"{kind}:rank=1:step=3")
@@ -48,6 +49,7 @@ def test_dead_or_hung_rank_ends_the_job_and_marks_the_run_failed(tmp_path, kind,
     _one_line_error(proc.stderr, "is marked failed")
 
 
+@pytest.mark.slow
 def test_configs_that_differ_across_nodes_are_named(tmp_path):
     nodes = [["--mode", "split", "--no-profile", "--out", str(tmp_path), *SMALL, "--dim", dim] for dim in ("64", "128")]
     procs = torchrun_nodes(nodes, nproc=1, timeout=120)
@@ -57,6 +59,7 @@ def test_configs_that_differ_across_nodes_are_named(tmp_path):
     assert not any(tmp_path.iterdir())  # detected before any run folder is made
 
 
+@pytest.mark.slow
 def test_dim_not_divisible_by_world_size(tmp_path):
     proc = torchrun(["--out", str(tmp_path), *SMALL, "--dim", "66"], nproc=4)
     assert proc.returncode != 0  # torchrun exits 1 when any rank fails, whatever the rank's code
@@ -67,6 +70,7 @@ def test_dim_not_divisible_by_world_size(tmp_path):
     assert "--dim 66 is not divisible" in proc.stderr[proc.stderr.rindex("Root Cause") :]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
 def test_nccl_without_cuda_suggests_gloo(tmp_path):
     proc = torchrun(["--backend", "nccl", "--out", str(tmp_path), *SMALL], nproc=2)
@@ -76,6 +80,7 @@ def test_nccl_without_cuda_suggests_gloo(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_low_precision_runs_on_gloo(tmp_path, dtype):
     """gloo reduces bf16/fp16 on this torch: documented as supported, and verified."""
@@ -87,6 +92,7 @@ def test_low_precision_runs_on_gloo(tmp_path, dtype):
     assert checks[0]["tolerance"] == {"bfloat16": 2e-2, "float16": 2e-3}[dtype]
 
 
+@pytest.mark.slow
 def test_out_that_cannot_be_created(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
@@ -96,6 +102,7 @@ def test_out_that_cannot_be_created(tmp_path):
     assert blocker.read_text() == "not a folder"
 
 
+@pytest.mark.slow
 def test_full_disk_while_writing_a_trace(tmp_path):
     """RLIMIT_FSIZE makes every write past 100 kB fail, as a full disk would."""
     earlier = tmp_path / "earlier-run"
@@ -144,6 +151,7 @@ def test_runs_in_the_same_second_get_distinct_folders(tmp_path, monkeypatch):
         job.create_fresh_dir(Config(out=str(tmp_path), name=first.name), backend="gloo", world=2)
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_rank_and_marks_the_run_interrupted(tmp_path):
     """Self-launched (python -m profile_overlap): SIGINT to the whole process group, as a terminal sends."""
     cmd = [sys.executable, "-m", "profile_overlap", "--nproc-per-node", "2", "--out", str(tmp_path), *SMALL, "--steps", "100000"]

@@ -181,6 +181,7 @@ def test_rounds_rotate_so_every_mode_takes_every_place():
     assert rounds([], 3) == []
 
 
+@pytest.mark.slow
 def test_repeats_alternate_blocks_in_one_job(tmp_path):
     proc = torchrun(["--mode", "compare", "--modes", "sequential,split", "--repeats", "3", "--out", str(tmp_path), *SMALL], nproc=2)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -211,6 +212,7 @@ def test_repeats_alternate_blocks_in_one_job(tmp_path):
     assert "sequential: no measurable difference" in md and "which contains 1" in md
 
 
+@pytest.mark.slow
 def test_repeats_zero_is_one_line():
     proc = cli(["--repeats", "0"])
     assert proc.returncode == 2

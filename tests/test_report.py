@@ -17,12 +17,15 @@ from profile_overlap.render import numbers, write
 
 from conftest import cli
 
+pytestmark = pytest.mark.slow  # reads the shared compare run and runs `report` in a subprocess
+
 SECTIONS = (
     "verdict",
     "setup",
     "verification",
     "comparison",
     "timeline",
+    "heatmap",
     "phases",
     "attribution",
     "yield",

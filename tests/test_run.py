@@ -12,6 +12,8 @@ import pytest
 
 from conftest import REPO, SMALL, clean_env, load_trace, only_run_dir, torchrun, torchrun_nodes
 
+pytestmark = pytest.mark.slow  # torchrun jobs
+
 PHASES = {
     "sequential": {"forward", "backward", "optimizer", "sequential/all_reduce"},
     "split": {

@@ -14,6 +14,7 @@ MODES = ("sequential", "split", "split-blocking")
 TINY = ["--layers", "2", "--batch", "4", "--seq-len", "8", "--steps", "2", "--warmup-steps", "1", "--profile-steps", "1"]
 
 
+@pytest.mark.slow
 def test_sweep_over_models_runs_every_point_in_one_job(tmp_path):
     args = ["sweep", "--vary", "model=mlp,transformer", "--vary", "heads=2", "--out", str(tmp_path), *TINY]
     proc = torchrun(args, nproc=2, timeout=300)
@@ -152,6 +153,7 @@ def test_renderers_take_names_and_missing_numbers():
     assert explain_crossover(record)[0].startswith("sequential starts to beat ddp at model=mlp: 1.20×")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [

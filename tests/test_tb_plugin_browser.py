@@ -20,7 +20,10 @@ import pytest
 from test_tb_plugin import tb_logdir, tensorboard  # noqa: F401  (shared session fixtures)
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason=f"{CHROMIUM} not found: apt-get install -y chromium")
+pytestmark = [
+    pytest.mark.slow,  # tensorboard and chromium
+    pytest.mark.skipif(not shutil.which(CHROMIUM), reason=f"{CHROMIUM} not found: apt-get install -y chromium"),
+]
 MODES = ["sequential", "split", "split-blocking"]
 """The modes of the shared compare run, in the tab's order."""
 COLORS = {"compute": (0x4E, 0x79, 0xA7), "comm": (0xF2, 0x8E, 0x2B), "overlap": (0x59, 0xA1, 0x4F)}
@@ -169,7 +172,7 @@ def test_overlap_tab_renders_offline_with_the_records_numbers(browser, tensorboa
     assert frame.js("document.getElementById('po-view').value") == "all"
 
     # Every mode's timeline, stacked, drawn with compute and comm; split also overlaps.
-    assert frame.js("[...document.querySelectorAll('canvas')].map(c => c.dataset.mode)") == MODES
+    assert frame.js("[...document.querySelectorAll('canvas[data-mode]')].map(c => c.dataset.mode)") == MODES
     for mode in MODES:
         pixels = lane_pixels(frame, mode)
         assert pixels["compute"] > 100 and pixels["comm"] > 100, (mode, pixels)
@@ -288,3 +291,29 @@ def test_overlap_tab_shades_exposed_time_and_zooms_to_a_top_call(browser, tensor
     (tmp_path / "exposed.png").write_bytes(base64.b64decode(shot["data"]))
     errors = [e for e in browser.events if e.get("method") == "Runtime.exceptionThrown"]
     assert not errors, errors
+
+
+def test_the_heatmap_of_every_mode_draws_and_hover_names_the_rank_time_and_what_ran(browser, tensorboard):  # noqa: F811
+    browser.page("Page.navigate", url=f"{tensorboard}/#{'profile_overlap'}")
+    frame = plugin_frame(browser)
+    assert frame.js("[...document.querySelectorAll('.po-heatmap')].map(s => s.dataset.mode)") == MODES
+    # Drawn: some pixels are not white (compute at least), on a canvas of one pixel per rank and bin.
+    drawn = frame.js("""(() => { const c = document.querySelector('.po-heatmap[data-mode="split"] canvas.po-heat');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i] < 250 || d[i + 2] < 250) n++;
+        return [c.height, n]; })()""")
+    assert drawn[0] == 2 and drawn[1] > 20
+    tip = frame.js("""(() => { const s = document.querySelector('.po-heatmap[data-mode="split"]');
+        const c = s.querySelector('canvas.po-heat'); const b = c.getBoundingClientRect();
+        c.dispatchEvent(new MouseEvent('mousemove', {clientX: b.left + b.width / 2, clientY: b.top + b.height * 0.75, bubbles: true}));
+        return s.querySelector('.po-heat-tip').textContent; })()""")
+    assert tip.startswith("rank 1, ") and "exposed wait" in tip and "compute" in tip and " ms (" in tip
+    # The toggle repaints with calls in flight: purple appears (a collective is in flight on some bin).
+    purple = """(() => { const c = document.querySelector('.po-heatmap[data-mode="split"] canvas.po-heat');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i] === 115 && d[i + 1] === 51 && d[i + 2] === 153) n++;
+        return n; })()"""
+    before = frame.js(purple)
+    frame.js("""(() => { const t = document.querySelector('.po-heatmap[data-mode="split"] select');
+        t.value = 'flight'; t.dispatchEvent(new Event('change')); })()""")
+    assert before == 0 and frame.js(purple) > 0

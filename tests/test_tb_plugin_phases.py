@@ -15,6 +15,8 @@ import pytest
 from test_tb_plugin import ROUTES, get_json, tb_logdir, tensorboard  # noqa: F401  (shared session fixtures)
 from test_tb_plugin_browser import CHROMIUM, Browser, Frame, plugin_frame
 
+pytestmark = pytest.mark.slow  # reads the shared compare run
+
 PHASE_COLORS = {"forward": (0x99, 0xDD, 0xFF), "backward": (0xFB, 0xB4, 0xAE), "optimizer": (0xBB, 0xCC, 0x33)}
 """The band colours of static/common.js (and render/timeline.py)."""
 LABEL_W, AXIS_H, BAND_H = 64, 22, 12

@@ -18,10 +18,11 @@ import pytest
 
 from conftest import REPO, SMALL, clean_env
 
+pytestmark = pytest.mark.slow  # torchrun jobs
+
 HELPER = Path(__file__).resolve().parent / "helpers" / "threads_after_main.py"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "command", [["run", "--mode", "compare"], ["bench-collectives", "--sizes", "1K:4K", "--iters", "2", "--warmup", "1"]]
 )

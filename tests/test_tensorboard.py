@@ -24,6 +24,8 @@ from profile_overlap.render import tensorboard as tb
 
 from conftest import REPO, clean_env, free_port
 
+pytestmark = pytest.mark.slow  # the shared compare run and a tensorboard server
+
 MODES = ("sequential", "split", "split-blocking")
 # torch-tb-profiler's file pattern (torch_tb_profiler/consts.py WORKER_PATTERN), written out here.
 WORKER_FILE = re.compile(r"^(.*?)(\.\d+)?\.pt\.trace\.json(?:\.gz)?$")

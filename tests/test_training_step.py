@@ -65,6 +65,7 @@ def _backward_reduce_scatter_starts_in_backward(run_dir) -> None:
         assert rs and min(sp[1] for sp in rs) < backward[0][1]
 
 
+@pytest.mark.slow
 def test_transformer_compare_on_2_ranks(tmp_path):
     proc = torchrun(["--mode", "compare", "--out", str(tmp_path), *TINY_TRANSFORMER, *FEW_STEPS], nproc=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -73,6 +74,7 @@ def test_transformer_compare_on_2_ranks(tmp_path):
     _backward_reduce_scatter_starts_in_backward(run_dir)
 
 
+@pytest.mark.slow
 def test_transformer_compare_on_4_ranks(tmp_path):
     proc = torchrun(["--mode", "compare", "--out", str(tmp_path), *TINY_TRANSFORMER, *FEW_STEPS], nproc=4)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -85,6 +87,7 @@ def test_mlp_compare_on_2_and_4_ranks(compare_run_2, compare_run_4):
     _backward_reduce_scatter_starts_in_backward(compare_run_2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bfloat16"])  # float16 on gloo: tests/test_reliability.py (mlp)
 def test_transformer_in_low_precision_is_verified(tmp_path, dtype):
     proc = torchrun(["--mode", "compare", "--no-profile", "--dtype", dtype, "--out", str(tmp_path), *TINY_TRANSFORMER, *FEW_STEPS], nproc=2)
@@ -94,6 +97,7 @@ def test_transformer_in_low_precision_is_verified(tmp_path, dtype):
     assert len(checks) == 3 * 2 + 2 and all(c["passed"] for c in checks)
 
 
+@pytest.mark.slow
 def test_a_corrupted_transformer_block_is_named(tmp_path):
     env = {"PROFILE_OVERLAP_FAULT": "corrupt:rank=1:step=0:layer=2"}
     proc = torchrun(["--mode", "split", "--no-profile", "--out", str(tmp_path), *TINY_TRANSFORMER, *FEW_STEPS], nproc=2, env=env)
@@ -104,6 +108,7 @@ def test_a_corrupted_transformer_block_is_named(tmp_path):
     assert (check["worst_rank"], check["worst_step"], check["worst_layer"]) == (1, 0, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [

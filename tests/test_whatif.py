@@ -257,6 +257,7 @@ def test_whatif_bad_flags(run_copy, args, message):
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_whatif_on_a_folder_that_is_not_a_run(tmp_path):
     proc = cli(["whatif", str(tmp_path)])
     assert proc.returncode == 2

@@ -8,8 +8,10 @@ hardware's peak whatever the collective and the group size n.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 # kind -> busbw factor as a function of the group size n (PyTorch's collective names).
-_BUS_FACTOR = {
+_BUS_FACTOR: dict[str, Callable[[int], float]] = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,

@@ -11,7 +11,7 @@ clock; a peer's start moves onto it by the two offsets.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -61,7 +61,9 @@ def _call_keys(ranks: Sequence[RankAnalysis]) -> dict[int, np.ndarray]:
     return keys
 
 
-def _latest_starts(ranks, keys, offsets) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray], dict[int, np.ndarray]]:
+def _latest_starts(
+    ranks: Sequence[RankAnalysis], keys: dict[int, np.ndarray], offsets: dict[int, float]
+) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray], dict[int, np.ndarray]]:
     """Per rank and call: the latest aligned start over the aligned ranks, the rank that made it
     and how many ranks have the call."""
     all_keys = np.concatenate([keys[r.rank] for r in ranks])
@@ -116,9 +118,8 @@ def _split(r: RankAnalysis, offset: float, latest: np.ndarray, late: np.ndarray,
 
 
 def explain(ranks: Sequence[RankAnalysis], clocks: ClockAlignment) -> Explained | None:
-    """The causes of the ranks' exposed communication, or None when no rank kept its times
-    (analyses built by hand)."""
-    ranks = [r for r in ranks if r.times is not None]
+    """The causes of the ranks' exposed communication, or None without ranks."""
+    ranks = list(ranks)
     if not ranks:
         return None
     missing = []
@@ -158,7 +159,7 @@ def explain(ranks: Sequence[RankAnalysis], clocks: ClockAlignment) -> Explained 
         exposed_us = iv.length(r.times.exposed)
         known = several and r.rank in offsets
         wait_us = iv.length(split.wait) if known else None
-        rows[r.rank] = RankExposed(exposed_us=exposed_us, wait_us=wait_us, transfer_us=exposed_us - wait_us if known else None)
+        rows[r.rank] = RankExposed(exposed_us=exposed_us, wait_us=wait_us, transfer_us=None if wait_us is None else exposed_us - wait_us)
 
     path, pieces = critical_path(ranks, splits, keys) if several and not unaligned else (None, ())
     exposed = Exposed(
@@ -210,7 +211,7 @@ def _top_calls(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], *, kn
         nbytes = next((calls.nbytes[i] for i in [int(first[1])] if calls.nbytes[i] is not None), None)
         group = calls.group_size[int(first[1])]
         needed = busbw_gbps(kind, nbytes, slack, group) if slack and nbytes else None
-        late = Counter()
+        late: dict[int, float] = defaultdict(float)
         for m in members[(col["wait"][members] > 0) & (col["late"][members] >= 0)].tolist():
             late[int(col["late"][m])] += float(col["wait"][m])
         late_rank = max(sorted(late), key=lambda k: late[k]) if late else None

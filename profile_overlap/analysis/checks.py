@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 OK, WARNING, ERROR = "ok", "warning", "error"
 STATUSES = (OK, WARNING, ERROR)
@@ -37,7 +38,7 @@ class Check:
     name: str
     status: str
     detail: str
-    figures: dict = field(default_factory=dict)
+    figures: dict[str, Any] = field(default_factory=dict)
     meaning: str = ""
     affects: tuple[str, ...] = ()
 
@@ -54,9 +55,9 @@ class Integrity:
         return self.with_status(ERROR)
 
 
-def listed(items: Sequence, n: int = LISTED) -> str:
-    items = [str(x) for x in items]
-    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+def listed(items: Sequence[object], n: int = LISTED) -> str:
+    texts = [str(x) for x in items]
+    return ", ".join(texts[:n]) + (f" and {len(texts) - n} more" if len(texts) > n else "")
 
 
 def rank_list(ranks: Sequence[int]) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from profile_overlap.core.modes import PHASES
+
 COMM_LIBRARIES = ("nccl", "rccl")
 """Collective libraries, by the prefix of their kernels (`ncclDevKernel_...`) and of the CPU
 annotations they record (`nccl:all_reduce`)."""
@@ -30,9 +32,7 @@ COMM_KERNEL_RE = re.compile(rf"^(?:{_LIB})|(?:{_LIB})(?:Dev)?Kernel")
 MEMORY_KERNEL_RE = re.compile(r"Memcpy|Memset")
 SYNC_KERNEL_RE = re.compile(r"^(?:Event|Stream|Context|Device) Sync")
 PROFILER_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-PHASES = ("forward", "backward", "optimizer")
-"""A training step's phases, in order."""
-_PHASE_RE = re.compile(r"^(?:(?:##\s*)?(forward|backward|optimizer)(?:\s*##)?|(Optimizer\.step#.*))$", re.IGNORECASE)
+_PHASE_RE = re.compile(rf"^(?:(?:##\s*)?({'|'.join(PHASES)})(?:\s*##)?|(Optimizer\.step#.*))$", re.IGNORECASE)
 
 
 def phase_of(name: str) -> str | None:

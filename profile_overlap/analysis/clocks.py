@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profile_overlap.analysis.collectives import CollectiveInstance
+from profile_overlap.analysis.collectives import CallKey, CollectiveInstance
 
 CONFIDENCE = 0.95
 """Coverage of the interval behind uncertainty_us."""
@@ -133,7 +133,7 @@ class _PairEstimate:
     bounds_us: tuple[float, float] | None
 
 
-def _pair(calls: dict[tuple, CollectiveInstance], b: Sequence[CollectiveInstance]) -> _PairEstimate | None:
+def _pair(calls: dict[CallKey, CollectiveInstance], b: Sequence[CollectiveInstance]) -> _PairEstimate | None:
     """Rank b's clock minus rank a's, from their calls matched by (process group, kind, order);
     `calls`: rank a's, by that key."""
     pairs = [(calls[k], i) for i in b if (k := (i.pg, i.kind, i.seq)) in calls]

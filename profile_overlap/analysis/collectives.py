@@ -15,6 +15,10 @@ from profile_overlap.core.dtypes import ELEMENT_BYTES
 # Bytes per element, by the dtype names the profiler writes (`Input type`, kernel `dtype`).
 
 
+CallKey = tuple[str, str, int]
+"""(process group, kind, seq): one call, the same on every rank that makes it."""
+
+
 @dataclass(frozen=True, slots=True)
 class CollectiveInstance:
     """One collective call on one rank, for cross-rank matching."""
@@ -62,22 +66,23 @@ class CollectiveCall:
     windows do not cover it."""
 
 
-def _numel(dims) -> int:
+def _numel(dims: object) -> int:
     if not isinstance(dims, list) or not dims:
         return 0
-    if all(isinstance(d, int) for d in dims):
-        return math.prod(dims)
+    ints = [d for d in dims if isinstance(d, int)]
+    if len(ints) == len(dims):
+        return math.prod(ints)
     return sum(_numel(d) for d in dims)  # a TensorList: [[d0, d1], [d0]]
 
 
-def _itemsize(types) -> int | None:
+def _itemsize(types: Sequence[object] | None) -> int | None:
     for t in types or ():
         if isinstance(t, str) and t in ELEMENT_BYTES:
             return ELEMENT_BYTES[t]
     return None
 
 
-def collective_nbytes(args: CollectiveArgs | None, fallback_types=None) -> int | None:
+def collective_nbytes(args: CollectiveArgs | None, fallback_types: Sequence[object] | None = None) -> int | None:
     """nccl-tests' S: the full array. For every collective that is the larger of its input and
     output (all_gather: the output; reduce_scatter: the input; the rest: equal)."""
     if args is None:
@@ -95,7 +100,7 @@ def collective_nbytes(args: CollectiveArgs | None, fallback_types=None) -> int |
 
 def number_calls(calls: list[CollectiveCall]) -> tuple[CollectiveInstance, ...]:
     """The calls in time order, each numbered among the calls of its kind and process group."""
-    seq: Counter = Counter()
+    seq: Counter[tuple[str, str]] = Counter()
     out = []
     for c in sorted(calls, key=lambda c: c.start_us):
         key = (c.pg, c.kind)
@@ -115,9 +120,9 @@ def collective_stats(instances: Sequence[CollectiveInstance], *, default_group_s
         by_kind[inst.kind].append(inst)
     out = []
     for kind, group in sorted(by_kind.items()):
-        sized = [i for i in group if i.nbytes is not None]
-        nbytes = sum(i.nbytes for i in sized) if sized else None
-        sized_us = sum(i.dur_us for i in sized)
+        sized = [i.nbytes for i in group if i.nbytes is not None]
+        nbytes = sum(sized) if sized else None
+        sized_us = sum(i.dur_us for i in group if i.nbytes is not None)
         sizes = Counter(i.group_size for i in group if i.group_size)
         n = sizes.most_common(1)[0][0] if sizes else default_group_size
         out.append(

@@ -14,14 +14,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from profile_overlap.analysis.rank_times import RankSplit
+from profile_overlap.analysis.per_rank import RankAnalysis
+from profile_overlap.analysis.rank_times import RankSplit, RankTimes
 from profile_overlap.core import intervals as iv
 from profile_overlap.record.exposed import CriticalPath
 
 COMPUTE, TRANSFER, WAIT, IDLE = range(4)
 
 
-def median_step(ranks: Sequence) -> int | None:
+def median_step(ranks: Sequence[RankAnalysis]) -> int | None:
     """The step number, among those every rank profiled, whose length (latest aligned end minus
     earliest start, over ranks) is the median (the lower one of an even count)."""
     common = set.intersection(*({s.step for s in r.steps} for r in ranks))
@@ -35,7 +36,7 @@ def median_step(ranks: Sequence) -> int | None:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def _segments(times, split: RankSplit, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _segments(times: RankTimes, split: RankSplit, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """[lo, hi) cut into compute, transfer, wait and idle pieces, in time order."""
     compute = iv.clip(times.compute, lo, hi)
     exposed = iv.clip(times.exposed, lo, hi)
@@ -66,7 +67,7 @@ Segment = tuple[int, float, float, str]
 
 
 def critical_path(
-    ranks: Sequence, splits: Sequence[RankSplit], keys: dict[int, np.ndarray]
+    ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], keys: dict[int, np.ndarray]
 ) -> tuple[CriticalPath | None, tuple[Segment, ...]]:
     """The path of the median step and its pieces in time order; (None, ()) when the ranks share no
     profiled step."""
@@ -84,9 +85,9 @@ def critical_path(
         c = r.times.calls
         lo, hi = window[r.rank]
         sel = np.flatnonzero((c.end_us > lo) & (c.start_us < hi))
-        ends_at[r.rank] = {float(c.end_us[i]): int(keys[r.rank][i]) for i in sel}
-        for i in sel:
-            aligned_end.setdefault(int(keys[r.rank][i]), {})[r.rank] = float(c.end_us[i]) - offset[r.rank]
+        ends_at[r.rank] = {float(c.end_us[k]): int(keys[r.rank][k]) for k in sel}
+        for k in sel.tolist():
+            aligned_end.setdefault(int(keys[r.rank][k]), {})[r.rank] = float(c.end_us[k]) - offset[r.rank]
     rank = max(window, key=lambda q: (window[q][1] - offset[q], -q))
     t = window[rank][1]
     totals = np.zeros(4)

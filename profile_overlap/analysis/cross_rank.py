@@ -10,9 +10,12 @@ from dataclasses import dataclass, replace
 
 from profile_overlap.analysis.causes import Explained, explain
 from profile_overlap.analysis.clocks import ClockAlignment, align_clocks
-from profile_overlap.analysis.collectives import collective_stats
+from profile_overlap.analysis.collectives import CallKey, collective_stats
+from profile_overlap.analysis.heatmap import heatmap
 from profile_overlap.analysis.integrity import Integrity, check_integrity
 from profile_overlap.analysis.per_rank import RankAnalysis
+from profile_overlap.record.exposed import Exposed
+from profile_overlap.record.heatmap import Heatmap
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,11 @@ class TraceAnalysis:
     """The integrity checks of these traces (analysis/integrity.py)."""
     causes: Explained | None = None
     """Why communication is exposed (analysis/causes.py); None only in analyses built by hand."""
+    heatmap: Heatmap | None = None
+    """The rank x time heatmap of the median step (analysis/heatmap.py); None without steps or causes."""
 
     @property
-    def exposed(self):
+    def exposed(self) -> Exposed | None:
         """The typed record of the causes (record/exposed.py), or None."""
         return self.causes.exposed if self.causes is not None else None
 
@@ -68,8 +73,8 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False,
     ]
 
     clocks = align_clocks({r.rank: r.instances for r in ranks})
-    durations: dict[tuple, list[float]] = defaultdict(list)
-    arrivals: dict[tuple, list[tuple[float, int]]] = defaultdict(list)
+    durations: dict[CallKey, list[float]] = defaultdict(list)
+    arrivals: dict[CallKey, list[tuple[float, int]]] = defaultdict(list)
     for r in ranks:
         for inst in r.instances:
             key = (inst.pg, inst.kind, inst.seq)
@@ -120,4 +125,5 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False,
         clocks=clocks,
         integrity=integrity,
         causes=causes,
+        heatmap=heatmap(ranks, causes.splits, clocks) if causes is not None else None,
     )

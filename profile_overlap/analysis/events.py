@@ -30,7 +30,7 @@ from profile_overlap.analysis.collectives import CollectiveCall, collective_nbyt
 from profile_overlap.analysis.facts import FileFacts, cpu_unclassified, file_facts
 from profile_overlap.analysis.labels import Labeller
 from profile_overlap.analysis.phases import PhaseWindows, phase_windows
-from profile_overlap.analysis.trace import CPU_OP, USER_ANNOTATION, Trace
+from profile_overlap.analysis.trace import CPU_OP, USER_ANNOTATION, Events, Trace
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
 
@@ -113,13 +113,13 @@ def extract(trace: Trace) -> FileEvents:
     if len(kernels):
         device = "cuda"
         comm, compute, calls, comm_rows, compute_rows = _gpu_events(trace, labeller)
-        kernels = tuple(np.concatenate([getattr(comm, k), getattr(compute, k)]) for k in ("launch", "start", "end"))
+        kernel_times = tuple(np.concatenate([getattr(comm, k), getattr(compute, k)]) for k in ("launch", "start", "end"))
         exclude = iv.EMPTY
         unclassified = np.zeros(0, dtype=np.int64)
     else:
         device = "cpu"
         comm, compute, calls, exclude = _cpu_events(trace, labeller, main)
-        kernels = None
+        kernel_times = None
         comm_rows = compute_rows = np.zeros(0, dtype=np.int64)
         unclassified = cpu_unclassified(trace, main, iv.union(comm.start, comm.end))
         # One process without a process group (a one-rank job profiled with the trace handler) has
@@ -131,7 +131,7 @@ def extract(trace: Trace) -> FileEvents:
                 "overlap to measure; profile with ProfilerActivity.CUDA on GPU runs, or use the gloo "
                 "backend on CPU"
             )
-    phases = phase_windows(trace, main, steps, kernels)
+    phases = phase_windows(trace, main, steps, kernel_times)
     every = np.concatenate([comm.start, comm.end, compute.start, compute.end, [s for _, s, _ in steps], [e for _, _, e in steps]])
     return FileEvents(
         path=str(trace.path),
@@ -163,7 +163,7 @@ def extract(trace: Trace) -> FileEvents:
     )
 
 
-def _gpu_events(trace: Trace, labeller: Labeller):
+def _gpu_events(trace: Trace, labeller: Labeller) -> tuple[EventIntervals, EventIntervals, list[CollectiveCall], np.ndarray, np.ndarray]:
     k = trace.kernels
     is_comm_name = np.array([bool(COMM_KERNEL_RE.search(n)) for n in k.names])
     is_other_name = np.array([bool(MEMORY_KERNEL_RE.search(n) or SYNC_KERNEL_RE.search(n)) for n in k.names])
@@ -237,7 +237,9 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
     return calls
 
 
-def _cpu_events(trace: Trace, labeller: Labeller, main: int | None):
+def _cpu_events(
+    trace: Trace, labeller: Labeller, main: int | None
+) -> tuple[EventIntervals, EventIntervals, list[CollectiveCall], iv.Union]:
     cpu = trace.cpu
     # gloo:* annotations off the main thread are communication. Not by thread name alone: Kineto
     # can record a gloo worker under its pre-rename name ("python"), seen on torch 2.13, and a
@@ -259,7 +261,7 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None):
     tids = cpu.tid.astype(np.int64)
     # Gloo runs each work item in submission order, so the k-th gloo event is the k-th c10d op
     # (a reduce_scatter shows up as `gloo:all_reduce`); label it like the op.
-    op_of = _match_gloo_work(cpu, [r for r in c10d_rows if collective_kind(cpu.name_of(r))], gloo_rows)
+    op_of = _match_gloo_work(cpu, [int(r) for r in c10d_rows if collective_kind(cpu.name_of(r))], gloo_rows)
     comm_t = cpu.ts[gloo_rows].copy()
     comm_tid = tids[gloo_rows].copy()
     for i, op in enumerate(op_of):
@@ -296,7 +298,7 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None):
     return comm, compute, calls, exclude
 
 
-def _match_gloo_work(cpu, ops: list[int], gloo_rows: np.ndarray) -> list[int | None]:
+def _match_gloo_work(cpu: Events, ops: list[int], gloo_rows: np.ndarray) -> list[int | None]:
     """The c10d op of each gloo work event, or None. Gloo starts work items in submission order,
     so the k-th event is the k-th op, once events of ops submitted before the trace began (async
     ones still running, e.g. the previous step's all_gathers) are skipped; ops whose work had not
@@ -306,13 +308,13 @@ def _match_gloo_work(cpu, ops: list[int], gloo_rows: np.ndarray) -> list[int | N
         return [None] * gloo_rows.size
     lead = int(np.searchsorted(cpu.ts[gloo_rows], cpu.ts[ops[0]], side="left"))
     n = min(len(ops), gloo_rows.size - lead)
-    pairs = list(zip(gloo_rows[lead : lead + n], ops[:n]))
+    pairs = list(zip(gloo_rows[lead : lead + n].tolist(), ops[:n]))
     if any(cpu.ts[g] < cpu.ts[op] for g, op in pairs):
         return [None] * gloo_rows.size
     return [None] * lead + [op for _, op in pairs] + [None] * (gloo_rows.size - lead - n)
 
 
-def _call(kind: str, pg: str, nbytes: int | None, group: int | None, *, start, dur, launch) -> CollectiveCall:
+def _call(kind: str, pg: str, nbytes: int | None, group: int | None, *, start: float, dur: float, launch: float) -> CollectiveCall:
     return CollectiveCall(
         kind=kind, pg=pg, nbytes=nbytes, dur_us=float(dur), start_us=float(start), launch_us=float(launch), group_size=group
     )

@@ -5,8 +5,13 @@ shown comes from the record (record/exposed.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
+from profile_overlap.analysis.critical_path import Segment
+from profile_overlap.analysis.cross_rank import TraceAnalysis
 from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TIMELINE_GAP_FRACTION
 from profile_overlap.core import intervals as iv
 
@@ -20,9 +25,9 @@ def _spans(u: iv.Union, windows: list[tuple[float, float]], offset: float, gap: 
     return out
 
 
-def _merged(pieces, gap: float) -> list[list]:
+def _merged(pieces: Sequence[Segment], gap: float) -> list[list[Any]]:
     """Consecutive pieces of one kind closer than `gap` joined (a CPU step has thousands)."""
-    out: list[list] = []
+    out: list[list[Any]] = []
     for _, a, b, piece in pieces:
         if out and out[-1][2] == piece and a - out[-1][1] <= gap:
             out[-1][1] = round(float(b), 3)
@@ -31,7 +36,7 @@ def _merged(pieces, gap: float) -> list[list]:
     return out
 
 
-def rank_exposure(result) -> dict[int, dict]:
+def rank_exposure(result: TraceAnalysis) -> dict[int, dict[str, Any]]:
     """Per rank: {"wait": [[start, end]], "transfer": [[start, end]], "critical": [[start, end,
     piece]], "calls": [[kind, phase, call, step, start, end]]} (times aligned as the spans)."""
     causes = result.causes
@@ -39,7 +44,7 @@ def rank_exposure(result) -> dict[int, dict]:
         return {}
     top = {(c.kind, c.phase, c.call) for c in causes.exposed.top}
     out = {}
-    for r, split in zip([r for r in result.ranks if r.times is not None], causes.splits):
+    for r, split in zip(result.ranks, causes.splits):
         steps = r.steps[:MAX_TIMELINE_STEPS]
         windows = [(s.start_us, s.start_us + s.step_us) for s in steps]
         longest = max((s.step_us for s in steps), default=0.0)

@@ -97,7 +97,7 @@ def _named(names: Sequence[str], codes: np.ndarray, dur: np.ndarray, rows: np.nd
     total = np.bincount(codes[rows], weights=dur[rows], minlength=len(names))
     top = np.flatnonzero(count)
     top = top[np.argsort(-total[top], kind="stable")][:TOP_NAMES]
-    return tuple((names[c], int(count[c]), float(total[c])) for c in top)
+    return tuple((names[int(c)], int(count[c]), float(total[c])) for c in top)
 
 
 def _stream_overlaps(stream: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[int, float]:
@@ -191,13 +191,13 @@ def _stream_key(s: str) -> tuple[int, int | str]:
 
 
 def _merge(parts: Sequence[Named]) -> Named:
-    acc: dict[str, list] = {}
+    counts: dict[str, int] = {}
+    totals: dict[str, float] = {}
     for part in parts:
         for name, count, total in part:
-            a = acc.setdefault(name, [0, 0.0])
-            a[0] += count
-            a[1] += total
-    return tuple(sorted(((n, c, t) for n, (c, t) in acc.items()), key=lambda x: -x[2])[:TOP_NAMES])
+            counts[name] = counts.get(name, 0) + count
+            totals[name] = totals.get(name, 0.0) + total
+    return tuple(sorted(((n, counts[n], totals[n]) for n in counts), key=lambda x: -x[2])[:TOP_NAMES])
 
 
 def rank_facts(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -96,7 +97,7 @@ def trace_paths(folder: Path) -> list[Path]:
     return paths
 
 
-def _bad(skip_bad: bool, warn):
+def _bad(skip_bad: bool, warn: Callable[[str], None] | None) -> Callable[[str], None]:
     def bad(message: str) -> None:
         if not skip_bad:
             raise UserError(message)
@@ -113,7 +114,7 @@ def finish(
     hta_compat: bool = False,
     steps: tuple[int | None, int | None] | None = None,
     skip_bad: bool = False,
-    warn=None,
+    warn: Callable[[str], None] | None = None,
     keep_spans: bool = False,
 ) -> TraceAnalysis:
     """The files' results (in `trace_paths` order) -> the analysis: report bad files, group the
@@ -175,7 +176,7 @@ def analyze_dir(
     hta_compat: bool = False,
     steps: tuple[int | None, int | None] | None = None,
     skip_bad: bool = False,
-    warn=None,
+    warn: Callable[[str], None] | None = None,
     max_workers: int | None = None,
     keep_spans: bool = False,
 ) -> TraceAnalysis:

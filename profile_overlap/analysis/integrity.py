@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 from profile_overlap.analysis.checks import (
     ERROR,
@@ -37,7 +38,7 @@ __all__ = ["ERROR", "OK", "WARNING", "Check", "Integrity", "check_integrity"]
 def check_integrity(ranks: Sequence[RankAnalysis], *, duplicates: Sequence[str] = ()) -> Integrity:
     """Every check, in the README's order. duplicates: files left out because another file
     claimed the same rank and time (analyze --skip-bad, own jobs)."""
-    ranks = [r for r in ranks if r.facts is not None]
+    ranks = list(ranks)
     if not ranks:
         return Integrity(())
     checks = [
@@ -58,7 +59,7 @@ def check_integrity(ranks: Sequence[RankAnalysis], *, duplicates: Sequence[str] 
 def _rank_checks(ranks: list[RankAnalysis], duplicates: Sequence[str]) -> list[Check]:
     found = [r.rank for r in ranks]
     declared = max((r.world_size for r in ranks if r.world_size), default=None)
-    figures = {"world_size": declared, "ranks_found": found}
+    figures: dict[str, Any] = {"world_size": declared, "ranks_found": found}
     if declared is None:
         detail = f"the traces do not record the world size (no distributedInfo): {len(found)} rank(s) found, none known missing"
         world = Check("ranks.world_size", WARNING, detail, figures)
@@ -156,7 +157,8 @@ def _collective_checks(ranks: list[RankAnalysis]) -> list[Check]:
         for key, values in sizes.items():
             calls[key][r.rank] = values
             members[key[0]].add(r.rank)
-    unmatched, resized = [], []
+    unmatched: list[dict[str, Any]] = []
+    resized: list[dict[str, Any]] = []
     for (pg, kind), per in sorted(calls.items()):
         group = sorted(members[pg])
         if len(group) < 2:
@@ -171,9 +173,9 @@ def _collective_checks(ranks: list[RankAnalysis]) -> list[Check]:
         first = per.get(group[0], [])[:low]
         if kind in SAME_SIZE_KINDS and any(per.get(rank, [])[:low] != first for rank in group):
             for seq in range(low):
-                sizes = {rank: per[rank][seq] for rank in group}
-                if len(set(sizes.values()) - {None}) > 1:
-                    resized.append({"pg": pg, "kind": kind, "call": seq, "nbytes": sizes})
+                call_sizes = {rank: per[rank][seq] for rank in group}
+                if len(set(call_sizes.values()) - {None}) > 1:
+                    resized.append({"pg": pg, "kind": kind, "call": seq, "nbytes": call_sizes})
     figures = {
         "calls": [{"pg": pg, "kind": kind, "per_rank": {k: len(v) for k, v in per.items()}} for (pg, kind), per in sorted(calls.items())],
         "unmatched": unmatched,
@@ -204,9 +206,9 @@ def _collective_checks(ranks: list[RankAnalysis]) -> list[Check]:
         if no_group
         else "every call names its process group"
     )
-    group = with_meaning(
+    groups = with_meaning(
         Check("collectives.process_group", status_of(False, risky), detail, {"calls_without_group": no_group, "declared_groups": declared}),
         "calls of different groups may be matched with each other, skewing wait/transfer",
         WAIT,
     )
-    return [match, group]
+    return [match, groups]

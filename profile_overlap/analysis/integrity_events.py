@@ -29,7 +29,7 @@ def classification_checks(ranks: list[RankAnalysis]) -> list[Check]:
     unclassified = {r.rank: r.facts.unclassified for r in ranks if r.facts.unclassified_us > 0}
     share = {r.rank: 100 * r.facts.unclassified_us / r.facts.all_compute_us for r in ranks if r.facts.all_compute_us > 0}
     heavy = [rank for rank in unclassified if share.get(rank, 100.0) > UNCLASSIFIED_WARNING_PCT]
-    totals: dict[str, list] = {}
+    totals: dict[str, list[float]] = {}
     for items in unclassified.values():
         for name, count, total in items:
             acc = totals.setdefault(name, [0, 0.0])
@@ -198,7 +198,7 @@ def _outside_steps(ranks: list[RankAnalysis]) -> Check:
             counted_pct[r.rank] = max(pct_comm, pct_compute)
     worst = max(counted_pct.values(), default=0.0)
     if counted_pct and worst > OUTSIDE_WARNING_PCT:
-        rank = max(counted_pct, key=counted_pct.get)
+        rank = max(counted_pct, key=lambda k: counted_pct[k])
         o = outside[rank]
         detail = (
             f"up to {worst:.0f}% of a rank's counted time is outside every step (rank {rank}: "

@@ -7,17 +7,16 @@ small and picklable so a run can gather it across ranks (`cross_rank.combine`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from profile_overlap.analysis.classify import PHASES
-from profile_overlap.analysis.collectives import CollectiveInstance, CollectiveStats, collective_stats, number_calls
+from profile_overlap.analysis.collectives import CollectiveCall, CollectiveInstance, CollectiveStats, collective_stats, number_calls
 from profile_overlap.analysis.events import EventIntervals, FileEvents, extract
 from profile_overlap.analysis.facts import RankFacts, rank_facts
+from profile_overlap.analysis.hta_compat import hta_filter
 from profile_overlap.analysis.overlap_spans import OverlapSpans, overlap_spans
 from profile_overlap.analysis.rank_input import rank_of, selected_steps
 from profile_overlap.analysis.rank_times import RankTimes, rank_times
@@ -25,6 +24,7 @@ from profile_overlap.analysis.replay import ReplayStep, replay_steps
 from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TimelineSpan, timeline_spans
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
+from profile_overlap.core.modes import PHASES
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,10 @@ class RankAnalysis:
     collectives: tuple[CollectiveStats, ...]
     instances: tuple[CollectiveInstance, ...]
     timeline: tuple[TimelineSpan, ...]
+    facts: RankFacts
+    """What the integrity checks rest on (analysis/facts.py)."""
+    times: RankTimes
+    """What the causes of exposed communication rest on (analysis/rank_times.py)."""
     phases: tuple[PhaseMetrics, ...] = ()
     """Per phase, summed over the steps (empty without phase labels or steps)."""
     phase_collectives: tuple[PhaseCollectives, ...] = ()
@@ -106,12 +110,8 @@ class RankAnalysis:
     the calling thread; GPU: by their kernel's start, in the labels' device-side ranges)."""
     phase_windows: tuple[tuple[int, str, float, float], ...] = ()
     """(step, phase, start_us, end_us) of each phase range, clipped to the timeline's steps (for the figures)."""
-    facts: RankFacts | None = None
-    """What the integrity checks rest on (analysis/facts.py); None only in analyses built by hand."""
     replay: tuple[ReplayStep, ...] = ()
     """Per profiled step, what whatif replays (analysis/replay.py)."""
-    times: RankTimes | None = None
-    """What the causes of exposed communication rest on (analysis/rank_times.py); None only in analyses built by hand."""
     spans: OverlapSpans | None = None
     """The intervals behind the totals (analysis/overlap_spans.py); only with finish_rank(keep_spans=True)."""
 
@@ -125,38 +125,46 @@ def _step_metrics(
     step_end: np.ndarray,
 ) -> list[StepMetrics]:
     """Each ProfilerStep window's metrics: the rank's unions clipped to it, and its phases."""
-    return [
-        StepMetrics(
-            step=int(n),
-            start_us=float(s),
-            step_us=float(e - s),
-            **_measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e)),
-            phases=_phases(comm_u, compute_u, by_phase, s, e),
+    out = []
+    for n, s, e in zip(step_num.tolist(), step_start.tolist(), step_end.tolist()):
+        m = _measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e))
+        out.append(
+            StepMetrics(
+                step=int(n),
+                start_us=float(s),
+                step_us=float(e - s),
+                comm_us=m.comm_us,
+                compute_us=m.compute_us,
+                overlap_us=m.overlap_us,
+                exposed_comm_us=m.exposed_comm_us,
+                overlap_pct=m.overlap_pct,
+                phases=_phases(comm_u, compute_u, by_phase, s, e),
+            )
         )
-        for n, s, e in zip(step_num, step_start, step_end)
-    ]
+    return out
 
 
-def _measure(comm: iv.Union, compute: iv.Union) -> dict[str, float | None]:
+@dataclass(frozen=True)
+class _Overlap:
     """The overlap metrics of a comm and a compute union, by their field names in StepMetrics and RankAnalysis."""
+
+    comm_us: float
+    compute_us: float
+    overlap_us: float
+    exposed_comm_us: float
+    overlap_pct: float | None
+
+
+def _measure(comm: iv.Union, compute: iv.Union) -> _Overlap:
     comm_us = iv.length(comm)
-    compute_us = iv.length(compute)
     overlap_us = iv.intersection_length(comm, compute)
-    pct = 100 * overlap_us / comm_us if comm_us > 0 else None
-    return {
-        "comm_us": comm_us,
-        "compute_us": compute_us,
-        "overlap_us": overlap_us,
-        "exposed_comm_us": comm_us - overlap_us,
-        "overlap_pct": pct,
-    }
-
-
-def _hta_round(x: EventIntervals) -> EventIntervals:
-    # HTA's parser stores times as whole microseconds: start rounded up, end rounded down.
-    start = np.ceil(x.start)
-    end = np.maximum(np.floor(x.end), start)
-    return EventIntervals(start, end, np.ceil(x.launch), x.label)
+    return _Overlap(
+        comm_us=comm_us,
+        compute_us=iv.length(compute),
+        overlap_us=overlap_us,
+        exposed_comm_us=comm_us - overlap_us,
+        overlap_pct=100 * overlap_us / comm_us if comm_us > 0 else None,
+    )
 
 
 def finish_rank(
@@ -181,7 +189,7 @@ def finish_rank(
     calls = [c for f in files for c in f.calls]
 
     if hta_compat:
-        comm, compute, calls, step_num, step_start, step_end, note = _hta_filter(comm, compute, calls, step_num, step_start, step_end)
+        comm, compute, calls, step_num, step_start, step_end, note = hta_filter(comm, compute, calls, step_num, step_start, step_end)
         if note:
             notes.append(note)
 
@@ -232,6 +240,7 @@ def finish_rank(
         phase_end=phase_end,
     )
     step_metrics = _step_metrics(comm_u, compute_u, by_phase, step_num, step_start, step_end)
+    whole = _measure(comm_u, compute_u)
 
     world = max((f.world_size for f in files if f.world_size), default=None)
     kept = set(step_num.tolist())
@@ -242,7 +251,11 @@ def finish_rank(
         files=tuple(f.path for f in files),
         notes=tuple(notes),
         world_size=world,
-        **_measure(comm_u, compute_u),
+        comm_us=whole.comm_us,
+        compute_us=whole.compute_us,
+        overlap_us=whole.overlap_us,
+        exposed_comm_us=whole.exposed_comm_us,
+        overlap_pct=whole.overlap_pct,
         steps=tuple(step_metrics),
         collectives=collective_stats(instances),
         instances=instances,
@@ -259,7 +272,7 @@ def finish_rank(
     )
 
 
-def _phases(comm_u: iv.Union, compute_u: iv.Union, by_phase, lo: float, hi: float) -> tuple[PhaseMetrics, ...]:
+def _phases(comm_u: iv.Union, compute_u: iv.Union, by_phase: tuple[np.ndarray, ...], lo: float, hi: float) -> tuple[PhaseMetrics, ...]:
     """Each phase's window in the step [lo, hi) and the comm and compute inside it. by_phase:
     (phase, start, end, source) columns of the windows (analysis/phases.py)."""
     phase, phase_start, phase_end, source = by_phase
@@ -276,17 +289,19 @@ def _phases(comm_u: iv.Union, compute_u: iv.Union, by_phase, lo: float, hi: floa
             PhaseMetrics(
                 phase=name,
                 window_us=iv.length(window),
-                comm_us=m["comm_us"],
-                compute_us=m["compute_us"],
-                overlap_us=m["overlap_us"],
-                exposed_comm_us=m["exposed_comm_us"],
+                comm_us=m.comm_us,
+                compute_us=m.compute_us,
+                overlap_us=m.overlap_us,
+                exposed_comm_us=m.exposed_comm_us,
                 sources=tuple(dict.fromkeys(source[sel].tolist())),
             )
         )
     return tuple(out)
 
 
-def _phase_collectives(calls, phase, phase_start, phase_end) -> tuple[PhaseCollectives, ...]:
+def _phase_collectives(
+    calls: list[CollectiveCall], phase: np.ndarray, phase_start: np.ndarray, phase_end: np.ndarray
+) -> tuple[PhaseCollectives, ...]:
     """Per (phase, kind): the calls issued inside the phase's windows; a call outside every window
     goes by the engine labels around it (CollectiveCall.phase_hint), else to "other". Empty when the
     trace has neither phase labels nor engine labels."""
@@ -302,7 +317,7 @@ def _phase_collectives(calls, phase, phase_start, phase_end) -> tuple[PhaseColle
             where[inside] = index
             covered |= inside
     names = (*PHASES, "other")
-    groups: dict[tuple[int, str], list] = {}
+    groups: dict[tuple[int, str], list[CollectiveCall]] = {}
     for call, p in zip(calls, where.tolist()):
         groups.setdefault((p, call.kind), []).append(call)
     return tuple(
@@ -310,11 +325,17 @@ def _phase_collectives(calls, phase, phase_start, phase_end) -> tuple[PhaseColle
             phase=names[p],
             kind=kind,
             count=len(group),
-            nbytes=None if any(c.nbytes is None for c in group) else sum(c.nbytes for c in group),
+            nbytes=_total_bytes(group),
             dur_us=sum(c.dur_us for c in group),
         )
         for (p, kind), group in sorted(groups.items())
     )
+
+
+def _total_bytes(calls: list[CollectiveCall]) -> int | None:
+    """Their bytes together; None when the trace does not size one of them."""
+    sizes = [c.nbytes for c in calls if c.nbytes is not None]
+    return sum(sizes) if len(sizes) == len(calls) else None
 
 
 def _sum_phases(steps: list[StepMetrics]) -> tuple[PhaseMetrics, ...]:
@@ -326,10 +347,16 @@ def _sum_phases(steps: list[StepMetrics]) -> tuple[PhaseMetrics, ...]:
             for i, value in enumerate((p.window_us, p.comm_us, p.compute_us, p.overlap_us, p.exposed_comm_us)):
                 acc[i] += value
             sources.setdefault(p.phase, {}).update(dict.fromkeys(p.sources))
-    return tuple(PhaseMetrics(name, *totals[name], sources=tuple(sources[name])) for name in PHASES if name in totals)
+    out = []
+    for name in (p for p in PHASES if p in totals):
+        window, comm, compute, overlap, exposed = totals[name]
+        out.append(PhaseMetrics(name, window, comm, compute, overlap, exposed, sources=tuple(sources[name])))
+    return tuple(out)
 
 
-def _phase_spans(phase, phase_start, phase_end, step_num, step_start, step_end) -> tuple[tuple[int, str, float, float], ...]:
+def _phase_spans(
+    phase: np.ndarray, phase_start: np.ndarray, phase_end: np.ndarray, step_num: np.ndarray, step_start: np.ndarray, step_end: np.ndarray
+) -> tuple[tuple[int, str, float, float], ...]:
     spans = []
     for n, lo, hi in list(zip(step_num.tolist(), step_start.tolist(), step_end.tolist()))[:MAX_TIMELINE_STEPS]:
         for p, a, b in zip(phase.tolist(), phase_start.tolist(), phase_end.tolist()):
@@ -354,30 +381,6 @@ def _cat(parts: list[EventIntervals], remap: list[np.ndarray]) -> EventIntervals
         np.concatenate([p.launch for p in parts]),
         np.concatenate([m[p.label] if p.label.size else p.label for p, m in zip(parts, remap)]),
     )
-
-
-def _hta_filter(comm, compute, calls, step_num, step_start, step_end):
-    """Holistic Trace Analysis's default (`include_last_profiler_step=False`), reproduced:
-    HTA's `Trace._filter_irrelevant_gpu_kernels` keeps the CPU events that start before the
-    *start* of the last ProfilerStep, then keeps only the GPU kernels whose `correlation`
-    matches one of them. So a kernel belongs to the step of the runtime call that launched it,
-    not to the step its own timestamp falls in, and a kernel with no launch event in the trace
-    is dropped too. HTA's parser also rounds times to whole microseconds (start up, end
-    down). With these two rules we reproduce HTA's 11.81 / 20.05 (trace_filter) and 14.31
-    (nccl_data); by kernel timestamps alone nccl_data gives 14.76. HTA does nothing when a rank
-    has fewer than two steps. On CPU traces (which HTA does not analyse) the same cut applies to
-    the events' own start times."""
-    comm, compute = _hta_round(comm), _hta_round(compute)
-    if step_num.size < 2:
-        return comm, compute, calls, step_num, step_start, step_end, None
-    last = int(np.argmax(step_start))
-    cut = math.ceil(step_start[last])
-    comm = comm.take(comm.launch < cut)  # NaN (no launch event) compares False: dropped, as in HTA
-    compute = compute.take(compute.launch < cut)
-    calls = [c for c in calls if math.ceil(c.launch_us) < cut]
-    keep = np.arange(step_num.size) != last
-    note = f"--hta-compat: dropped the last profiler step (ProfilerStep#{int(step_num[last])}) as HTA does"
-    return comm, compute, calls, step_num[keep], step_start[keep], step_end[keep], note
 
 
 def analyze_rank(paths: Sequence[Path], *, hta_compat: bool = False, steps: tuple[int | None, int | None] | None = None) -> RankAnalysis:

@@ -18,13 +18,13 @@ from profile_overlap.analysis.classify import (
     AUTOGRAD_SOURCE,
     BACKWARD_FRAME_RE,
     GRADIENT_SEED_OP,
-    PHASES,
     STEP_SOURCE,
     engine_range,
     is_phase_label,
     phase_of,
 )
 from profile_overlap.analysis.trace import CPU_OP, GPU_USER_ANNOTATION, USER_ANNOTATION, Trace
+from profile_overlap.core.modes import PHASES
 
 LABELS_SOURCE = "labels"
 """The source of a window taken from a forward/backward/optimizer label (or, in a labelled step,
@@ -55,7 +55,9 @@ class PhaseWindows:
         )
 
 
-def phase_windows(trace: Trace, main: int | None, steps: list[tuple[int, float, float]], kernels=None) -> PhaseWindows:
+def phase_windows(
+    trace: Trace, main: int | None, steps: list[tuple[int, float, float]], kernels: tuple[np.ndarray, ...] | None = None
+) -> PhaseWindows:
     """Every phase window of one trace. steps: (number, start, end) of its ProfilerStep windows.
     kernels: on GPU traces, (launch, start, end) of the kernels, to move an inferred window from
     the CPU's time to the device's (the span of the kernels launched inside it); None on CPU."""
@@ -150,7 +152,12 @@ def _seeded_at(b0: float, seeds: tuple[np.ndarray, np.ndarray, np.ndarray]) -> f
     return float(seed_start[k]) if op_start[last_op] <= seed_end[k] else b0
 
 
-def _infer(ev, lo: float, hi: float, seeds) -> list[tuple[int, float, float, str]]:
+def _infer(
+    ev: tuple[tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray, list[str]],
+    lo: float,
+    hi: float,
+    seeds: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> list[tuple[int, float, float, str]]:
     """The phase windows of one step [lo, hi) without labels, from the evidence starting in it;
     each window keeps the source of the evidence that opens it.
 
@@ -186,7 +193,7 @@ def _infer(ev, lo: float, hi: float, seeds) -> list[tuple[int, float, float, str
     return [(p, max(a, lo), min(b, hi), s) for p, a, b, s in rows if min(b, hi) > max(a, lo)]
 
 
-def _by_launch(kernels):
+def _by_launch(kernels: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(launch, start, end) of the kernels with a known launch, in launch order."""
     launch, start, end = kernels
     known = ~np.isnan(launch)
@@ -194,7 +201,7 @@ def _by_launch(kernels):
     return launch[known][order], start[known][order], end[known][order]
 
 
-def _on_device(rows: list[tuple[int, float, float, str]], device) -> list[tuple[int, float, float, str]]:
+def _on_device(rows: list[tuple[int, float, float, str]], device: tuple[np.ndarray, ...]) -> list[tuple[int, float, float, str]]:
     """GPU: each CPU window -> the span of the kernels launched inside it, as a labelled range's
     device-side copy (gpu_user_annotation) spans its kernels; dropped when it launched none.
     device: `_by_launch` of the kernels."""

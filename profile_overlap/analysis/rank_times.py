@@ -11,36 +11,40 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
-from profile_overlap.analysis.classify import PHASES
 from profile_overlap.analysis.collectives import CollectiveCall, CollectiveInstance
 from profile_overlap.core import intervals as iv
+from profile_overlap.core.modes import PHASES
 
 OTHER = "other"
 """The phase of a call issued outside every phase window and engine label."""
 
 
-def _same(a, b) -> bool:
+def _same(a: object, b: object) -> bool:
     """Field equality where fields hold numpy arrays (NaN equals NaN)."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        a, b = np.asarray(a), np.asarray(b)
-        return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
+        x, y = np.asarray(a), np.asarray(b)
+        return x.shape == y.shape and bool(np.array_equal(x, y, equal_nan=x.dtype.kind == "f"))
     if isinstance(a, tuple) and isinstance(b, tuple):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return a == b
+    return bool(a == b)
 
 
 class _ArrayEq:
     """Dataclasses with array fields: equal when every field is (pickled copies compare equal)."""
 
-    def __eq__(self, other) -> bool:
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every subclass is a dataclass
+
+    def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
         return all(_same(getattr(self, f), getattr(other, f)) for f in self.__dataclass_fields__)
 
-    __hash__ = None
+    def __hash__(self) -> int:
+        raise TypeError(f"unhashable type: {type(self).__name__!r}")  # equal by value, arrays inside: no hash
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,7 +174,9 @@ def rank_times(
     )
 
 
-def _index_in_step(step: np.ndarray, kinds: tuple[str, ...], phases: tuple[str, ...]):
+def _index_in_step(
+    step: np.ndarray, kinds: tuple[str, ...], phases: tuple[str, ...]
+) -> tuple[np.ndarray, tuple[tuple[str, str], ...], np.ndarray]:
     """(code of each call's (kind, phase), the (kind, phase) of each code, each call's index among
     the calls of its step, kind and phase in time order (-1 outside steps))."""
     codes: dict[tuple[str, str], int] = {}
@@ -248,4 +254,5 @@ def cumulative(u: iv.Union, t: np.ndarray) -> np.ndarray:
 
 def covered_length(u: iv.Union, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """|u ∩ [lo, hi)| for each pair (0 where hi <= lo)."""
-    return np.maximum(cumulative(u, np.maximum(hi, lo)) - cumulative(u, lo), 0.0)
+    covered: np.ndarray = np.maximum(cumulative(u, np.maximum(hi, lo)) - cumulative(u, lo), 0.0)
+    return covered

@@ -9,11 +9,12 @@ from typing import Any
 
 import msgspec
 
-from profile_overlap.analysis.classify import PHASES
 from profile_overlap.analysis.cross_rank import RankWait, TraceAnalysis
 from profile_overlap.analysis.exposed_timeline import rank_exposure
 from profile_overlap.analysis.per_rank import PhaseMetrics, RankAnalysis
 from profile_overlap.analysis.replay import ReplayStep
+from profile_overlap.analysis.spread import spread
+from profile_overlap.core.modes import PHASES
 from profile_overlap.record.analysis import (
     AnalysisRecord,
     CollectiveRecord,
@@ -45,6 +46,34 @@ TIMELINE_SCHEMA = (
 )
 
 
+TIMELINE_MAX_RANKS = 64
+"""Ranks whose geometry (spans, phases, wait, transfer, critical path, calls) timeline.json holds;
+above it, every rank keeps its steps and clock, and the heatmap covers all of them."""
+
+
+def drawn_ranks(result: TraceAnalysis, limit: int = TIMELINE_MAX_RANKS) -> set[int]:
+    """Every rank up to `limit`; above, the ranks the analysis names (the reference, the slowest,
+    the stragglers, the critical path's, the top calls' late ranks), in that order, then evenly
+    spaced ranks up to `limit`."""
+    ranks = [r.rank for r in result.ranks]
+    if len(ranks) <= limit:
+        return set(ranks)
+    named = [result.clocks.reference_rank, result.slowest_rank]
+    exposed = result.exposed
+    if exposed is not None:
+        named += [s.rank for s in exposed.stragglers]
+        named += list(exposed.critical_path.ranks) if exposed.critical_path else []
+        named += [c.late_rank for c in exposed.top]
+    keep: list[int] = []
+    for r in named:
+        if r is not None and r in ranks and r not in keep and len(keep) < limit // 2:
+            keep.append(r)
+    others = [r for r in ranks if r not in keep]
+    want = limit - len(keep)
+    keep += [others[round(i * (len(others) - 1) / max(want - 1, 1))] for i in range(want)]
+    return set(keep)
+
+
 def timeline_of(analyses: Mapping[str, TraceAnalysis | None]) -> Timeline:
     """timeline.json: per mode and rank, the profiled steps' windows and their compute and
     communication spans (merged at display resolution by the analysis), for the figures. Each
@@ -55,10 +84,22 @@ def timeline_of(analyses: Mapping[str, TraceAnalysis | None]) -> Timeline:
             continue
         clocks = result.clocks
         exposure = rank_exposure(result)
+        drawn_set = drawn_ranks(result)
         ranks = []
         for r in result.ranks:
             off = clocks.offset(r.rank)
             unc = clocks.uncertainty_us.get(r.rank)
+            if r.rank not in drawn_set:  # steps and clock only (TIMELINE_MAX_RANKS)
+                ranks.append(
+                    TimelineRank(
+                        rank=r.rank,
+                        aligned=r.rank in clocks.offsets_us,
+                        clock_offset_us=round(off, 3),
+                        clock_uncertainty_us=None if unc is None or math.isinf(unc) else round(unc, 3),
+                        steps=tuple(TimelineStep(step=s.step, start_us=round(s.start_us - off, 3), step_us=s.step_us) for s in r.steps),
+                    )
+                )
+                continue
             # The causes' geometry (wait, transfer, critical, calls) converted once from its lists.
             drawn = msgspec.convert({"rank": r.rank, **exposure.get(r.rank, {})}, TimelineRank)
             ranks.append(
@@ -75,7 +116,7 @@ def timeline_of(analyses: Mapping[str, TraceAnalysis | None]) -> Timeline:
                     phases=tuple(PhaseWindow(step, phase, round(a - off, 3), round(b - off, 3)) for step, phase, a, b in r.phase_windows),
                 )
             )
-        modes[mode] = TimelineMode(reference_rank=clocks.reference_rank, ranks=tuple(ranks))
+        modes[mode] = TimelineMode(reference_rank=clocks.reference_rank, ranks=tuple(ranks), heatmap=result.heatmap)
     return Timeline(schema=TIMELINE_SCHEMA, modes=modes)
 
 
@@ -203,13 +244,15 @@ def _replay(s: ReplayStep) -> ReplayStepRecord:
 def analysis_record(analysis: TraceAnalysis) -> AnalysisRecord:
     """The typed `analyze --json` record (schema in the README, "Output"; record/analysis.py)."""
     waits = {w.rank: w for w in analysis.waits}
+    ranks = tuple(_rank(r, waits.get(r.rank)) for r in analysis.ranks)
     return AnalysisRecord(
-        ranks=tuple(_rank(r, waits.get(r.rank)) for r in analysis.ranks),
+        ranks=ranks,
         world_size=analysis.world_size,
         slowest_rank=analysis.slowest_rank,
         source=analysis.source,
         integrity=integrity_record(analysis),
         exposed=analysis.exposed,
+        spread=spread(ranks),
     )
 
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profile_overlap.analysis.classify import PHASES
 from profile_overlap.analysis.events import FileEvents
 from profile_overlap.core import intervals as iv
+from profile_overlap.core.modes import PHASES
 
 OTHER = "other"
 """The phase of a call issued outside every phase window."""

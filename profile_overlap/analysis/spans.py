@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from profile_overlap.core import intervals as iv
 
@@ -34,19 +35,21 @@ class TimelineSpan:
     label: str
 
 
-def coarsen(start, end, *, max_spans: int, gap: float = -math.inf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def coarsen(
+    start: npt.ArrayLike, end: npt.ArrayLike, *, max_spans: int, gap: float = -math.inf
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Merge spans into at most `max_spans`. Spans whose distance is <= `gap` always merge (by
     default none do); when more than `max_spans` remain, only the `max_spans - 1` largest gaps
     between consecutive spans (in start order) stay open. Returns, per merged span in time order,
     (first, end, longest): the input index of its first piece (its start is that piece's), its
     end, and the input index of its longest piece (for its label)."""
-    start = np.asarray(start, dtype=np.float64)
-    end = np.asarray(end, dtype=np.float64)
-    if start.size == 0:
+    starts = np.asarray(start, dtype=np.float64)
+    ends_in = np.asarray(end, dtype=np.float64)
+    if starts.size == 0:
         none = np.empty(0, dtype=np.int64)
         return none, np.empty(0), none
-    order, group = iv.group_ids(start, end, gap=gap)
-    s, e = start[order], end[order]
+    order, group = iv.group_ids(starts, ends_in, gap=gap)
+    s, e = starts[order], ends_in[order]
     if group[-1] + 1 > max_spans:
         room = s[1:] - np.maximum.accumulate(e)[:-1]
         open_gaps = np.flatnonzero(group[1:] != group[:-1])
@@ -63,7 +66,11 @@ def coarsen(start, end, *, max_spans: int, gap: float = -math.inf) -> tuple[np.n
 
 
 def timeline_spans(
-    pieces: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], labels: tuple[str, ...], step_num, step_start, step_end
+    pieces: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+    labels: tuple[str, ...],
+    step_num: np.ndarray,
+    step_start: np.ndarray,
+    step_end: np.ndarray,
 ) -> tuple[TimelineSpan, ...]:
     """pieces: kind ("comm", "compute") -> (start, end, label code) of its events. Per step (at
     most MAX_TIMELINE_STEPS), each kind merged into at most MAX_SPANS_PER_STEP spans: spans

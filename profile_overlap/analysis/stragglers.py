@@ -17,9 +17,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from profile_overlap.analysis.classify import PHASES
-from profile_overlap.analysis.rank_times import OTHER, RankSplit, covered_length
+from profile_overlap.analysis.per_rank import RankAnalysis
+from profile_overlap.analysis.rank_times import OTHER, RankSplit, RankTimes, covered_length
 from profile_overlap.core import intervals as iv
+from profile_overlap.core.modes import PHASES
 from profile_overlap.record.exposed import Straggler
 
 WHAT = ("compute", "exposed comm", "idle")
@@ -27,9 +28,10 @@ WHAT = ("compute", "exposed comm", "idle")
 REGIONS = (*PHASES, OTHER)
 
 
-def _regions(times) -> list[iv.Union]:
+def _regions(times: RankTimes) -> list[iv.Union]:
     """The phase windows made disjoint (earlier phases first), then the rest of the step windows."""
-    out, taken = [], iv.EMPTY
+    out: list[iv.Union] = []
+    taken = iv.EMPTY
     for union in times.phases:
         part = iv.difference(union, taken)
         out.append(part)
@@ -38,7 +40,7 @@ def _regions(times) -> list[iv.Union]:
     return out
 
 
-def window_before(times) -> tuple[np.ndarray, np.ndarray]:
+def window_before(times: RankTimes) -> tuple[np.ndarray, np.ndarray]:
     """Each call's window before it: (lo, hi) on the rank's clock."""
     c = times.calls
     start = c.start_us
@@ -52,7 +54,7 @@ def window_before(times) -> tuple[np.ndarray, np.ndarray]:
     return np.maximum(np.maximum(prev, window_start), before), start
 
 
-def breakdown(times, rows: np.ndarray) -> np.ndarray:
+def breakdown(times: RankTimes, rows: np.ndarray) -> np.ndarray:
     """(len(rows), len(REGIONS), 4): per call row and region, its window's length, compute,
     exposed comm and idle time (µs)."""
     lo, hi = window_before(times)
@@ -66,7 +68,7 @@ def breakdown(times, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def stragglers(ranks: Sequence, splits: Sequence[RankSplit], keys: dict[int, np.ndarray]) -> tuple[Straggler, ...]:
+def stragglers(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], keys: dict[int, np.ndarray]) -> tuple[Straggler, ...]:
     """One row per rank that others waited for: its largest extra (phase, what), per step."""
     waited = []
     for r, split in zip(ranks, splits):

@@ -11,6 +11,7 @@ import gzip
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -18,7 +19,7 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _ARRAY_END = re.compile(rb"\}\s*\]")
 _MAX_SPLIT_TRIES = 16
 
-Decode = Callable[[bytes], list]
+Decode = Callable[[bytes], list[Any]]
 """Decodes one JSON array of events (bytes) into a list."""
 
 
@@ -40,11 +41,11 @@ def read_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
                 yield chunk
 
 
-def _decode_array(decode: Decode, body: bytes | bytearray) -> list:
+def _decode_array(decode: Decode, body: bytes | bytearray) -> list[Any]:
     return decode(b"[" + body + b"]")
 
 
-def stream_events(chunks: Iterator[bytes], decode: Decode, on_events: Callable[[list], None]) -> bytes:
+def stream_events(chunks: Iterator[bytes], decode: Decode, on_events: Callable[[list[Any]], None]) -> bytes:
     """Feed every event of the `traceEvents` array, decoded by `decode` (a msgspec decoder of a
     JSON array), to `on_events`, one chunk at a time. Returns
     the rest of the document with an empty `traceEvents`, for the metadata.
@@ -72,7 +73,7 @@ def stream_events(chunks: Iterator[bytes], decode: Decode, on_events: Callable[[
     return prefix + b'"traceEvents":[]' + _emit_last(buf, decode, on_events)
 
 
-def _emit_complete(buf: bytes, decode: Decode, on_events) -> bytes:
+def _emit_complete(buf: bytes, decode: Decode, on_events: Callable[[list[Any]], None]) -> bytes:
     pos = buf.rfind(b"},")
     for _ in range(_MAX_SPLIT_TRIES):
         if pos == -1:
@@ -89,7 +90,7 @@ def _emit_complete(buf: bytes, decode: Decode, on_events) -> bytes:
     return buf
 
 
-def _emit_last(buf: bytes, decode: Decode, on_events) -> bytes:
+def _emit_last(buf: bytes, decode: Decode, on_events: Callable[[list[Any]], None]) -> bytes:
     rest = buf.lstrip(b" \t\r\n,")
     if rest.startswith(b"]"):
         return rest[1:]

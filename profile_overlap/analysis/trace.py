@@ -21,6 +21,7 @@ from bisect import bisect_left
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -109,9 +110,9 @@ class CollectiveArgs(msgspec.Struct, frozen=True):
     dtype: str | None = None
     group_size: int | None = None
     pg_name: str | None = None
-    pg_ranks: str | list | None = None
-    input_dims: list | None = None
-    input_type: list | None = None
+    pg_ranks: str | list[int] | None = None
+    input_dims: list[Any] | None = None
+    input_type: list[Any] | None = None
 
 
 class RowArgs(Mapping):
@@ -164,8 +165,8 @@ class Events:
     def __len__(self) -> int:
         return int(self.ts.size)
 
-    def name_of(self, row: int) -> str:
-        return self.names[self.name[row]]
+    def name_of(self, row: int | np.integer) -> str:
+        return self.names[int(self.name[row])]
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,7 @@ _CPU_CAT_CODE = {"cpu_op": CPU_OP, "user_annotation": USER_ANNOTATION, "gpu_user
 
 
 class _Columns:
-    def __init__(self, names: dict[str, int], tids: dict) -> None:
+    def __init__(self, names: dict[str, int], tids: dict[int | str, int]) -> None:
         self.names, self.tids = names, tids
         self.name, self.tid, self.cat = array("i"), array("i"), array("b")
         self.ts, self.dur = array("d"), array("d")
@@ -289,7 +290,7 @@ class _Sink:
     """Receives decoded events chunk by chunk and keeps what the analysis needs."""
 
     def __init__(self) -> None:
-        tids: dict = {}
+        tids: dict[int | str, int] = {}
         self.kernels = _Columns({}, {})
         self.cpu = _Columns({}, tids)
         self.shared = _SharedArgs()
@@ -320,14 +321,17 @@ class _Sink:
             self.checked_names = len(names)
             wanted = self.collective_codes
             for i, code in enumerate(codes):
-                if code in wanted and cpu[i].args is not None:
-                    self.cpu.add_args(base + i, cpu[i].args, self.shared)
-        runtime = [e for e in events if e.cat in RUNTIME_CATS and e.args is not None and e.args.correlation != -1]
+                args = cpu[i].args
+                if code in wanted and args is not None:
+                    self.cpu.add_args(base + i, args, self.shared)
+        runtime = [
+            (e.args.correlation, e.ts, e.tid) for e in events if e.cat in RUNTIME_CATS and e.args is not None and e.args.correlation != -1
+        ]
         if runtime:
             tids = self.cpu.tids
-            self.rt_corr.extend([e.args.correlation for e in runtime])
-            self.rt_ts.extend([e.ts for e in runtime])
-            self.rt_tid.extend([tids.setdefault(e.tid, len(tids)) for e in runtime])
+            self.rt_corr.extend([correlation for correlation, _, _ in runtime])
+            self.rt_ts.extend([ts for _, ts, _ in runtime])
+            self.rt_tid.extend([tids.setdefault(tid, len(tids)) for _, _, tid in runtime])
         for e in events:
             if e.ph == "M" and e.name == "thread_name" and e.args is not None and e.args.name:
                 self.thread_names.setdefault(str(e.tid), []).append(e.args.name)
@@ -371,6 +375,7 @@ def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
         raise UserError(f"cannot read {path}: {err}; {fix}") from None
 
     info = outer.distributedInfo
+    rank: int | None
     if info is not None and info.rank is not None:
         rank, rank_source = info.rank, "distributedInfo.rank"
     else:

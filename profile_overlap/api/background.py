@@ -31,19 +31,21 @@ class Worker:
             text=True,
             env=env,
         )
+        assert self._proc.stdin is not None and self._proc.stdout is not None  # both are pipes
+        self._stdin, self._stdout = self._proc.stdin, self._proc.stdout
         self._pings = 0
 
     @property
     def alive(self) -> bool:
-        return self._proc.poll() is None and not self._proc.stdin.closed
+        return self._proc.poll() is None and not self._stdin.closed
 
     def send(self, task: dict) -> bool:
         """Queue a task; False when the worker is gone (the caller then does the work itself)."""
         if not self.alive:
             return False
         try:
-            self._proc.stdin.write(json.dumps(task) + "\n")
-            self._proc.stdin.flush()
+            self._stdin.write(json.dumps(task) + "\n")
+            self._stdin.flush()
         except (OSError, ValueError):
             return False
         return True
@@ -58,10 +60,10 @@ class Worker:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return False
-            ready, _, _ = select.select([self._proc.stdout], [], [], left)
+            ready, _, _ = select.select([self._stdout], [], [], left)
             if not ready:
                 return False
-            line = self._proc.stdout.readline()
+            line = self._stdout.readline()
             if not line:
                 return False
             if line.strip() == f"pong {self._pings}":
@@ -70,7 +72,7 @@ class Worker:
     def close(self, timeout_s: float) -> bool:
         """No more tasks: let the worker finish the queue and exit. False when it had to be killed."""
         try:
-            self._proc.stdin.close()
+            self._stdin.close()
         except OSError:
             pass
         try:
@@ -80,5 +82,5 @@ class Worker:
             self._proc.wait()
             return False
         finally:
-            self._proc.stdout.close()
+            self._stdout.close()
         return self._proc.returncode == 0

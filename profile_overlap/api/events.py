@@ -64,7 +64,7 @@ def exposed_scalars(exposed: Exposed | None, *, num_steps: int, step: int) -> li
     """(tag, value, global step) of the wait/transfer split of one cycle across ranks (empty
     when the split is unknown, e.g. one rank)."""
     wait, transfer = exposed.per_rank_step_ms(num_steps) if exposed is not None else (None, None)
-    return [] if wait is None else [("exposed/wait_ms", wait, step), ("exposed/transfer_ms", transfer, step)]
+    return [] if wait is None or transfer is None else [("exposed/wait_ms", wait, step), ("exposed/transfer_ms", transfer, step)]
 
 
 class RankEvents:

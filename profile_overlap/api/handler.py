@@ -28,6 +28,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from types import FrameType
 
 import torch
 import torch.distributed as dist
@@ -260,7 +261,7 @@ def _state(h: TraceHandler) -> dict:
 
 def _inside_stop(prof) -> bool:
     """Whether this call comes from prof.stop() (the profiler's last trace), not from prof.step()."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(8):
         if frame is None:
             return False

@@ -18,9 +18,13 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from profile_overlap.api import layout
 from profile_overlap.core.errors import UserError
+
+if TYPE_CHECKING:
+    from profile_overlap.api.events import RankEvents
 
 GZIP_LEVEL = 1
 """The worker shares the training's cores: on a 1.6 MB CPU trace, level 1 takes 5.5 ms for 9.5% of
@@ -45,7 +49,7 @@ class RankWorker:
         self.world_size = config["world_size"]
         self.worker = config["worker"]
         self.analyze = config["analyze"]
-        self._events = None
+        self._events: RankEvents | None = None
         self._analysis_failed = False
         self._next_live = 0.0
 
@@ -154,6 +158,7 @@ class RankWorker:
             return
         for message in left_out:
             say(f"profile_overlap: left out of the record: {message}")
+        assert metrics.summary is not None  # build_job_record summarizes the record
         x = metrics.summary.modes[layout.JOB_MODE]
         numbers = "" if x.overlap_pct is None else f"overlap {x.overlap_pct:.1f}%, exposed comm {x.exposed_comm_ms:.2f} ms per step; "
         missing_ranks = metrics.job.missing_ranks if metrics.job else ()

@@ -36,6 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="drop the last profiler step of each rank, as Holistic Trace Analysis's get_comm_comp_overlap does by default",
     )
+    parser.add_argument(
+        "--per-rank",
+        action="store_true",
+        help="print the full per-rank, collective and per-step tables (by default, above 8 ranks, each number's spread "
+        "over the ranks; --json OUT also writes the tables to OUT's .ranks.csv and .steps.csv)",
+    )
     parser.add_argument("--skip-bad", action="store_true", help="warn about unreadable or non-trace files and analyze the rest")
     parser.add_argument(
         "--strict",
@@ -68,8 +74,10 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from profile_overlap.analysis.folder import analyze_dir
-    from profile_overlap.analysis.record import to_json
+    from profile_overlap.analysis.record import analysis_record
+    from profile_overlap.record.analysis import as_json
     from profile_overlap.render import analysis_console
+    from profile_overlap.render.rank_tables import csv_paths, write_tables
 
     def warn(message: str) -> None:
         print(f"warning: {message}", file=sys.stderr)
@@ -90,15 +98,18 @@ def main(args: argparse.Namespace) -> int:
             return 0
     else:
         analysis = analyze_dir(args.dir, warn=warn, **options)
+    record = analysis_record(analysis)
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 140))
-    analysis_console.render(analysis, Console(width=width, highlight=False))
+    tables = "in {} and {}".format(*csv_paths(args.json)) + ", or pass --per-rank" if args.json else ""
+    analysis_console.render(analysis, Console(width=width, highlight=False), record=record, per_rank=args.per_rank, tables=tables)
     if args.json:
         try:
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(args.json, to_json(analysis), indent=1)
+            write_json_atomic(args.json, as_json(record), indent=1)
+            ranks_csv, steps_csv = write_tables(record, args.json)
         except OSError as err:
             raise UserError(f"cannot write {args.json}: {err.strerror}; pick a writable path for --json") from None
-        print(f"wrote {args.json}")
+        print(f"wrote {args.json}, {ranks_csv.name} and {steps_csv.name}")
     if args.tensorboard:
         from profile_overlap.tb_plugin.export import write_plugin_data
 

@@ -17,6 +17,7 @@ import math
 import operator
 import re
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,16 +65,16 @@ def _formats(text: str) -> tuple[str, ...]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from profile_overlap.record.summary import HEADLINE_NAMES
+
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = (
         "Examples:\n"
         "  python -m profile_overlap report runs/<run>\n"
         "  python -m profile_overlap report --compare runs/<before> runs/<after>\n"
         '  python -m profile_overlap report runs/<run> --fail-if "overlap_pct<60" --fail-if "speedup<1.1"\n\n'
-        "--fail-if names: speedup, predicted_speedup, sequential_step_ms, split_step_ms, split_blocking_step_ms,\n"
-        "ddp_step_ms, fsdp2_step_ms, overlap_yield_ms, overlap_yield_pct, overlap_pct, exposed_comm_ms, comm_ms,\n"
-        "compute_ms, optimizer_state_mib, max_error, failed_checks\n"
-        '(defined in the README\'s Metrics section, "Headline names").'
+        + textwrap.fill("--fail-if names: " + ", ".join(HEADLINE_NAMES), width=110)
+        + '\n(defined in the README\'s Metrics section, "Headline names").'
     )
     parser.add_argument("run_dir", type=Path, nargs="?", metavar="RUN_DIR", help="a run folder (runs/<run>)")
     parser.add_argument(
@@ -129,6 +130,7 @@ def main(args: argparse.Namespace) -> int:
         gated = load_run(run_dir)
     for path in written:
         print(f"wrote {path}")
+    assert gated.metrics.summary is not None  # load_run reads records with their summary
     return gate(gated.metrics.summary.headline, args.fail_if, run_name=gated.name)
 
 

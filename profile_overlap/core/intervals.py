@@ -9,6 +9,7 @@ sort + `np.maximum.accumulate` of the ends.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 Union = tuple[np.ndarray, np.ndarray]
 """(starts, ends): sorted, disjoint, non-touching, non-empty intervals."""
@@ -16,7 +17,7 @@ Union = tuple[np.ndarray, np.ndarray]
 EMPTY: Union = (np.empty(0), np.empty(0))
 
 
-def union(starts, ends, *, gap: float = 0.0) -> Union:
+def union(starts: npt.ArrayLike, ends: npt.ArrayLike, *, gap: float = 0.0) -> Union:
     """Merge [start, end) intervals into a union. Intervals whose distance is <= `gap` merge
     too (gap=0 merges touching ones, which changes no length)."""
     starts = np.asarray(starts, dtype=np.float64)
@@ -39,7 +40,7 @@ def union(starts, ends, *, gap: float = 0.0) -> Union:
     return starts[first], reach[last]
 
 
-def group_ids(starts, ends, *, gap: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def group_ids(starts: npt.ArrayLike, ends: npt.ArrayLike, *, gap: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Like `union`, but return (order, group): the sort order of the input and, for each sorted
     interval, the index of the merged interval it falls in. Lets callers aggregate per group."""
     starts = np.asarray(starts, dtype=np.float64)

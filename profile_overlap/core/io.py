@@ -26,7 +26,10 @@ def replace_atomically(path: Path, write: Callable[[Path], None]) -> Path:
 
 
 def write_text_atomic(path: Path, text: str) -> Path:
-    return replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    def write(tmp: Path) -> None:
+        tmp.write_text(text, encoding="utf-8")
+
+    return replace_atomically(path, write)
 
 
 def write_json_atomic(path: Path, data: Any, *, indent: int = 2) -> Path:

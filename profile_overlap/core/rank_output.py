@@ -18,6 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -26,11 +27,20 @@ from profile_overlap.core.files import LOGS_DIR
 
 VERBOSE_ENV = "PROFILE_OVERLAP_VERBOSE"
 
-_console_out: TextIO | None = None
-_console_err: TextIO | None = None
-_log_fd: int | None = None
-_log_path: Path | None = None
-_attached = False
+
+@dataclass
+class _Capture:
+    """This rank's descriptors 1 and 2, pointed at its log: the terminal's own, saved, and the log."""
+
+    console_out: TextIO
+    console_err: TextIO
+    log_fd: int
+    log_path: Path
+    attached: bool = False
+    """The log is the run folder's (attach), not a temporary file."""
+
+
+_capture: _Capture | None = None
 
 
 def verbose() -> bool:
@@ -38,13 +48,13 @@ def verbose() -> bool:
 
 
 def capturing() -> bool:
-    return _console_out is not None
+    return _capture is not None
 
 
 def capture() -> None:
     """Send this process's descriptors 1 and 2 to a log (a temporary file until `attach`).
     Call once per rank, before anything noisy runs; a no-op under --verbose."""
-    global _console_out, _console_err, _log_fd, _log_path
+    global _capture
     if verbose() or capturing():
         return
     sys.stdout.flush()
@@ -53,9 +63,12 @@ def capture() -> None:
     fd, path = tempfile.mkstemp(prefix="profile_overlap-rank-", suffix=".log")
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    _console_out = os.fdopen(saved_out, "w", buffering=1, encoding="utf-8", errors="replace")
-    _console_err = os.fdopen(saved_err, "w", buffering=1, encoding="utf-8", errors="replace")
-    _log_fd, _log_path = fd, Path(path)
+    _capture = _Capture(
+        console_out=os.fdopen(saved_out, "w", buffering=1, encoding="utf-8", errors="replace"),
+        console_err=os.fdopen(saved_err, "w", buffering=1, encoding="utf-8", errors="replace"),
+        log_fd=fd,
+        log_path=Path(path),
+    )
 
 
 def log_path(folder: Path, rank: int) -> Path:
@@ -65,45 +78,46 @@ def log_path(folder: Path, rank: int) -> Path:
 def attach(folder: Path, rank: int) -> None:
     """Move this rank's log to `<folder>/logs/rank<rank>.log` and keep writing there. Once per job:
     a sweep's points share the sweep folder's log."""
-    global _log_fd, _log_path, _attached
-    if not capturing() or _attached:
+    c = _capture
+    if c is None or c.attached:
         return
     target = log_path(folder, rank)
     target.parent.mkdir(exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    with open(_log_path, "rb") as src, os.fdopen(os.dup(fd), "wb") as dst:
+    with open(c.log_path, "rb") as src, os.fdopen(os.dup(fd), "wb") as dst:
         shutil.copyfileobj(src, dst)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    os.close(_log_fd)
-    _log_path.unlink(missing_ok=True)
-    _log_fd, _log_path, _attached = fd, target, True
+    os.close(c.log_fd)
+    c.log_path.unlink(missing_ok=True)
+    c.log_fd, c.log_path, c.attached = fd, target, True
 
 
 def release(*, failed: bool) -> None:
     """At the end of a rank. A log that never reached a run folder is replayed to the terminal
     when the rank failed (it may hold the only trace of why), then removed. An attached log stays
     attached: what torch prints while the interpreter shuts down still belongs in it."""
-    if not capturing() or _attached:
+    c = _capture
+    if c is None or c.attached:
         return
     sys.stdout.flush()
     sys.stderr.flush()
-    if failed and _log_path.stat().st_size:
-        err().write(_log_path.read_text(errors="replace"))
+    if failed and c.log_path.stat().st_size:
+        err().write(c.log_path.read_text(errors="replace"))
         err().flush()
-    _log_path.unlink(missing_ok=True)
+    c.log_path.unlink(missing_ok=True)
 
 
 def out() -> TextIO:
     """The terminal's standard output (sys.stdout under --verbose)."""
-    return _console_out or sys.stdout
+    return _capture.console_out if _capture else sys.stdout
 
 
 def err() -> TextIO:
     """The terminal's standard error (sys.stderr under --verbose)."""
-    return _console_err or sys.stderr
+    return _capture.console_err if _capture else sys.stderr
 
 
 def say(line: str) -> None:

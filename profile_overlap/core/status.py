@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
+from typing import Any
 
 from profile_overlap.core.files import STATUS_JSON
 from profile_overlap.core.io import write_json_atomic
@@ -28,11 +29,12 @@ def write(run_dir: Path, state: str, *, reason: str | None = None) -> None:
     )
 
 
-def read(run_dir: Path) -> dict | None:
+def read(run_dir: Path) -> dict[str, Any] | None:
     path = Path(run_dir) / STATUS_JSON
     if not path.is_file():
         return None
-    return json.loads(path.read_text())
+    status: dict[str, Any] = json.loads(path.read_text())
+    return status
 
 
 def write_if_running(run_dir: Path, state: str, *, reason: str | None = None) -> None:

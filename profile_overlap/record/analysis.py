@@ -13,6 +13,7 @@ import msgspec
 
 from profile_overlap.record.exposed import Exposed
 from profile_overlap.record.integrity import IntegrityRecord
+from profile_overlap.record.spread import Spread
 
 
 def as_json(record: object) -> Any:
@@ -141,6 +142,8 @@ class AnalysisRecord(msgspec.Struct, frozen=True, kw_only=True):
     exposed: Exposed | None = None
     """Why communication is exposed (record/exposed.py); None with one rank or without steps, and in
     records written before the causes."""
+    spread: tuple[Spread, ...] = ()
+    """Each per-rank number over the ranks (record/spread.py); absent before it and with one rank."""
 
     def rank(self, rank: int) -> RankRecord | None:
         return next((r for r in self.ranks if r.rank == rank), None)

@@ -86,13 +86,11 @@ class Exposed(msgspec.Struct, frozen=True):
     @property
     def wait_us(self) -> float | None:
         """Sum over ranks (None when any rank's split is unknown)."""
-        values = [r.wait_us for r in self.ranks.values()]
-        return None if not values or any(v is None for v in values) else sum(values)
+        return _total([r.wait_us for r in self.ranks.values()])
 
     @property
     def transfer_us(self) -> float | None:
-        values = [r.transfer_us for r in self.ranks.values()]
-        return None if not values or any(v is None for v in values) else sum(values)
+        return _total([r.transfer_us for r in self.ranks.values()])
 
     @property
     def exposed_us(self) -> float:
@@ -113,7 +111,7 @@ class Exposed(msgspec.Struct, frozen=True):
         """(wait, transfer) in ms per rank and profiled step: the TensorBoard scalars exposed/wait_ms
         and exposed/transfer_ms (comparable with exposed_comm_ms, a rank mean per step)."""
         wait, transfer = self.wait_us, self.transfer_us
-        if wait is None or not self.ranks or num_steps <= 0:
+        if wait is None or transfer is None or not self.ranks or num_steps <= 0:
             return None, None
         scale = 1e3 * len(self.ranks) * num_steps
         return wait / scale, transfer / scale
@@ -127,3 +125,9 @@ def to_builtins(exposed: Exposed) -> dict:
 def from_builtins(data: dict) -> Exposed:
     """Read back what `to_builtins` wrote."""
     return msgspec.convert(data, Exposed, strict=False)
+
+
+def _total(values: list[float | None]) -> float | None:
+    """Their sum; None when there are none or any is unknown."""
+    known = [v for v in values if v is not None]
+    return sum(known) if values and len(known) == len(values) else None

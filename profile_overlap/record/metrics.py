@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from profile_overlap.core import modes
 from profile_overlap.core.errors import UserError
 from profile_overlap.record.analysis import AnalysisRecord, as_json
 from profile_overlap.record.exposed import Exposed
@@ -32,10 +33,10 @@ they are read (record.load.load_metrics). Keys added since, without a new versio
 --repeats (StepTimes.blocks_ms, RunMetrics.rounds, RunSummary.noise; absent from older records, read as none);
 the facts of a record built from traces alone (RunMetrics.job; older job records get it from their config when read)."""
 
-JOB_MODE = "job"
-"""The one mode of a job's record."""
-FOLDER_MODE = "trace"
-"""The one mode of a bare folder's record."""
+JOB_MODE = modes.JOB_MODE
+"""The one mode of a job's record (core/modes.py)."""
+FOLDER_MODE = modes.TRACE_MODE
+"""The one mode of a bare folder's record (core/modes.py)."""
 JOB = "job"
 """JobFacts.kind of a job traced by profile_overlap.trace_handler (api/)."""
 FOLDER = "folder"

@@ -17,10 +17,12 @@ from collections.abc import Sequence
 
 import msgspec
 
+from profile_overlap.core.modes import MODES, PHASES, SPEEDUP_BASELINE, SPEEDUP_MODE, YIELD_BASELINE, YIELD_MODE
 from profile_overlap.record import noise
 from profile_overlap.record.analysis import RankRecord
 from profile_overlap.record.metrics import (
     BytesCheck,
+    CheckResult,
     CollectiveRow,
     ModeMetrics,
     ModeSummary,
@@ -37,36 +39,16 @@ from profile_overlap.record.metrics import (
 )
 
 MIB = 2**20
-PHASE_ORDER = ("forward", "backward", "optimizer")
-"""The analysis record's phases, in step order (definitions: "Phases")."""
 OTHER_PHASE = "other"
 """phase_collectives' phase for a collective issued outside every phase."""
-EXPECTED_BYTES = {
-    "sequential": (("backward", "all_reduce"),),
-    "split": (("backward", "reduce_scatter"),),
-    "split-blocking": (("backward", "reduce_scatter"), ("optimizer", "all_gather")),
-    "ddp": (("backward", "all_reduce"),),
-    "fsdp2": (("forward", "all_gather"), ("backward", "all_gather"), ("backward", "reduce_scatter")),
-}
-"""Per mode, the (phase, kind) rows that move every parameter byte once per step (definitions:
-`bytes_ratio`). fsdp2's backward all_gather only when it reshards after forward (else none). Not the
-split's all_gathers: those of the last profiled step run after its ProfilerStep window (split-blocking
-waits for each at once, inside the window)."""
 BYTES_PADDING = 0.02
 """How far above the expected ratio a row may be: each unit (ours) or parameter (fsdp2) is padded to a
 multiple of the world size, a few elements per unit; 0 with this package's models at world sizes that
 divide their sizes."""
-YIELD_MODE, YIELD_BASELINE = "split", "split-blocking"
-"""The overlap yield and the interference compare split against split-blocking: the same collectives
-and compute, overlapped and not."""
 HEADLINE_NAMES = (
     "speedup",
     "predicted_speedup",
-    "sequential_step_ms",
-    "split_step_ms",
-    "split_blocking_step_ms",
-    "ddp_step_ms",
-    "fsdp2_step_ms",
+    *(spec.step_headline for spec in MODES.values()),
     "overlap_yield_ms",
     "overlap_yield_pct",
     "overlap_pct",
@@ -81,7 +63,9 @@ HEADLINE_NAMES = (
 
 def within_noise(a: StepTimes, b: StepTimes) -> bool:
     """Each median lies inside the other's p10-p90 range (definitions: `within_noise`, rule p10-p90)."""
-    return a.p10_ms <= b.median_ms <= a.p90_ms and b.p10_ms <= a.median_ms <= b.p90_ms
+    a10, a90, b10, b90 = a.p10_ms, a.p90_ms, b.p10_ms, b.p90_ms
+    assert a10 is not None and a90 is not None and b10 is not None and b90 is not None, "two timed modes"
+    return a10 <= median_ms(b) <= a90 and b10 <= median_ms(a) <= b90
 
 
 def blocks(st: StepTimes) -> tuple[tuple[float, ...], ...]:
@@ -100,7 +84,9 @@ def noise_summary(metrics: RunMetrics) -> noise.NoiseSummary:
         num_blocks=num_blocks,
         step_time_ms={n: noise.median_interval(b) for n, b in per_mode.items()},
         speedup_vs_first={n: noise.paired_ratio_interval(per_mode[first], per_mode[n]) for n in timed if first in per_mode and n != first},
-        speedup=noise.paired_ratio_interval(per_mode["sequential"], per_mode["split"]) if {"sequential", "split"} <= set(timed) else None,
+        speedup=noise.paired_ratio_interval(per_mode[SPEEDUP_BASELINE], per_mode[SPEEDUP_MODE])
+        if {SPEEDUP_BASELINE, SPEEDUP_MODE} <= set(timed)
+        else None,
         overlap_yield_ms=(
             noise.paired_difference_interval(per_mode[YIELD_BASELINE], per_mode[YIELD_MODE])
             if {YIELD_MODE, YIELD_BASELINE} <= set(timed)
@@ -120,13 +106,35 @@ def _within(a: StepTimes, b: StepTimes, interval: noise.Interval | None, *, null
     return interval.contains(null) if interval is not None else within_noise(a, b)
 
 
+def summary_of(metrics: RunMetrics) -> RunSummary:
+    """The record's summary, for its readers: with_summary and load_metrics always fill it (it is None
+    only while with_summary builds the record)."""
+    assert metrics.summary is not None, "a record is read only once summarized (with_summary, load_metrics)"
+    return metrics.summary
+
+
+def measured_interference(rows: Sequence[PhaseInterference]) -> list[tuple[float, float, PhaseInterference]]:
+    """The interference rows with both compute times: (compute_ms − baseline_compute_ms, pct, row)."""
+    return [
+        (x.compute_ms - x.baseline_compute_ms, x.pct, x)
+        for x in rows
+        if x.pct is not None and x.compute_ms is not None and x.baseline_compute_ms is not None
+    ]
+
+
+def median_ms(st: StepTimes) -> float:
+    """The median step time of a timed mode (one with times_ms)."""
+    assert st.median_ms is not None, "a mode without timed steps has no median"
+    return st.median_ms
+
+
 def speedup(modes: dict[str, ModeMetrics]) -> Speedup | None:
     """sequential / split median step time, and the ideal from the sequential mode's comm and
     compute (definitions: `speedup`, `predicted_speedup`). None unless both modes were timed."""
-    if not all(name in modes and modes[name].step_time.times_ms for name in ("sequential", "split")):
+    if not all(name in modes and modes[name].step_time.times_ms for name in (SPEEDUP_BASELINE, SPEEDUP_MODE)):
         return None
-    seq, split = modes["sequential"], modes["split"]
-    measured = seq.step_time.median_ms / split.step_time.median_ms
+    seq, split = modes[SPEEDUP_BASELINE], modes[SPEEDUP_MODE]
+    measured = median_ms(seq.step_time) / median_ms(split.step_time)
     predicted = None
     if seq.analysis and seq.analysis.ranks:
         ranks = seq.analysis.ranks
@@ -185,7 +193,7 @@ def _phases(ranks: Sequence[RankRecord], steps: int) -> tuple[PhaseSummary, ...]
             for i, key in enumerate(PHASE_FIELDS):
                 acc[i] += getattr(p, key) or 0.0
             sources.setdefault(p.phase, {}).update(dict.fromkeys(p.sources))
-    names = [p for p in PHASE_ORDER if p in totals] + sorted(p for p in totals if p not in PHASE_ORDER)
+    names = [p for p in PHASES if p in totals] + sorted(p for p in totals if p not in PHASES)
     per_step = {name: [x / len(ranks) / steps / 1e3 for x in totals[name]] for name in names}
     return tuple(
         PhaseSummary(phase=name, window_ms=w, comm_ms=c, compute_ms=x, hidden_ms=h, exposed_comm_ms=e, sources=tuple(sources[name]))
@@ -206,14 +214,14 @@ def _phase_collectives(ranks: Sequence[RankRecord], steps: int) -> tuple[PhaseCo
             before = nbytes.get(key, 0)
             nbytes[key] = None if before is None or c.nbytes is None else before + c.nbytes
             dur_us[key] = dur_us.get(key, 0.0) + c.dur_us
-    order = {p: i for i, p in enumerate((*PHASE_ORDER, OTHER_PHASE))}
+    order = {p: i for i, p in enumerate((*PHASES, OTHER_PHASE))}
     n = len(ranks) * steps
     return tuple(
         PhaseCollective(
             phase=phase,
             kind=kind,
             calls_per_step=calls[phase, kind] / n,
-            bytes_per_step=None if nbytes[phase, kind] is None else nbytes[phase, kind] / n,
+            bytes_per_step=None if (size := nbytes[phase, kind]) is None else size / n,
             ms_per_step=dur_us[phase, kind] / n / 1e3,
         )
         for phase, kind in sorted(calls, key=lambda k: (order.get(k[0], len(order)), k))
@@ -221,14 +229,15 @@ def _phase_collectives(ranks: Sequence[RankRecord], steps: int) -> tuple[PhaseCo
 
 
 def bytes_checks(mode: str, rows: tuple[PhaseCollective, ...], param_bytes: int | None, *, reshard: bool) -> tuple[BytesCheck, ...]:
-    """The mode's EXPECTED_BYTES rows: bytes per step / the model's parameter bytes, against 1 (0 for
-    fsdp2's backward all_gather without resharding). Empty without attribution or parameter bytes."""
-    if not rows or not param_bytes or mode not in EXPECTED_BYTES:
+    """The mode's expected_bytes rows (core/modes.py): bytes per step / parameter bytes, against 1 (0 for
+    a resharded_bytes row without resharding). Empty without attribution or parameter bytes."""
+    spec = MODES.get(mode)
+    if not rows or not param_bytes or spec is None:
         return ()
     found = {(r.phase, r.kind): r for r in rows}
     checks = []
-    for phase, kind in EXPECTED_BYTES[mode]:
-        expected = 0.0 if (mode, phase, kind) == ("fsdp2", "backward", "all_gather") and not reshard else 1.0
+    for phase, kind in spec.expected_bytes:
+        expected = 0.0 if (phase, kind) in spec.resharded_bytes and not reshard else 1.0
         row = found.get((phase, kind))
         ratio = 0.0 if row is None else None if row.bytes_per_step is None else row.bytes_per_step / param_bytes
         matches = None if ratio is None else expected <= ratio <= expected + BYTES_PADDING
@@ -289,14 +298,14 @@ def overlap_yield(metrics: RunMetrics, modes: dict[str, ModeSummary], spread: no
     timed = [metrics.modes[n].step_time for n in (YIELD_MODE, YIELD_BASELINE) if n in metrics.modes]
     if len(timed) < 2 or not all(t.times_ms for t in timed):
         return None
-    gain_ms = timed[1].median_ms - timed[0].median_ms
+    gain_ms = median_ms(timed[1]) - median_ms(timed[0])
     comm = modes[YIELD_BASELINE].comm_ms
     return OverlapYield(
         ms=gain_ms,
         pct_of_comm=100 * gain_ms / comm if comm else None,
         mode=YIELD_MODE,
         baseline=YIELD_BASELINE,
-        within_noise=_within(*timed, spread.overlap_yield_ms, null=0.0),
+        within_noise=_within(timed[0], timed[1], spread.overlap_yield_ms, null=0.0),
     )
 
 
@@ -310,7 +319,7 @@ def interference(modes: dict[str, ModeSummary]) -> tuple[PhaseInterference, ...]
     if not ours or not base:
         return ()
     rows = []
-    for name in [p for p in PHASE_ORDER if p in ours or p in base] + sorted((set(ours) | set(base)) - set(PHASE_ORDER)):
+    for name in [p for p in PHASES if p in ours or p in base] + sorted((set(ours) | set(base)) - set(PHASES)):
         x, b = ours.get(name), base.get(name)
         pct = 100 * (x / b - 1) if x and b else None
         rows.append(PhaseInterference(phase=name, compute_ms=x, baseline_compute_ms=b, pct=pct))
@@ -329,7 +338,7 @@ def speedup_vs_first(metrics: RunMetrics, spread: noise.NoiseSummary) -> tuple[R
             RelativeSpeedup(
                 mode=name,
                 baseline=names[0],
-                speedup=first.median_ms / this.median_ms if timed else None,
+                speedup=median_ms(first) / median_ms(this) if timed else None,
                 within_noise=_within(first, this, spread.speedup_vs_first.get(name)) if timed and name != names[0] else None,
             )
         )
@@ -344,11 +353,7 @@ def _headline(metrics: RunMetrics, modes: dict[str, ModeSummary], main: str, gai
     return {
         "speedup": metrics.speedup.measured if metrics.speedup else None,
         "predicted_speedup": metrics.speedup.predicted if metrics.speedup else None,
-        "sequential_step_ms": step.get("sequential"),
-        "split_step_ms": step.get("split"),
-        "split_blocking_step_ms": step.get("split-blocking"),
-        "ddp_step_ms": step.get("ddp"),
-        "fsdp2_step_ms": step.get("fsdp2"),
+        **{spec.step_headline: step.get(name) for name, spec in MODES.items()},
         "overlap_yield_ms": gain.ms if gain else None,
         "overlap_yield_pct": gain.pct_of_comm if gain else None,
         "overlap_pct": x.overlap_pct,
@@ -357,19 +362,27 @@ def _headline(metrics: RunMetrics, modes: dict[str, ModeSummary], main: str, gai
         "compute_ms": x.compute_ms,
         "optimizer_state_mib": x.optimizer_state_bytes / MIB,
         # None when some compared value was not finite (then failed_checks counts that check).
-        "max_error": None if any(c.max_abs_err is None for c in checks) else max((c.max_abs_err for c in checks), default=None),
+        "max_error": _max_error(checks),
         "failed_checks": float(sum(not c.passed for c in checks)),
     }
+
+
+def _max_error(checks: list[CheckResult]) -> float | None:
+    """The largest max_abs_err; None without checks or when one is not finite (None)."""
+    errors = [c.max_abs_err for c in checks if c.max_abs_err is not None]
+    return max(errors) if errors and len(errors) == len(checks) else None
 
 
 def summarize(metrics: RunMetrics) -> RunSummary:
     names = list(metrics.modes)  # the run's order: the first mode is the reference
     reshard = metrics.config.get("reshard_after_forward", "true") != "false"
     modes = {name: summarize_mode(metrics.modes[name], reshard=reshard) for name in names}
-    main = "split" if "split" in modes else names[0]
-    timed = [metrics.modes[n].step_time for n in ("sequential", "split") if n in metrics.modes and metrics.modes[n].step_time.times_ms]
+    main = SPEEDUP_MODE if SPEEDUP_MODE in modes else names[0]
+    timed = [
+        metrics.modes[n].step_time for n in (SPEEDUP_BASELINE, SPEEDUP_MODE) if n in metrics.modes and metrics.modes[n].step_time.times_ms
+    ]
     spread = noise_summary(metrics)
-    same = _within(*timed, spread.speedup) if len(timed) == 2 else None
+    same = _within(timed[0], timed[1], spread.speedup) if len(timed) == 2 else None
     gain = overlap_yield(metrics, modes, spread)
     return RunSummary(
         modes=modes,

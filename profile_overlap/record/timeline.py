@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from profile_overlap.core.errors import UserError
+from profile_overlap.record.heatmap import Heatmap
 
 
 class TimelineStep(msgspec.Struct, frozen=True, kw_only=True):
@@ -63,6 +64,8 @@ class TimelineRank(msgspec.Struct, frozen=True, kw_only=True):
 class TimelineMode(msgspec.Struct, frozen=True, kw_only=True):
     reference_rank: int | None = None
     ranks: tuple[TimelineRank, ...] = ()
+    heatmap: Heatmap | None = None
+    """Every rank's exposed time per time bin of the median step (record/heatmap.py); absent before it."""
 
 
 class Timeline(msgspec.Struct, frozen=True, kw_only=True):

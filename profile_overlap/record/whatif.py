@@ -84,8 +84,12 @@ class WhatifResult:
         plain: dict[str, Any] = as_json(self)
         return plain
 
-    def point(self, mode: str, world_size: int, link_gbps: float) -> WhatifPoint | None:
-        return next((p for p in self.points if (p.mode, p.world_size, p.link_gbps) == (mode, world_size, link_gbps)), None)
+    def point(self, mode: str, world_size: int, link_gbps: float) -> WhatifPoint:
+        """`mode` at one point of the grid (the record holds every mode at every point)."""
+        for p in self.points:
+            if (p.mode, p.world_size, p.link_gbps) == (mode, world_size, link_gbps):
+                return p
+        raise KeyError(f"no whatif point for {mode} at {world_size} ranks, {link_gbps:g} GB/s")
 
 
 def load_whatif(run_dir: Path) -> WhatifResult | None:

@@ -1,5 +1,7 @@
-"""The console tables of `analyze DIR`: per rank, the collectives, the profiler steps, the cross-rank
-wait/transfer split and the integrity checks that are not ok. Nothing is recomputed here."""
+"""The console of `analyze DIR`: per rank, the collectives, the profiler steps, the cross-rank
+wait/transfer split and the integrity checks that are not ok. Above PER_RANK_UP_TO ranks (unless
+--per-rank) the per-rank tables give way to each number's spread over the ranks (record/spread.py),
+and one line says where the full tables are. Nothing is recomputed here."""
 
 from __future__ import annotations
 
@@ -15,10 +17,24 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from profile_overlap.analysis.cross_rank import TraceAnalysis
+    from profile_overlap.record.analysis import AnalysisRecord
+
+PER_RANK_UP_TO = 8
+"""Ranks up to which the full per-rank tables print without --per-rank (they fit a screen)."""
+OUTLIERS_SHOWN = 6
 
 
-def render(analysis: TraceAnalysis, console: Console) -> None:
-    """Tables from the analysis record; nothing is recomputed here."""
+def render(
+    analysis: TraceAnalysis, console: Console, *, record: AnalysisRecord | None = None, per_rank: bool = False, tables: str = ""
+) -> None:
+    """Tables from the analysis record; nothing is recomputed here. `tables` says where the full
+    tables are (for the summary's last line)."""
+    if record is not None and not per_rank and len(analysis.ranks) > PER_RANK_UP_TO:
+        console.print(spread_table(analysis, record))
+        where = tables or "pass --per-rank to print them, or --json OUT to write them to OUT.ranks.csv and OUT.steps.csv"
+        console.print(f"Full per-rank, per-step and collective tables: {where}", markup=False, soft_wrap=True)
+        print_notes(analysis, console, grouped=True)
+        return
     console.print(rank_table(analysis))
     console.print(collectives_table(analysis))
     steps = step_table(analysis)
@@ -92,7 +108,33 @@ def step_table(analysis: TraceAnalysis) -> Table:
     return t
 
 
-def print_notes(analysis: TraceAnalysis, console: Console) -> None:
+def _ranks(ranks: tuple[int, ...] | list[int], shown: int) -> str:
+    text = ", ".join(map(str, ranks[:shown]))
+    return text + (f" and {len(ranks) - shown} more" if len(ranks) > shown else "")
+
+
+def spread_table(analysis: TraceAnalysis, record: AnalysisRecord) -> Table:
+    """Each per-rank number over the ranks: distribution, worst and best ranks, outliers (rule in Metrics)."""
+    title = f"Overlap over {len(record.ranks):,} ranks: {analysis.source} (world size {analysis.world_size}; µs, overlap in %)"
+    if analysis.hta_compat:
+        title += ", HTA-compatible (last step dropped)"
+    t = Table(title=title, title_justify="left")
+    for col in ("per rank", "min", "p10", "median", "p90", "max", "worst ranks", "best ranks", "outliers"):
+        t.add_column(col, justify="left" if col in ("per rank", "outliers") else "right")
+    for s in record.spread:
+        digits = 2 if s.metric == "overlap_pct" else 0
+        name = "overlap %" if s.metric == "overlap_pct" else s.metric
+        t.add_row(
+            name,
+            *(grouped(x, digits) for x in (s.min, s.p10, s.median, s.p90, s.max)),
+            ", ".join(map(str, s.worst)) or "all equal",
+            ", ".join(map(str, s.best)) or "all equal",
+            f"{len(s.outliers)}: {_ranks(s.outliers, OUTLIERS_SHOWN)}" if s.outliers else "0",
+        )
+    return t
+
+
+def print_notes(analysis: TraceAnalysis, console: Console, *, grouped: bool = False) -> None:
     """The wait/transfer sentence, each rank's notes and the integrity checks that are not ok."""
     if analysis.slowest_rank is not None:
         console.print(
@@ -103,9 +145,17 @@ def print_notes(analysis: TraceAnalysis, console: Console) -> None:
     if analysis.exposed is not None:
         for line in exposed_lines("these traces", analysis.exposed):
             console.print(line, markup=False)
-    for r in analysis.ranks:
-        for note in r.notes:
-            console.print(f"note: {note}", style="yellow")
+    if grouped:  # one line per distinct note, naming its ranks
+        by_note: dict[str, list[int]] = {}
+        for r in analysis.ranks:
+            for note in r.notes:
+                by_note.setdefault(note, []).append(r.rank)
+        for note, ranks in by_note.items():
+            console.print(f"note (rank {_ranks(ranks, 4)}): {note}", style="yellow", markup=False)
+    else:
+        for r in analysis.ranks:
+            for note in r.notes:
+                console.print(f"note: {note}", style="yellow")
     styles = {"error": "bold red", "warning": "yellow"}
     for line in integrity_lines(analysis.integrity.checks):
         style = next((styles[s] for s in styles if line.startswith(f"integrity: {s.upper()}")), "")

@@ -8,7 +8,7 @@ from profile_overlap.record import noise
 from profile_overlap.record.analysis import as_json
 from profile_overlap.record.folder import Run
 from profile_overlap.record.metrics import Env
-from profile_overlap.record.summary import HEADLINE_NAMES, compare_runs
+from profile_overlap.record.summary import HEADLINE_NAMES, compare_runs, median_ms, summary_of
 from profile_overlap.render.document import Code, Paragraph, Ref, Report, Section, Table
 from profile_overlap.render.modes import speedup_cell
 from profile_overlap.render.numbers import ms, significant
@@ -44,7 +44,7 @@ def _mode_names(a: Run, b: Run) -> list[str]:
 
 
 def _headline_table(a: Run, b: Run) -> Table:
-    ha, hb = a.metrics.summary.headline, b.metrics.summary.headline
+    ha, hb = summary_of(a.metrics).headline, summary_of(b.metrics).headline
     rows = []
     for name in HEADLINE_NAMES:
         x, y = ha.get(name), hb.get(name)
@@ -60,9 +60,9 @@ def _headline_table(a: Run, b: Run) -> Table:
         caption=(
             "Names as in --fail-if (see Headline names in the definitions)."
             + (
-                f" overlap_pct, exposed_comm_ms, comm_ms, compute_ms and optimizer_state_mib are of {a.metrics.summary.headline_mode} "
-                f"in A and of {b.metrics.summary.headline_mode} in B."
-                if a.metrics.summary.headline_mode != b.metrics.summary.headline_mode
+                f" overlap_pct, exposed_comm_ms, comm_ms, compute_ms and optimizer_state_mib are of {summary_of(a.metrics).headline_mode} "
+                f"in A and of {summary_of(b.metrics).headline_mode} in B."
+                if summary_of(a.metrics).headline_mode != summary_of(b.metrics).headline_mode
                 else ""
             ),
         ),
@@ -71,7 +71,7 @@ def _headline_table(a: Run, b: Run) -> Table:
 
 def _verdict_blocks(a: Run, b: Run) -> tuple:
     """One statement per mode timed in both runs, and the modes only one run has."""
-    sa, sb = a.metrics.summary.modes, b.metrics.summary.modes
+    sa, sb = summary_of(a.metrics).modes, summary_of(b.metrics).modes
     names = _mode_names(a, b)
     only = {side: [n for n in names if n in mine and n not in theirs] for side, mine, theirs in (("A", sa, sb), ("B", sb, sa))}
     alone = "; ".join(f"only in {side}: {', '.join(modes)}" for side, modes in only.items() if modes)
@@ -86,7 +86,7 @@ def _verdict_blocks(a: Run, b: Run) -> tuple:
 
 
 def _spread_table(a: Run, b: Run) -> Table:
-    sa, sb = a.metrics.summary.modes, b.metrics.summary.modes
+    sa, sb = summary_of(a.metrics).modes, summary_of(b.metrics).modes
     names = _mode_names(a, b)
     return Table(
         header=(("",), *((n,) for n in names)),
@@ -177,29 +177,35 @@ def _spread(run: Run, mode: str) -> str:
 
 
 def _has_blocks(run: Run) -> bool:
-    return bool(run.metrics.summary.noise) and run.metrics.summary.noise.num_blocks > 1
+    noise = summary_of(run.metrics).noise
+    return noise is not None and noise.num_blocks > 1
 
 
 def _interval(run: Run, mode: str) -> str:
-    x = run.metrics.summary.noise.step_time_ms.get(mode) if mode in run.metrics.modes else None
+    noise = summary_of(run.metrics).noise
+    x = noise.step_time_ms.get(mode) if noise and mode in run.metrics.modes else None
     return f"{ms(x.low)} – {ms(x.high)}" if x else "–"
 
 
 def _ratio(a: Run, b: Run, mode: str) -> str:
     ta, tb = (r.metrics.modes[mode].step_time if mode in r.metrics.modes else None for r in (a, b))
-    return f"{tb.median_ms / ta.median_ms:.3f}" if ta and tb and ta.times_ms and tb.times_ms else "–"
+    return f"{median_ms(tb) / median_ms(ta):.3f}" if ta and tb and ta.times_ms and tb.times_ms else "–"
 
 
 def _vs_first(run: Run, mode: str) -> str:
     return speedup_cell(run.metrics, mode) if mode in run.metrics.modes else "–"
 
 
+def _delta(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else b - a
+
+
 def compare_record(a: Run, b: Run) -> dict:
-    ha, hb = a.metrics.summary.headline, b.metrics.summary.headline
+    ha, hb = summary_of(a.metrics).headline, summary_of(b.metrics).headline
     return {
         "a": {"run_dir": str(a.dir), "headline": ha},
         "b": {"run_dir": str(b.dir), "headline": hb},
-        "delta": {k: (hb[k] - ha[k] if ha.get(k) is not None and hb.get(k) is not None else None) for k in HEADLINE_NAMES},
+        "delta": {k: _delta(ha.get(k), hb.get(k)) for k in HEADLINE_NAMES},
         # Per mode timed in both: run_ratio, its interval (runs with repeats), the rule and the verdict.
         "step_time": {mode: as_json(diff) for mode, diff in compare_runs(a.metrics, b.metrics).items()},
     }

@@ -11,6 +11,7 @@ from rich.table import Table
 from profile_overlap.core import rank_output
 from profile_overlap.core.files import REPORT_HTML
 from profile_overlap.record.metrics import RunMetrics
+from profile_overlap.record.summary import summary_of
 from profile_overlap.render import exposed, integrity, modes
 from profile_overlap.render.numbers import fixed
 
@@ -30,14 +31,14 @@ SUMMARY_COLUMNS = (
 
 
 def summary_columns(metrics: RunMetrics) -> tuple[str, ...]:
-    first = next(iter(metrics.summary.modes))
+    first = next(iter(summary_of(metrics).modes))
     return tuple(f"speedup vs {first}" if c == "speedup vs first" else c for c in SUMMARY_COLUMNS)
 
 
 def summary_rows(metrics: RunMetrics) -> list[tuple[str, ...]]:
     """The summary table's cells, one row per mode in the run's order, in SUMMARY_COLUMNS order (console, TensorBoard)."""
-    rows = []
-    for m in metrics.summary.modes.values():
+    rows: list[tuple[str, ...]] = []
+    for m in summary_of(metrics).modes.values():
         st = metrics.modes[m.mode].step_time
         spread = f"{st.p10_ms:.2f}-{st.p90_ms:.2f}" if st.p10_ms is not None else "-"
         rows.append(
@@ -64,12 +65,12 @@ def summary_table(metrics: RunMetrics) -> Table:
         table.add_column(header, justify="left" if header == "mode" else "right")
     for row in summary_rows(metrics):
         table.add_row(*row)
-    if any(x.within_noise for x in metrics.summary.speedup_vs_first):
-        noise = metrics.summary.noise
+    if any(x.within_noise for x in summary_of(metrics).speedup_vs_first):
+        noise = summary_of(metrics).noise
         rule = "each median inside the other's p10-p90"
         if noise and noise.num_blocks > 1:
             rule = f"the speedup's 95% interval over {noise.num_blocks} paired blocks contains 1"
-        table.caption = f"*: within run-to-run noise of {next(iter(metrics.summary.modes))}'s step time ({rule})"
+        table.caption = f"*: within run-to-run noise of {next(iter(summary_of(metrics).modes))}'s step time ({rule})"
     return table
 
 
@@ -80,7 +81,7 @@ def phase_rows(metrics: RunMetrics) -> list[tuple[str, ...]]:
     """The per-phase table's cells, one row per mode and phase, in PHASE_COLUMNS order (console, TensorBoard)."""
     return [
         (m.mode, p.phase, fixed(p.window_ms), fixed(p.comm_ms), fixed(p.hidden_ms), fixed(p.exposed_comm_ms), fixed(p.compute_ms))
-        for m in metrics.summary.modes.values()
+        for m in summary_of(metrics).modes.values()
         for p in m.phases
     ]
 
@@ -102,19 +103,19 @@ def phase_table(metrics: RunMetrics) -> Table | None:
 
 def noise_line(metrics: RunMetrics) -> str | None:
     """With --repeats: the 95% intervals over the blocks of each mode's median step time and speedup; else None."""
-    noise = metrics.summary.noise
+    noise = summary_of(metrics).noise
     if not noise or noise.num_blocks < 2:
         return None
     steps = ", ".join(f"{mode} {x.low:.2f}-{x.high:.2f}" for mode, x in noise.step_time_ms.items() if x)
     line = f"95% intervals over {noise.num_blocks} blocks per mode: median step ms {steps}"
-    first = next(iter(metrics.summary.modes))
+    first = next(iter(summary_of(metrics).modes))
     speedups = ", ".join(f"{mode} {x.low:.3f}-{x.high:.3f}x" for mode, x in noise.speedup_vs_first.items() if x)
     return line + (f"; speedup vs {first} (paired by round) {speedups}" if speedups else "")
 
 
 def yield_line(metrics: RunMetrics) -> str | None:
     """The overlap yield and the interference per phase, in one line; None without split and split-blocking."""
-    s = metrics.summary
+    s = summary_of(metrics)
     y = s.overlap_yield
     if y is None and not s.interference:
         return None
@@ -130,10 +131,10 @@ def yield_line(metrics: RunMetrics) -> str | None:
 def attribution_lines(metrics: RunMetrics) -> list[str]:
     """Each mode's collectives by the phase that issued them, one line per mode, then their bytes
     against the model's parameters; empty when no mode has the attribution."""
-    if not any(x.phase_collectives for x in metrics.summary.modes.values()):
+    if not any(x.phase_collectives for x in summary_of(metrics).modes.values()):
         return []
     lines = ["collectives by the phase that issued them (per profiled step, mean over ranks):"]
-    lines += [f"  {modes.describe(x)}" for x in metrics.summary.modes.values()]
+    lines += [f"  {modes.describe(x)}" for x in summary_of(metrics).modes.values()]
     line = modes.bytes_console_line(metrics)
     return lines + ([line] if line else [])
 
@@ -165,7 +166,7 @@ def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> No
 
     busbw = [
         f"{name} " + ", ".join(f"{c.kind} {c.busbw_gbps.mean:.3g}" for c in s.collectives if c.busbw_gbps)
-        for name, s in metrics.summary.modes.items()
+        for name, s in summary_of(metrics).modes.items()
         if any(c.busbw_gbps for c in s.collectives)
     ]
     if busbw:

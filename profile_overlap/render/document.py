@@ -58,6 +58,17 @@ class Figure:
 
 
 @dataclass(frozen=True)
+class Picture:
+    """A PNG drawn by a renderer (the rank x time heatmap): inline in HTML, a file beside report.md."""
+
+    name: str
+    """The file name beside report.md."""
+    png: bytes
+    alt: str
+    caption: Inline
+
+
+@dataclass(frozen=True)
 class Section:
     id: str
     title: str

@@ -75,7 +75,7 @@ def largest_cause(mode: str, e: Exposed) -> Inline | None:
     """The verdict's sentence: the larger of wait and transfer, and what stands behind it."""
     if not e.top or e.wait_us is None:
         return None
-    if e.wait_us > e.transfer_us and e.stragglers:
+    if e.transfer_us is not None and e.wait_us > e.transfer_us and e.stragglers:
         why = straggler_sentence(e.stragglers[0])
         return (f"The largest cause of exposed communication in {mode} is ", Ref("wait", "exposed_us"), f" ({pct(e.wait_pct)}%): {why}.")
     top = e.top[0]

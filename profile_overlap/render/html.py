@@ -14,7 +14,7 @@ import html
 
 from markdown_it import MarkdownIt
 
-from profile_overlap.render.document import Code, Figure, Items, Paragraph, Ref, Report, Table, definitions
+from profile_overlap.render.document import Code, Figure, Items, Paragraph, Picture, Ref, Report, Table, definitions
 
 STYLE = """
 :root { --ink:#1d2330; --muted:#5b6475; --rule:#d9dde5; --zebra:#f5f7fa; --accent:#2458a6;
@@ -146,6 +146,10 @@ def _block(block, figure_svg: str | None) -> str:
             f'<figure><img alt="overlap timeline: one profiled step per mode and rank" '
             f'src="data:image/svg+xml;base64,{data}"><figcaption>{_inline(block.caption)}</figcaption></figure>'
         )
+    if isinstance(block, Picture):
+        data = base64.b64encode(block.png).decode("ascii")
+        caption = _inline(block.caption)
+        return f'<figure><img alt="{_e(block.alt)}" src="data:image/png;base64,{data}"><figcaption>{caption}</figcaption></figure>'
     raise AssertionError(f"unknown block {type(block).__name__}")
 
 

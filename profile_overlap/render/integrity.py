@@ -25,10 +25,10 @@ def console_lines(checks: Sequence, *, prefix: str = "integrity") -> list[str]:
     return lines + [f"{prefix}: {ok} other checks ok"] if ok else lines
 
 
-def section_blocks(records: Mapping[str, IntegrityRecord | None]) -> tuple:
+def section_blocks(all_records: Mapping[str, IntegrityRecord | None]) -> tuple:
     """A table of every check's status per mode (or job), then what each check that is not ok
     found and what it means for the numbers."""
-    records = {mode: r for mode, r in records.items() if r is not None}
+    records = {mode: r for mode, r in all_records.items() if r is not None}
     if not records:
         return (Paragraph(("This record predates the integrity checks: analyze the traces again to get them.",)),)
     names = list(dict.fromkeys(c.name for r in records.values() for c in r.checks))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from profile_overlap.render.document import Code, Figure, Items, Paragraph, Ref, Report, Table, definitions
+from profile_overlap.render.document import Code, Figure, Items, Paragraph, Picture, Ref, Report, Table, definitions
 
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|~])")
 _EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
@@ -86,6 +86,8 @@ def _block(block, inline, figure_png: str | None) -> list[str]:
         if figure_png is None:
             return []
         return [f"![overlap timeline]({figure_png})", "", f"_{inline(block.caption)}_", ""]
+    if isinstance(block, Picture):  # write_files writes the PNG beside report.md
+        return [f"![{escape(block.alt)}]({block.name})", "", f"_{inline(block.caption)}_", ""]
     raise AssertionError(f"unknown block {type(block).__name__}")
 
 

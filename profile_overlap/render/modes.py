@@ -6,27 +6,11 @@ summary (record/summary.py); nothing is recomputed here.
 
 from __future__ import annotations
 
+from profile_overlap.core.modes import MODES
 from profile_overlap.record.metrics import BytesCheck, ModeSummary, PhaseCollective, RunMetrics
-from profile_overlap.record.summary import BYTES_PADDING, MIB, OTHER_PHASE
+from profile_overlap.record.summary import BYTES_PADDING, MIB, OTHER_PHASE, summary_of
 from profile_overlap.render.document import Inline, Paragraph, Ref, Table
 from profile_overlap.render.numbers import mib, ms, times
-
-MODE_TEXT = {
-    "sequential": "sequential (like DDP without its overlap): backward, then a blocking all_reduce of every gradient bucket, "
-    "then Adam on all parameters; communication and compute take turns.",
-    "split": "split (like ZeRO-2 / FSDP): in backward, each unit's bucket is reduce_scattered as soon as its gradients are "
-    "ready, beside the backward of earlier units; each rank runs Adam on its own 1/N shard only (so it keeps 1/N of the "
-    "optimizer state) and all_gathers the updated shards asynchronously, and the next forward pass waits for each unit's "
-    "gather just before that unit.",
-    "split-blocking": "split-blocking: split's collectives and compute, each collective waited for at once, so nothing "
-    "overlaps; against split it measures what overlapping wins.",
-    "ddp": "ddp: torch's DistributedDataParallel; autograd hooks all_reduce gradient buckets asynchronously while backward "
-    "still runs, and every rank keeps full parameters, gradients and Adam state.",
-    "fsdp2": "fsdp2: torch's fully_shard on every unit; each unit's parameters are all_gathered before its forward (and again "
-    "in backward when resharded after forward) and its gradients reduce_scattered in backward; Adam updates this rank's "
-    "1/N shards.",
-}
-"""One sentence per mode, for the report's setup (a mode not listed is named only)."""
 
 VERBS = {"all_reduce": "all-reduced", "reduce_scatter": "reduce-scattered", "all_gather": "all-gathered"}
 
@@ -37,7 +21,7 @@ def modes_text(m: RunMetrics) -> str:
     what = "What was compared" if len(names) > 1 else "What was run"
     ways = f", {len(names)} ways, in this order" if len(names) > 1 else ""
     text = f"{what}: one real training step (forward, loss, autograd backward, Adam){ways}. "
-    text += " ".join(MODE_TEXT.get(name, f"{name}.") for name in names)
+    text += " ".join(MODES[name].description if name in MODES else f"{name}." for name in names)
     if len(names) > 1:
         text += " AllReduce(X) == AllGather(ReduceScatter(X)), so every mode must end with the first mode's parameters; the run checks it."
     return text
@@ -48,7 +32,7 @@ def modes_text(m: RunMetrics) -> str:
 
 def versus_first(m: RunMetrics) -> Inline | None:
     """'Against sequential, the first mode (median step 12.4 ms): split took 22.0 ms (0.57×), ...'; None for one mode."""
-    rows = m.summary.speedup_vs_first
+    rows = summary_of(m).speedup_vs_first
     if len(rows) < 2:
         return None
     first = rows[0].mode
@@ -72,13 +56,15 @@ def noise_reason(m: RunMetrics, interval, *, within: bool, unit: str = "×") -> 
     if interval is None:
         return (", each inside the other's p10–p90 range" if within else ", outside each other's p10–p90 range",)
     show = (lambda x: f"{x:.3f}×") if unit == "×" else (lambda x: f"{ms(x)} ms")
-    blocks = f" over {m.summary.noise.num_blocks} paired blocks {'contains' if within else 'excludes'} {'1' if unit == '×' else '0'}"
+    noise = summary_of(m).noise
+    assert noise is not None  # the interval is the noise summary's
+    blocks = f" over {noise.num_blocks} paired blocks {'contains' if within else 'excludes'} {'1' if unit == '×' else '0'}"
     return (", whose ", Ref(f"95% interval {show(interval.low)} – {show(interval.high)}", "speedup_ci"), blocks)
 
 
 def speedup_cell(m: RunMetrics, mode: str) -> str:
     """'1.09×', '0.98×*' (within run-to-run noise of the first mode) or '–'."""
-    x = next((r for r in m.summary.speedup_vs_first if r.mode == mode), None)
+    x = next((r for r in summary_of(m).speedup_vs_first if r.mode == mode), None)
     if x is None or x.speedup is None:
         return "–"
     return times(x.speedup) + ("*" if x.within_noise else "")
@@ -116,7 +102,8 @@ def describe(x: ModeSummary) -> str:
     for i, (kind, rows) in enumerate(kinds.items()):
         phases = [_phase_name(r.phase) for r in rows]
         where = phases[0] if len(phases) == 1 else ", ".join(phases[:-1]) + " and " + phases[-1]
-        nbytes = None if any(r.bytes_per_step is None for r in rows) else sum(r.bytes_per_step for r in rows)
+        sizes = [r.bytes_per_step for r in rows if r.bytes_per_step is not None]
+        nbytes = sum(sizes) if len(sizes) == len(rows) else None
         calls = sum(r.calls_per_step for r in rows)
         parts.append(f"{kind} {'issued ' if i == 0 else ''}in {where} ({_calls(calls)}, {_mib(nbytes)})")
     return f"{x.mode}: " + ", ".join(parts)
@@ -171,7 +158,7 @@ def attribution_blocks(m: RunMetrics, s: dict[str, ModeSummary]) -> tuple:
 
 def expectation(m: RunMetrics, mode: str, c: BytesCheck) -> str:
     """Why this row should move what it expects, in a few words."""
-    if mode == "fsdp2" and c.kind == "all_gather" and c.phase == "backward":
+    if mode in MODES and (c.phase, c.kind) in MODES[mode].resharded_bytes:
         return "none: not resharded after forward" if c.expected == 0 else "again: resharded after forward"
     return "every parameter byte once"
 
@@ -181,7 +168,8 @@ def result(c: BytesCheck) -> str:
 
 
 def bytes_blocks(m: RunMetrics, s: dict[str, ModeSummary]) -> tuple:
-    rows, bad = [], set()
+    rows: list[tuple[tuple[str], ...]] = []
+    bad: set[int] = set()
     for x in s.values():
         for c in x.bytes_checks:
             found = next((r for r in x.phase_collectives if (r.phase, r.kind) == (c.phase, c.kind)), None)
@@ -251,7 +239,7 @@ def bytes_console_line(m: RunMetrics) -> str | None:
     """'collective bytes per step / parameter bytes (...): sequential bwd all_reduce 1.00x; ...: all match'; None without checks."""
     short = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
     per_mode, bad = [], 0
-    for x in m.summary.modes.values():
+    for x in summary_of(m).modes.values():
         if not x.bytes_checks:
             continue
         rows = []
@@ -263,6 +251,6 @@ def bytes_console_line(m: RunMetrics) -> str | None:
         per_mode.append(f"{x.mode} " + ", ".join(rows))
     if not per_mode:
         return None
-    param_bytes = next(m.modes[name].model_param_bytes for name, x in m.summary.modes.items() if x.bytes_checks)
+    param_bytes = next(m.modes[name].model_param_bytes for name, x in summary_of(m).modes.items() if x.bytes_checks)
     verdict = f"{bad} MISMATCH" if bad else "all match"
     return f"collective bytes per step / parameter bytes (P = {mib(param_bytes)} MiB, expected 1x): " + "; ".join(per_mode) + f": {verdict}"

@@ -7,8 +7,8 @@ A rule returns None when it has nothing to say; the order of RULES is the order 
 
 from __future__ import annotations
 
-from profile_overlap.record.metrics import RunMetrics
-from profile_overlap.record.summary import ModeSummary
+from profile_overlap.record.metrics import RunMetrics, StepTimes
+from profile_overlap.record.summary import ModeSummary, measured_interference, summary_of
 from profile_overlap.render.document import Inline, Ref
 from profile_overlap.render.modes import bytes_inline, expectation
 from profile_overlap.render.numbers import mib, ms, pct, times
@@ -75,7 +75,7 @@ def gloo_reduce_scatter(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | No
     ]
     if ag is not None:
         text += [", and split then all_gathers on top (", Ref(f"{ms(ag.time_per_call_us.mean / 1e3)} ms", "time_per_call_us"), " per call)"]
-    won = bool(m.speedup and m.speedup.measured > 1 and not m.summary.within_noise)
+    won = bool(m.speedup and m.speedup.measured > 1 and not summary_of(m).within_noise)
     text += [
         ". So split communicates more than sequential here ("
         if (s["split"].comm_ms or 0) > (s["sequential"].comm_ms or 0)
@@ -91,7 +91,7 @@ def gloo_reduce_scatter(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | No
 
 
 def exposed_dominates(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
-    x = s[m.summary.headline_mode]
+    x = s[summary_of(m).headline_mode]
     if x.exposed_comm_ms is None or not x.compute_ms or x.exposed_comm_ms / x.compute_ms < EXPOSED_OVER_COMPUTE:
         return None
     return (
@@ -194,23 +194,26 @@ def stragglers(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     )
 
 
-def noisy_steps(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
-    noisy = [
-        x
-        for x in m.modes.values()
-        if x.step_time.median_ms and (x.step_time.p90_ms - x.step_time.p10_ms) / x.step_time.median_ms > NOISY_SPREAD
-    ]
-    if not noisy:
+def relative_spread(st: StepTimes) -> float | None:
+    """(p90 − p10) / median of a timed mode; None without timed steps."""
+    if not st.median_ms or st.p10_ms is None or st.p90_ms is None:
         return None
-    x = max(noisy, key=lambda x: (x.step_time.p90_ms - x.step_time.p10_ms) / x.step_time.median_ms)
+    return (st.p90_ms - st.p10_ms) / st.median_ms
+
+
+def noisy_steps(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
+    spreads = {x.mode: sp for x in m.modes.values() if (sp := relative_spread(x.step_time)) is not None and sp > NOISY_SPREAD}
+    if not spreads:
+        return None
+    x = m.modes[max(spreads, key=lambda mode: spreads[mode])]
     st = x.step_time
     tail = ""
-    if m.speedup and m.summary.within_noise:
+    if m.speedup and summary_of(m).within_noise:
         tail = " That is why the verdict calls the two modes equal."
     return (
         f"Step times are noisy: {x.mode}'s p10–p90 spans ",
         Ref(f"{ms(st.p10_ms)} – {ms(st.p90_ms)} ms", "step_time_ms"),
-        f", {(st.p90_ms - st.p10_ms) / st.median_ms:.0%} of its median ",
+        f", {spreads[x.mode]:.0%} of its median ",
         Ref(f"{ms(st.median_ms)} ms", "step_time_ms"),
         f". Differences smaller than that are not meaningful; use more --steps (now {m.config['steps']}), --repeats 5 (intervals "
         "over blocks of steps, modes alternating) or a quieter machine.",
@@ -219,11 +222,10 @@ def noisy_steps(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
 
 
 def interference(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
-    known = [x for x in m.summary.interference if x.pct is not None and x.pct >= INTERFERENCE_PCT]
+    known = [row for row in measured_interference(summary_of(m).interference) if row[1] >= INTERFERENCE_PCT]
     if not known:
         return None
-    worst = max(known, key=lambda x: x.compute_ms - x.baseline_compute_ms)
-    lost = worst.compute_ms - worst.baseline_compute_ms
+    lost, _, worst = max(known, key=lambda row: row[0])
     if m.env.backend == "gloo":
         why = (
             "On CPU, gloo runs each collective on worker threads that take cores from compute; fewer ranks per host than "
@@ -253,9 +255,9 @@ def bytes_mismatch(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
         text += ["; " if i else "", *bytes_inline(mode, [c])]
         text.append(f", where {c.expected:.0f}× was expected ({expectation(m, mode, c)})")
     why = []
-    if any(c.ratio < c.expected for _, c in bad):
+    if any(c.ratio is not None and c.ratio < c.expected for _, c in bad):
         why.append(" Below it: some of those collectives ran outside the profiled steps' windows or in another phase, or never ran.")
-    if any(c.ratio > c.expected for _, c in bad):
+    if any(c.ratio is not None and c.ratio > c.expected for _, c in bad):
         why.append(" Above it: extra collectives, or more padding than a multiple of the world size explains.")
     return (*text, ".", *why, " The bytes table under Communication by phase has every row.")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from profile_overlap.record.metrics import JobFacts, ModeSummary, RunMetrics
+from profile_overlap.record.summary import summary_of
 from profile_overlap.render.document import Inline, Ref
 from profile_overlap.render.notes import EXPOSED_OVER_COMPUTE, NOISY_SPREAD, WELL_HIDDEN_PCT, stragglers
 from profile_overlap.render.numbers import ms, pct
@@ -13,7 +14,7 @@ from profile_overlap.render.report_job import missing_text
 
 
 def _mode(m: RunMetrics) -> ModeSummary:
-    return next(iter(m.summary.modes.values()))
+    return next(iter(summary_of(m).modes.values()))
 
 
 def missing_ranks(m: RunMetrics, job: JobFacts) -> Inline | None:
@@ -47,7 +48,7 @@ def exposed_or_hidden(m: RunMetrics, job: JobFacts) -> Inline | None:
 
 
 def waiting_ranks(m: RunMetrics, job: JobFacts) -> Inline | None:
-    return stragglers(m, m.summary.modes)
+    return stragglers(m, summary_of(m).modes)
 
 
 def noisy_steps(m: RunMetrics, job: JobFacts) -> Inline | None:

@@ -20,10 +20,12 @@ import json
 from profile_overlap.core.dtypes import DTYPE_BYTES
 from profile_overlap.record.folder import Run, RunStatus
 from profile_overlap.record.metrics import CheckResult, ModeSummary, RunMetrics
+from profile_overlap.record.summary import summary_of
 from profile_overlap.render import exposed, integrity, modes, notes, notes_job, report_job, whatif
 from profile_overlap.render.document import Code, Inline, Items, Paragraph, Ref, Report, Section, Table
 from profile_overlap.render.numbers import mib, ms, pct, times
 from profile_overlap.render.perfetto_link import perfetto_blocks
+from profile_overlap.render.report_scale import heatmap_sections
 from profile_overlap.render.report_tables import (
     collectives_table,
     phase_blocks,
@@ -38,7 +40,7 @@ def build(run: Run) -> Report:
     """The report of a run, or of a record of traces alone (RunMetrics.job: a job, a bare folder):
     the same sections where the record holds their numbers, a job's own verdict, setup and notes."""
     m = run.metrics
-    s = m.summary.modes
+    s = summary_of(m).modes
     job = m.job
     sections = (
         Section("verdict", "Verdict", report_job.verdict_blocks(m, job) if job else verdict_blocks(run)),
@@ -50,6 +52,7 @@ def build(run: Run) -> Report:
             else Section("comparison", comparison_title(s), (side_by_side(m, s),))
         ),
         Section("timeline", "Overlap timeline", timeline_blocks(run) + perfetto_blocks(run.dir)),
+        *heatmap_sections(run),
         Section("phases", "Phases: where communication hides", phase_blocks(m, s) + (report_job.phase_hint(s) if job else ())),
         Section("attribution", "Communication by phase", modes.attribution_blocks(m, s)),
         *(() if job else (Section("yield", "What overlapping won: overlap yield and interference", yield_blocks(m)),)),
@@ -71,7 +74,7 @@ def build(run: Run) -> Report:
 
 def verdict_blocks(run: Run) -> tuple:
     """The headline sentence, then every mode against the first where the headline does not say it all."""
-    m, s = run.metrics, run.metrics.summary.modes
+    m, s = run.metrics, summary_of(run.metrics).modes
     blocks = [Paragraph(verdict(m, s), tone="verdict_failed" if run.failed else "verdict"), *integrity.verdict_paragraphs(m)]
     blocks += exposed.verdict_paragraphs(m)
     others = modes.versus_first(m)
@@ -132,7 +135,7 @@ def _failed_verdict(worst: CheckResult) -> Inline:
 
 def _one_mode_verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
     """A one-mode run: its median step and how much of its communication hid."""
-    name = m.summary.headline_mode
+    name = summary_of(m).headline_mode
     one = s[name]
     text: list = [f"{name} only: median step ", Ref(f"{ms(m.modes[name].step_time.median_ms)} ms", "step_time_ms")]
     if one.comm_ms:
@@ -169,9 +172,9 @@ def _split_verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
         Ref(f"{mib(seq.optimizer_state_bytes)} MiB", "optimizer_state_bytes"),
         ").",
     )
-    interval = m.summary.noise.speedup if m.summary.noise else None
+    interval = spread.speedup if (spread := summary_of(m).noise) else None
     speed = m.speedup.measured if m.speedup else 1.0
-    if m.summary.within_noise:
+    if summary_of(m).within_noise:
         head: Inline = ("split and sequential took the same time, ", Ref("within run-to-run noise", "within_noise"), " (median step ")
         return (
             *head,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from profile_overlap.record.metrics import JOB, JobFacts, ModeSummary, RunMetrics
+from profile_overlap.record.summary import summary_of
 from profile_overlap.render import integrity
 from profile_overlap.render.document import Code, Inline, Paragraph, Ref, Table
 from profile_overlap.render.numbers import gbps, ms, pct
@@ -47,7 +48,7 @@ def verdict(m: RunMetrics, job: JobFacts, x: ModeSummary) -> Inline:
 
 
 def verdict_blocks(m: RunMetrics, job: JobFacts) -> tuple:
-    blocks = [Paragraph(verdict(m, job, next(iter(m.summary.modes.values()))), tone="verdict"), *integrity.verdict_paragraphs(m)]
+    blocks = [Paragraph(verdict(m, job, next(iter(summary_of(m).modes.values()))), tone="verdict"), *integrity.verdict_paragraphs(m)]
     if job.missing_ranks:
         blocks.append(Paragraph((missing_text(m, job),), tone="warning"))
     return tuple(blocks)

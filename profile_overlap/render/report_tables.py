@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from profile_overlap.record.folder import Run
 from profile_overlap.record.metrics import ModeSummary, RunMetrics
+from profile_overlap.record.summary import measured_interference, summary_of
 from profile_overlap.render.document import Figure, Inline, Paragraph, Ref, Table
 from profile_overlap.render.modes import noise_reason, speedup_cell
 from profile_overlap.render.numbers import gbps, mib, ms, pct, times, us
+from profile_overlap.render.report_scale import TABLE_RANKS, spread_table
 
 
 def side_by_side(m: RunMetrics, s: dict[str, ModeSummary]) -> Table:
@@ -195,7 +197,7 @@ def _phase_verdict(x: ModeSummary) -> Inline:
 
 def yield_blocks(m: RunMetrics) -> tuple:
     """What overlapping won (split against split-blocking), and how much it slowed compute, per phase."""
-    y, rows = m.summary.overlap_yield, m.summary.interference
+    y, rows = summary_of(m).overlap_yield, summary_of(m).interference
     if y is None and not rows:
         return (
             Paragraph(
@@ -219,11 +221,11 @@ def yield_blocks(m: RunMetrics) -> tuple:
             Ref(f"{ms(mode_t.median_ms)} ms", "step_time_ms"),
         ]
         if y.pct_of_comm is not None:
-            comm = m.summary.modes[y.baseline].comm_ms
+            comm = summary_of(m).modes[y.baseline].comm_ms
             text += [", ", Ref(f"{pct(y.pct_of_comm)}%", "overlap_yield_pct"), f" of {y.baseline}'s ", Ref(f"{ms(comm)} ms", "comm_ms")]
             text.append(" of communication per step")
         if y.within_noise:
-            interval = m.summary.noise.overlap_yield_ms if m.summary.noise else None
+            interval = noise.overlap_yield_ms if (noise := summary_of(m).noise) else None
             text += [*noise_reason(m, interval, within=True, unit="ms"), ": ", Ref("within run-to-run noise", "within_noise")]
         blocks.append(Paragraph((*text, "."), tone="verdict"))
         blocks.append(
@@ -237,7 +239,7 @@ def yield_blocks(m: RunMetrics) -> tuple:
         )
     if rows:
         mode, baseline = (y.mode, y.baseline) if y else ("split", "split-blocking")
-        known = [x for x in rows if x.pct is not None]
+        known = measured_interference(rows)
         text = [
             Ref("Interference", "interference_pct"),
             f": how much slower each phase's compute ran in {mode}, with communication running beside it, than the same "
@@ -245,10 +247,10 @@ def yield_blocks(m: RunMetrics) -> tuple:
             "of its yield.",
         ]
         if known:
-            worst = max(known, key=lambda x: abs(x.compute_ms - x.baseline_compute_ms))
+            _, worst_pct, worst = max(known, key=lambda row: abs(row[0]))
             text += [
-                f" The most time {'lost' if worst.pct >= 0 else 'gained'}: {worst.phase}, ",
-                Ref(f"{worst.pct:+.1f}%", "interference_pct"),
+                f" The most time {'lost' if worst_pct >= 0 else 'gained'}: {worst.phase}, ",
+                Ref(f"{worst_pct:+.1f}%", "interference_pct"),
                 f" ({ms(worst.baseline_compute_ms)} ms alone, {ms(worst.compute_ms)} ms beside communication).",
             ]
         if m.env.backend == "gloo":
@@ -317,12 +319,13 @@ def straggler_blocks(m: RunMetrics) -> tuple:
     blocks: list = []
     for name, mode in m.modes.items():
         ranks = mode.analysis.ranks if mode.analysis else ()
-        slow = m.summary.modes[name].slowest_rank
+        slow = summary_of(m).modes[name].slowest_rank
         if slow is None:
             blocks.append(Paragraph((f"{name}: no collective was matched on two or more ranks, so there is no wait/transfer split.",)))
             continue
         rows, hi = [], set()
-        shares = dict(m.summary.modes[name].wait_share_pct)
+        many = mode.analysis if len(ranks) > TABLE_RANKS and mode.analysis is not None and mode.analysis.spread else None
+        shares = dict(summary_of(m).modes[name].wait_share_pct)
         for i, r in enumerate(ranks):
             share = shares.get(r.rank)
             rows.append(
@@ -366,6 +369,9 @@ def straggler_blocks(m: RunMetrics) -> tuple:
                 )
             )
         )
+        if many:  # the spread over the ranks instead of a row per rank
+            blocks.append(spread_table(name, many))
+            continue
         blocks.append(
             Table(
                 header=(

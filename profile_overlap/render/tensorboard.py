@@ -13,7 +13,7 @@ from a finished folder as cheaply as at the end of a run.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,7 @@ from profile_overlap.core.files import METRICS_JSON, TIMELINE_JSON
 from profile_overlap.record.analysis import PhaseRecord, StepRecord, as_json
 from profile_overlap.record.load import load_metrics
 from profile_overlap.record.metrics import RunMetrics
+from profile_overlap.record.summary import summary_of
 from profile_overlap.record.timeline import Timeline, load_timeline
 from profile_overlap.render import console
 
@@ -166,7 +167,7 @@ def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_te
 
     # Why exposed, over all profiled steps (rank mean per step): one point, at the last profiled step.
     wait_ms, transfer_ms = m.exposed.per_rank_step_ms(len(steps)) if m.exposed is not None else (None, None)
-    if steps and wait_ms is not None:
+    if steps and wait_ms is not None and transfer_ms is not None:
         yield _scalar("exposed/wait_ms", wait_ms), steps[-1]
         yield _scalar("exposed/transfer_ms", transfer_ms), steps[-1]
 
@@ -226,20 +227,20 @@ def _hparams(metrics: RunMetrics, mode: str) -> dict:
 
 
 def _headline(metrics: RunMetrics, mode: str) -> dict[str, float]:
-    row = metrics.summary.modes[mode]
+    row = summary_of(metrics).modes[mode]
     out = {
         "headline/median_step_ms": metrics.modes[mode].step_time.median_ms,
         "headline/overlap_pct": row.overlap_pct,
         "headline/exposed_comm_ms": row.exposed_comm_ms,
         "headline/speedup": metrics.speedup.measured if metrics.speedup else None,
-        "headline/speedup_vs_first": next((x.speedup for x in metrics.summary.speedup_vs_first if x.mode == mode), None),
+        "headline/speedup_vs_first": next((x.speedup for x in summary_of(metrics).speedup_vs_first if x.mode == mode), None),
     }
-    gain = metrics.summary.overlap_yield
+    gain = summary_of(metrics).overlap_yield
     if gain is not None and gain.mode == mode:
         # Run-level numbers of split against split-blocking: once, in the split run.
         out["headline/overlap_yield_ms"] = gain.ms
         out["headline/overlap_yield_pct"] = gain.pct_of_comm
-        out.update({f"headline/interference/{x.phase}_pct": x.pct for x in metrics.summary.interference})
+        out.update({f"headline/interference/{x.phase}_pct": x.pct for x in summary_of(metrics).interference})
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -254,7 +255,7 @@ def _custom_scalars_layout() -> summary_pb2.Summary:
     )
 
 
-def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]], *, left: int = 1) -> str:
+def _md_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], *, left: int = 1) -> str:
     """`left` columns of text, then right-aligned numbers."""
     align = ["---" if i < left else "---:" for i in range(len(header))]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]

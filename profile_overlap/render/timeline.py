@@ -192,6 +192,11 @@ def _pitch(phased: bool) -> float:
 
 def _select(mode: str, drawn: TimelineMode, metrics: RunMetrics, *, step: int | None, max_ranks: int) -> _ModeStep:
     in_order = sorted(drawn.ranks, key=lambda r: r.rank)
+    total = len(in_order)
+    # Above TIMELINE_MAX_RANKS, timeline.json holds the geometry of a sample of ranks: draw from those.
+    with_geometry = [r for r in in_order if r.spans or r.phases]
+    if with_geometry:
+        in_order = with_geometry
     # A step's length is its slowest rank's, as for the unprofiled step times.
     lengths: dict[int, float] = {}
     for r in in_order:
@@ -235,6 +240,8 @@ def _select(mode: str, drawn: TimelineMode, metrics: RunMetrics, *, step: int | 
 
     world = len(rank_steps)
     note = None
+    if total > world:
+        note = f"showing {world} of {total} ranks: those timeline.json holds the spans of"
     if world > max_ranks:
         slowest = max(rank_steps, key=lambda r: r.step_us).rank
         keep = {rank_steps[0].rank, slowest}
@@ -244,7 +251,7 @@ def _select(mode: str, drawn: TimelineMode, metrics: RunMetrics, *, step: int | 
         keep.update(others[round(i * (len(others) - 1) / max(want - 1, 1))] for i in range(want))
         rank_steps = [r for r in rank_steps if r.rank in keep]
         note = (
-            f"showing {len(rank_steps)} of {world} ranks: rank {rank_steps[0].rank}, the slowest in this step "
+            f"showing {len(rank_steps)} of {max(world, total)} ranks: rank {rank_steps[0].rank}, the slowest in this step "
             f"(rank {slowest}), and evenly spaced ranks"
         )
     ref = drawn.reference_rank if origin is not None else None
@@ -287,8 +294,18 @@ def _draw_panel(ax, panel: _ModeStep, *, colours: dict[str, str], xmax_ms: float
         for a, b in zip(shaded[0].tolist(), shaded[1].tolist()):
             ax.add_patch(Rectangle((a, top - 0.5), b - a, 2, facecolor=OVERLAP_COLOUR, alpha=0.55, edgecolor="none", zorder=1))
             # The hatch on the comm bar itself: the shading stays visible where bars cover the band.
-            hatch = {"facecolor": "none", "edgecolor": OVERLAP_HATCH_COLOUR, "lw": 0.0, "hatch": "////", "zorder": 2.5}
-            ax.add_patch(Rectangle((a, top + 1 - lane_h / 2), b - a, lane_h, **hatch))
+            ax.add_patch(
+                Rectangle(
+                    (a, top + 1 - lane_h / 2),
+                    b - a,
+                    lane_h,
+                    facecolor="none",
+                    edgecolor=OVERLAP_HATCH_COLOUR,
+                    lw=0.0,
+                    hatch="////",
+                    zorder=2.5,
+                )
+            )
         for a, b, kind, label in r.spans:
             sl = span_label(label)
             y = top + (1 if kind == "comm" else 0)

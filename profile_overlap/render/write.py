@@ -4,13 +4,15 @@ comparison of two runs."""
 from __future__ import annotations
 
 import re
+from functools import partial
 from pathlib import Path
 
 from profile_overlap.core.files import REPORT_HTML, REPORT_JSON, REPORT_MD, TIMELINE_PNG
-from profile_overlap.core.io import write_json_atomic, write_text_atomic
+from profile_overlap.core.io import replace_atomically, write_json_atomic, write_text_atomic
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.metrics import RunMetrics, ensure_writable_dir
 from profile_overlap.render.compare import build_compare, compare_record
+from profile_overlap.render.document import Picture
 from profile_overlap.render.report import build
 
 FORMATS = ("html", "md", "json")
@@ -57,6 +59,8 @@ def write_files(report, metrics: RunMetrics, fig, *, out: Path, formats: tuple[s
             timeline.save_png(fig, out / TIMELINE_PNG)
             written.append(out / TIMELINE_PNG)
             png = TIMELINE_PNG
+        for picture in (b for section in report.sections for b in section.blocks if isinstance(b, Picture)):
+            written.append(replace_atomically(out / picture.name, partial(_write_bytes, data=picture.png)))
         written.append(write_text_atomic(out / REPORT_MD, report_md.render(report, figure_png=png)))
     if "json" in formats:
         write_json_atomic(out / REPORT_JSON, metrics.to_json())
@@ -91,6 +95,10 @@ def _figure(run: Run):
     from profile_overlap.render import timeline
 
     return timeline.figure(run.metrics, run.timeline)
+
+
+def _write_bytes(path: Path, *, data: bytes) -> None:
+    path.write_bytes(data)
 
 
 def _safe(name: str) -> str:

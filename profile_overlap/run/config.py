@@ -13,22 +13,22 @@ import argparse
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from profile_overlap.core.dtypes import DTYPE_BYTES
+from profile_overlap.core.modes import COMPARE_MODES, ENGINE_MODES, MODES
 from profile_overlap.run import flags
 from profile_overlap.run.flags import flag
 
-Dtype = Literal[tuple(DTYPE_BYTES)]  # the names, written once: the table's keys
-PipelineMode = Literal["sequential", "split", "split-blocking", "ddp", "fsdp2"]
+if TYPE_CHECKING:
+    Dtype = str
+    Mode = str
+else:
+    # The choices of --dtype and --mode, written once: the dtype table's keys and the mode registry's.
+    Dtype = Literal[tuple(DTYPE_BYTES)]
+    Mode = Literal[tuple([*MODES, "compare"])]
 Model = Literal["mlp", "transformer"]
-Mode = Literal[PipelineMode, "compare"]
 Backend = Literal["auto", "nccl", "gloo"]
-MODES: tuple[str, ...] = get_args(PipelineMode)
-COMPARE_MODES = ("sequential", "split", "split-blocking")
-"""What --mode compare runs without --modes: the schedules whose differences are only the
-collectives and whether they overlap. The engines (ddp, fsdp2) are opt-in: each adds a full run."""
-ENGINES = ("ddp", "fsdp2")
 
 # --help groups
 WORKLOAD = "pipeline and workload (a model trained with forward, autograd backward and Adam)"
@@ -81,14 +81,15 @@ class JobSection:
     """
 
     job: JobConfig
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # every subclass is a dataclass
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         # Reached only when ordinary lookup fails.
         if name not in JOB_FLAGS:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(self.job, name)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Every flag's value, flat (config.json)."""
         return flags.flat_dict(self)
 
@@ -169,10 +170,12 @@ class Config(JobSection):
         for name, value in MODEL_DEFAULTS[self.model].items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
+        layers, dim, batch = self.layers, self.dim, self.batch
+        assert layers is not None and dim is not None and batch is not None  # the model's defaults, just filled in
         for option, value in (
-            ("--layers", self.layers),
-            ("--dim", self.dim),
-            ("--batch", self.batch),
+            ("--layers", layers),
+            ("--dim", dim),
+            ("--batch", batch),
             ("--steps", self.steps),
             ("--repeats", self.repeats),
             ("--heads", self.heads),
@@ -183,7 +186,7 @@ class Config(JobSection):
         for option, value in (("--warmup-steps", self.warmup_steps), ("--profile-steps", self.profile_steps)):
             if value < 0:
                 raise ValueError(f"{option} must be 0 or more, got {value}")
-        if self.model == "transformer" and self.dim % self.heads:
+        if self.model == "transformer" and dim % self.heads:
             raise ValueError(f"--dim {self.dim} is not divisible by --heads {self.heads}: each head gets dim/heads channels")
         if self.compare_modes is not None:
             if self.mode != "compare":
@@ -196,7 +199,7 @@ class Config(JobSection):
                 raise ValueError(f"--modes {self.compare_modes!r}: give two or more different modes, comma-separated")
         if self.bucket_cap_mb <= 0:
             raise ValueError(f"--bucket-cap-mb must be positive, got {self.bucket_cap_mb:g}")
-        if self.dtype == "float16" and set(self.modes) & set(ENGINES):
+        if self.dtype == "float16" and set(self.modes) & set(ENGINE_MODES):
             raise ValueError(
                 "--dtype float16 with ddp or fsdp2: torch.optim.Adam keeps its moments in float16, where they flush to zero; "
                 "use float32 or bfloat16"
@@ -219,12 +222,13 @@ class Config(JobSection):
 
     def check_world_size(self, world_size: int) -> None:
         """Checks that need the world size, made on every rank before any collective."""
+        assert self.dim is not None  # filled in by __post_init__
         if self.dim % world_size:
             raise ValueError(
                 f"--dim {self.dim} is not divisible by the world size {world_size}: "
                 f"each rank owns dim/{world_size} rows of every weight, as FSDP shards them; use a multiple of {world_size}"
             )
-        if "fsdp2" in self.modes and self.model == "transformer" and self.seq_len % world_size:
+        if any(MODES[m].engine == "fully_shard" for m in self.modes) and self.model == "transformer" and self.seq_len % world_size:
             raise ValueError(
                 f"--seq-len {self.seq_len} is not divisible by the world size {world_size}: fsdp2 shards the position "
                 f"embedding's {self.seq_len} rows over the ranks; use a multiple of {world_size}"

@@ -21,8 +21,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from profile_overlap.core.modes import MODES
 from profile_overlap.run import models
+from profile_overlap.run.config import Config
 from profile_overlap.run.pipelines import ADAM_BETAS, ADAM_EPS, Fault, maybe_fail, maybe_slow, phase_label
+
+ENGINES = ("DistributedDataParallel", "fully_shard")
+"""The torch engines build_state wraps a model in (core/modes.py: a mode's `engine`)."""
 
 
 @dataclass
@@ -32,7 +37,7 @@ class EngineState:
     mode: str
     rank: int
     world_size: int
-    config: object
+    config: Config
     device: torch.device
     dtype: torch.dtype
     model: nn.Module
@@ -40,8 +45,6 @@ class EngineState:
     units: list[nn.Module]
     optimizer: torch.optim.Optimizer
     fault: Fault | None = None
-    check: object = None
-    """Unused: the engines reduce inside torch, where the pipelines' bucket check cannot look."""
 
     @property
     def params(self) -> list[torch.Tensor]:
@@ -79,20 +82,23 @@ def _local_or_full(t: torch.Tensor) -> torch.Tensor:
 def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.device, dtype: torch.dtype) -> EngineState:
     net = models.build_model(config, dtype=dtype, device=device)
     units = net.units()
-    if mode == "ddp":
+    engine = MODES[mode].engine if mode in MODES else None
+    model: nn.Module
+    if engine == "DistributedDataParallel":
         from torch.nn.parallel import DistributedDataParallel
 
         model = DistributedDataParallel(
             net, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=config.bucket_cap_mb
         )
-    elif mode == "fsdp2":
+    elif engine == "fully_shard":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
         mesh = init_device_mesh(device.type, (world_size,))
         for unit in units:
             fully_shard(unit, mesh=mesh, reshard_after_forward=config.reshard)
-        model = fully_shard(net, mesh=mesh)
+        fully_shard(net, mesh=mesh)
+        model = net  # fully_shard shards in place: the same module, its class now also an FSDPModule
     else:
         raise ValueError(f"not an engine: {mode}")
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=ADAM_BETAS, eps=ADAM_EPS)

@@ -26,7 +26,10 @@ import textwrap
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 PROPER_NAMES = frozenset({"Adam", "Kineto", "TensorBoard"})
 """Words that start a help text and keep their capital."""
@@ -149,16 +152,16 @@ def from_namespace(cls: type, args: argparse.Namespace):
     return cls(**{f.name: getattr(args, f.name) for f in flags(cls) if hasattr(args, f.name)})
 
 
-def flat_dict(config) -> dict:
+def flat_dict(config: DataclassInstance) -> dict[str, Any]:
     """Field name -> value, sections flattened: the keys of config.json."""
-    out = {}
+    out: dict[str, Any] = {}
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
-        out.update(flat_dict(value) if dataclasses.is_dataclass(value) else {field.name: value})
+        out.update(flat_dict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else {field.name: value})
     return out
 
 
-def to_argv(config, *, leave_out: tuple[str, ...] = ()) -> list[str]:
+def to_argv(config: DataclassInstance, *, leave_out: tuple[str, ...] = ()) -> list[str]:
     """The flags that recreate `config`, every one spelled out (defaults included); None values and `leave_out` are left out."""
     values = flat_dict(config)
     argv: list[str] = []
@@ -173,14 +176,14 @@ def to_argv(config, *, leave_out: tuple[str, ...] = ()) -> list[str]:
     return argv
 
 
-def digest(config) -> str:
+def digest(config: DataclassInstance) -> str:
     """Hash of the flags every rank must agree on (compared across ranks at start-up)."""
     local = {f.name for f in flags(type(config)) if f.local}
     agreed = {k: v for k, v in flat_dict(config).items() if k not in local}
     return hashlib.sha256(json.dumps(agreed, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def check_choices(config) -> None:
+def check_choices(config: DataclassInstance) -> None:
     """ValueError naming the flag when a Literal-typed field holds a value outside its choices."""
     values = flat_dict(config)
     for f in flags(type(config)):

@@ -30,8 +30,10 @@ from profile_overlap.core import status as run_status
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import CONFIG_JSON, ENV_JSON, METRICS_JSON, TIMELINE_JSON
 from profile_overlap.core.io import write_json_atomic
+from profile_overlap.core.modes import ENGINE_MODES
 from profile_overlap.record.build import build_record
 from profile_overlap.record.metrics import (
+    CheckResult,
     Env,
     Memory,
     ModeMetrics,
@@ -40,7 +42,7 @@ from profile_overlap.record.metrics import (
 )
 from profile_overlap.render import console, outputs
 from profile_overlap.run import engines, pipelines
-from profile_overlap.run.config import DTYPE_BYTES, ENGINES, Config
+from profile_overlap.run.config import DTYPE_BYTES, Config
 from profile_overlap.run.dtypes import torch_dtype
 from profile_overlap.run.environment import environment
 from profile_overlap.run.job import create_fresh_dir, failure_recorded, make_dir, process_group
@@ -56,10 +58,11 @@ class ModeRun:
     """One mode on this rank while the job runs: its state, its next step and what it measured."""
 
     mode: str
-    state: object
-    step_fn: Callable
+    state: pipelines.State | engines.EngineState
+    step_fn: Callable[..., None]
+    """The mode's step: run/pipelines.py PIPELINES[mode] for a State, engines.engine_step for an EngineState."""
     step: int = 0
-    checks: list = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
     blocks: list[list[float]] = field(default_factory=list)
     """This rank's step times (ms) of each block of timed steps."""
 
@@ -72,18 +75,22 @@ class ModeRun:
 def prepare_mode(mode: str, *, config: Config, device: torch.device) -> ModeRun:
     """Build the mode's state and run its warmup steps, checking the decomposition on each."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    build = engines.build_state if mode in ENGINES else pipelines.build_state
+    build = engines.build_state if mode in ENGINE_MODES else pipelines.build_state
     state = build(mode, config=config, rank=rank, world_size=world, device=device, dtype=DTYPES[config.dtype])
-    run = ModeRun(mode, state, engines.engine_step if mode in ENGINES else pipelines.PIPELINES[mode])
+    run = ModeRun(mode, state, engines.engine_step if mode in ENGINE_MODES else pipelines.PIPELINES[mode])
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    checker = DecompositionChecker(state)
-    state.check = checker.check_bucket
+    # The engines reduce inside torch, where the bucket check cannot look: only our pipelines are checked.
+    checker = None
+    if isinstance(state, pipelines.State):
+        checker = DecompositionChecker(state)
+        state.check = checker.check_bucket
     for _ in range(config.warmup_steps):
         run.step_fn(state, run.step)
         run.step += 1
-    state.check = None
-    run.checks = [checker.result()] if checker.steps else []
+    if isinstance(state, pipelines.State):
+        state.check = None
+    run.checks = [checker.result()] if checker is not None and checker.steps else []
     return run
 
 
@@ -184,7 +191,7 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
         run_status.write(run_dir, "running")
 
     modes: dict[str, ModeMetrics] = {}
-    analyses: dict[str, TraceAnalysis] = {}
+    analyses: dict[str, TraceAnalysis | None] = {}
     final_params: dict[str, list[torch.Tensor]] = {}
     if rank == 0:
         rank_output.say(f"profile_overlap {config.mode}: {env['world_size']} ranks, {backend} ({device.type}); run folder {run_dir}")
@@ -253,7 +260,7 @@ def _warmup_done(run: ModeRun, config: Config) -> list[str]:
     if run.failed:
         return ["verification FAILED on the warmup steps, so nothing was timed"]
     warmup = f"{config.warmup_steps} warmup step{'s' if config.warmup_steps != 1 else ''}"
-    return [warmup if run.mode in ENGINES else f"{warmup} verified"]
+    return [warmup if run.mode in ENGINE_MODES else f"{warmup} verified"]
 
 
 def _timed_done(mode: ModeMetrics, config: Config) -> list[str]:

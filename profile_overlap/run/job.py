@@ -8,6 +8,7 @@ import datetime as dt
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -17,13 +18,13 @@ from profile_overlap.core import rank_output
 from profile_overlap.core import status as run_status
 from profile_overlap.core.errors import UserError
 from profile_overlap.record.metrics import ensure_writable_dir
-from profile_overlap.run.config import Config
+from profile_overlap.run.config import JobSection
 from profile_overlap.run.teardown import release_group_defaults
 
 RUN_NAME = "{stamp}-{mode}-{backend}-w{world}"
 
 
-def resolve_backend(config: Config) -> str:
+def resolve_backend(config: JobSection) -> str:
     if config.backend != "auto":
         return config.backend
     return "nccl" if torch.cuda.is_available() else "gloo"
@@ -46,7 +47,7 @@ def check_devices(backend: str) -> torch.device:
     return torch.device("cuda", local_rank)
 
 
-def _agree_on_config(config: Config) -> None:
+def _agree_on_config(config: JobSection) -> None:
     """Every rank must run the same config; compare a digest and name the differing fields."""
     world = dist.get_world_size()
     mine = (config.digest(), config.to_dict())
@@ -78,7 +79,7 @@ def make_dir(create) -> Path:
     return Path(box[0])
 
 
-def create_fresh_dir(config: Config, *, backend: str, world: int, label: str | None = None) -> Path:
+def create_fresh_dir(config: JobSection, *, backend: str, world: int, label: str | None = None) -> Path:
     out = ensure_writable_dir(Path(config.out))
     if config.name:
         path = out / config.name
@@ -129,7 +130,7 @@ def init_process_group(backend: str, device: torch.device, timeout_s: float) -> 
 
 
 @contextlib.contextmanager
-def process_group(config: Config):
+def process_group(config: JobSection) -> Iterator[tuple[str, torch.device]]:
     """Checks, then the process group for the whole job (one run, or every point of a sweep).
     Yields (backend, device). On the way out, destroy_process_group frees the group and joins its
     threads (see init_process_group for what makes this true)."""

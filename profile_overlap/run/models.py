@@ -115,6 +115,7 @@ def build_model(config, *, dtype: torch.dtype, device: torch.device) -> MLP | Tr
     """The same initial weights on every rank and in every mode: built on the CPU under a seeded RNG."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
+        model: MLP | Transformer
         if config.model == "mlp":
             model = MLP(layers=config.layers, dim=config.dim)
         else:

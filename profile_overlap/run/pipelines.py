@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
@@ -33,7 +34,9 @@ from torch import nn
 from torch.profiler import record_function
 
 from profile_overlap.analysis.classify import SCHEDULE_OPTIMIZER_RANGE
+from profile_overlap.core.modes import MODES, PHASES
 from profile_overlap.run import models
+from profile_overlap.run.config import Config
 
 # torch 2.13 renamed all_gather_into_tensor / reduce_scatter_tensor to *_single (same semantics);
 # older releases only have the old names.
@@ -42,8 +45,6 @@ reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.red
 
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
-PHASES = ("forward", "backward", "optimizer")
-"""The record_function labels of a step's phases, in order."""
 PHASE_LABELS_ENV = "PROFILE_OVERLAP_PHASE_LABELS"
 """Test-only: `hidden` names the phase labels `hidden:forward`, `hidden:backward` and
 `hidden:optimizer`, which the analysis does not read as labels, so that it finds the phases from
@@ -120,10 +121,15 @@ class FlatUnit:
         """The unit's gradients as one padded flat bucket; the parameters' own .grad are freed."""
         if out is None:
             out = self.flat.new_zeros(self.padded)
-        torch.cat([p.grad.reshape(-1) for p in self.params], out=out[: self.numel])
+        torch.cat([_grad(p).reshape(-1) for p in self.params], out=out[: self.numel])
         for p in self.params:
             p.grad = None
         return out
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    assert p.grad is not None, "a parameter without a gradient after backward"
+    return p.grad
 
 
 @dataclass
@@ -133,11 +139,11 @@ class State:
     mode: str
     rank: int
     world_size: int
-    config: object
+    config: Config
     device: torch.device
     dtype: torch.dtype
     lr: float
-    model: nn.Module
+    model: models.MLP | models.Transformer
     units: list[FlatUnit]
     exp_avg: list[torch.Tensor]
     """Adam first moment, float32: the whole unit (sequential) or this rank's shard (split modes)."""
@@ -151,9 +157,9 @@ class State:
     step: int = 0
     check: Callable[[int, int, torch.Tensor], None] | None = None
     """Called with (step, unit, flat gradient bucket) before the bucket is reduced (the warmup checks)."""
-    pending_rs: dict[int, tuple[object, torch.Tensor]] = field(default_factory=dict)
+    pending_rs: dict[int, tuple[dist.Work, torch.Tensor]] = field(default_factory=dict)
     """unit -> (reduce_scatter handle, its input bucket), started in backward, consumed by the optimizer."""
-    pending_ag: dict[int, object] = field(default_factory=dict)
+    pending_ag: dict[int, dist.Work] = field(default_factory=dict)
     ready: list[int] = field(default_factory=list)
     """Units whose reduce_scatter was started this step, in that order."""
 
@@ -181,7 +187,7 @@ class State:
 def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.device, dtype: torch.dtype) -> State:
     model = models.build_model(config, dtype=dtype, device=device)
     units = [FlatUnit(i, m, world_size=world_size, rank=rank) for i, m in enumerate(model.units())]
-    split = mode != "sequential"
+    split = MODES[mode].sharded
     like = [u.shard if split else u.flat for u in units]
     state = State(
         mode=mode,
@@ -200,7 +206,7 @@ def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.
         fault=Fault.from_env(),
     )
     if split:
-        _install_split_hooks(state, blocking=mode == "split-blocking")
+        _install_split_hooks(state, blocking=not MODES[mode].overlaps)
     return state
 
 
@@ -243,7 +249,14 @@ def adam_(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_av
         param.copy_(param.float().addcdiv_(exp_avg, denom, value=-step_size))
 
 
-def maybe_fail(state: State, step: int) -> None:
+class Faulty(Protocol):
+    """What maybe_fail reads of a pipeline's or an engine's state."""
+
+    rank: int
+    fault: Fault | None
+
+
+def maybe_fail(state: Faulty, step: int) -> None:
     fault = state.fault
     if fault is None or not fault.hits(rank=state.rank, step=step):
         return
@@ -337,7 +350,7 @@ def split_step(state: State, step: int) -> None:
     maybe_fail(state, step)
     state.ready.clear()
     _forward_backward(state, step)
-    blocking = state.mode == "split-blocking"
+    blocking = not MODES[state.mode].overlaps
     state.adam_step += 1
     scale = 1.0 / state.world_size
     with record_function(SCHEDULE_OPTIMIZER_RANGE), phase_label("optimizer"):
@@ -360,7 +373,7 @@ def split_step(state: State, step: int) -> None:
                 state.pending_ag[unit.index] = handle
 
 
-PIPELINES: dict[str, Callable[[State, int], None]] = {
+PIPELINES: dict[str, Callable[[State, int], None]] = {  # every mode of core.modes.MODES without an engine
     "sequential": sequential_step,
     "split": split_step,
     "split-blocking": split_step,

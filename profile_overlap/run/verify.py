@@ -90,18 +90,24 @@ class DecompositionChecker:
 
     def result(self) -> CheckResult:
         bounds = torch.stack(self.bounds)
-        kwargs = dict(steps=self.steps, layers=self.layers, tolerance=self.tolerance)
         name = "AllReduce == AllGather(ReduceScatter)"
-        shard = _reduce_check(name, torch.stack(self.shard_errors), bounds, **kwargs)
-        gathered = _reduce_check(name, torch.stack(self.gathered_errors), bounds, **kwargs)
+        shard, gathered = (
+            _reduce_check(name, torch.stack(errors), bounds, steps=self.steps, layers=self.layers, tolerance=self.tolerance)
+            for errors in (self.shard_errors, self.gathered_errors)
+        )
         # A bad shard shows up on every rank after the all_gather; the shard check names its owner.
         worst = shard if not shard.passed else gathered
         return msgspec.structs.replace(
             worst,
             passed=shard.passed and gathered.passed,
-            max_abs_err=None if None in (shard.max_abs_err, gathered.max_abs_err) else max(shard.max_abs_err, gathered.max_abs_err),
+            max_abs_err=_larger(shard.max_abs_err, gathered.max_abs_err),
             num_checked=shard.num_checked + gathered.num_checked,
         )
+
+
+def _larger(a: float | None, b: float | None) -> float | None:
+    """The larger error; None (not finite) when either is."""
+    return None if a is None or b is None else max(a, b)
 
 
 def compare_params(a: list[torch.Tensor], b: list[torch.Tensor], *, name: str, dtype: torch.dtype) -> CheckResult:

@@ -8,12 +8,15 @@ timeline.json is optional. Routes, under /data/plugin/profile_overlap/:
     index.js, timeline.js,          the frontend: ES modules and a style sheet (no build step, no
     exposed.js,
     common.js, style.css            external request)
-    runs                            {"runs": [{"run", "modes", "world_size", "status", "has_timeline", "perfetto", "error"}]}
+    runs                            {"runs": [{"run", "modes", "mode_titles", "world_size", "status", "has_timeline",
+                                    "perfetto", "error"}], "phases"}
                                     (status: status.json's state, e.g. succeeded or failed)
     metrics?run=R                   R/metrics.json, byte for byte
     timeline?run=R&mode=M           one mode of R/timeline.json (each rank's steps, spans and, where
                                     the file has them, phase windows); &max_spans=K merges each rank's
                                     spans of each kind down to K (the reply says how many it merged)
+    heatmap?run=R&mode=M            the mode's rank x time heatmap (record/heatmap.py: at most
+                                    MAX_ROWS x BINS cells per layer), or 404 when the timeline has none
     perfetto?run=R                  R/perfetto.json.gz byte for byte, as a download, where
                                     `profile_overlap perfetto R` wrote one (the runs route's "perfetto")
 
@@ -36,6 +39,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from profile_overlap.analysis.spans import coarsen
+from profile_overlap.core import modes as registry
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, PERFETTO_TRACE, STATUS_JSON, TIMELINE_JSON
 from profile_overlap.record.folder import RunStatus
@@ -52,6 +56,7 @@ _STATIC = {
     "/index.js": ("index.js", "text/javascript"),
     "/timeline.js": ("timeline.js", "text/javascript"),
     "/exposed.js": ("exposed.js", "text/javascript"),
+    "/heatmap.js": ("heatmap.js", "text/javascript"),
     "/common.js": ("common.js", "text/javascript"),
     "/style.css": ("style.css", "text/css"),
 }
@@ -83,6 +88,7 @@ def describe_run(logdir: Path, run_dir: Path) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "run": run_dir.relative_to(logdir).as_posix(),
         "modes": [],
+        "mode_titles": {},
         "world_size": None,
         "status": None,
         "has_timeline": (run_dir / TIMELINE_JSON).is_file(),
@@ -92,6 +98,7 @@ def describe_run(logdir: Path, run_dir: Path) -> dict[str, Any]:
     try:
         record = load_metrics(run_dir / METRICS_JSON)
         entry["modes"] = list(record.modes)
+        entry["mode_titles"] = {mode: registry.title(mode) for mode in entry["modes"]}
         entry["world_size"] = record.env.world_size
     except UserError as err:
         entry["error"] = f"unreadable {METRICS_JSON}: {err}"
@@ -126,7 +133,8 @@ class OverlapPlugin(base_plugin.TBPlugin):
 
     def __init__(self, context: base_plugin.TBContext) -> None:
         self._logdir_flag = context.logdir
-        self._replies: OrderedDict[tuple, bytes] = OrderedDict()
+        self._replies: OrderedDict[tuple[str, int, int, str | int | None], dict[str, bytes]] = OrderedDict()
+        """(timeline.json, its mtime and size, max_spans) -> each mode's serialised reply."""
         self._lock = threading.Lock()  # TensorBoard serves requests from several threads
 
     # ------------------------------------------------------------- TensorBoard's interface
@@ -134,6 +142,7 @@ class OverlapPlugin(base_plugin.TBPlugin):
     def get_plugin_apps(self):
         apps = {route: self._serve_static for route in _STATIC}
         apps.update({"/runs": self._serve_runs, "/metrics": self._serve_metrics, "/timeline": self._serve_timeline})
+        apps["/heatmap"] = self._serve_heatmap
         apps["/perfetto"] = self._serve_perfetto
         return apps
 
@@ -168,19 +177,20 @@ class OverlapPlugin(base_plugin.TBPlugin):
 
     # ------------------------------------------------------------- routes
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_static(self, request):
         name, mimetype = _STATIC[request.path[request.path.rindex("/") :]]
-        content = resources.files(__package__).joinpath("static", name).read_bytes()
+        content = resources.files(__package__).joinpath("static").joinpath(name).read_bytes()
         return http_util.Respond(request, content, mimetype)
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_runs(self, request):
         logdir = self._logdir()
         runs = [describe_run(logdir, d) for d in find_runs(logdir)] if logdir else []
-        return http_util.Respond(request, {"logdir": str(logdir) if logdir else None, "runs": runs}, "application/json")
+        reply = {"logdir": str(logdir) if logdir else None, "runs": runs, "phases": list(registry.PHASES)}
+        return http_util.Respond(request, reply, "application/json")
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_metrics(self, request):
         try:
             # Byte for byte: the tab shows the record's own numbers, never a re-serialisation.
@@ -189,7 +199,7 @@ class OverlapPlugin(base_plugin.TBPlugin):
             return _error(request, err)
         return http_util.Respond(request, content, "application/json")
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_perfetto(self, request):
         try:
             path = self._run_dir(request) / PERFETTO_TRACE
@@ -203,23 +213,31 @@ class OverlapPlugin(base_plugin.TBPlugin):
         response.headers["Content-Disposition"] = f'attachment; filename="{PERFETTO_TRACE}"'
         return response
 
-    @wrappers.Request.application
+    @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_timeline(self, request):
         try:
             return http_util.Respond(request, self._timeline(request), "application/json")
         except RequestError as err:
             return _error(request, err)
 
-    def _timeline(self, request) -> bytes:
+    @wrappers.Request.application  # type: ignore[arg-type]  # as _serve_timeline
+    def _serve_heatmap(self, request):
+        try:
+            return http_util.Respond(request, self._timeline(request, heatmap=True), "application/json")
+        except RequestError as err:
+            return _error(request, err)
+
+    def _timeline(self, request, *, heatmap: bool = False) -> bytes:
         """One mode's reply, serialised; every mode of the file is prepared on the first request."""
         run_dir = self._run_dir(request)
         mode = request.args.get("mode")
-        max_spans = request.args.get("max_spans")
-        if max_spans is not None:
+        asked = request.args.get("max_spans") if not heatmap else None
+        max_spans: int | None = None
+        if asked is not None:
             try:
-                max_spans = int(max_spans)
+                max_spans = int(asked)
             except ValueError:
-                raise RequestError(f"max_spans={max_spans!r} is not a whole number") from None
+                raise RequestError(f"max_spans={asked!r} is not a whole number") from None
             if max_spans < MIN_MAX_SPANS:
                 raise RequestError(f"max_spans={max_spans} is below {MIN_MAX_SPANS}")
         path = run_dir / TIMELINE_JSON
@@ -227,11 +245,11 @@ class OverlapPlugin(base_plugin.TBPlugin):
             stat = path.stat()
         except OSError:
             raise RequestError(f"this run has no {TIMELINE_JSON} (it was not profiled)", code=404) from None
-        key = (str(path), stat.st_mtime_ns, stat.st_size, max_spans)
+        key = (str(path), stat.st_mtime_ns, stat.st_size, "heatmap" if heatmap else max_spans)
         with self._lock:
             replies = self._replies.get(key)
             if replies is None:
-                replies = timeline_replies(path, max_spans=max_spans)
+                replies = heatmap_replies(path) if heatmap else timeline_replies(path, max_spans=max_spans)
                 self._replies[key] = replies
                 while len(self._replies) > CACHED_REPLIES:
                     self._replies.popitem(last=False)
@@ -239,6 +257,15 @@ class OverlapPlugin(base_plugin.TBPlugin):
         if mode not in replies:
             raise RequestError(f"mode {mode!r} is not in this run's timeline (it has {', '.join(replies) or 'none'})", code=404)
         return replies[mode]
+
+
+def heatmap_replies(path: Path) -> dict[str, bytes]:
+    """Per mode of a timeline.json that has a heatmap: the heatmap route's reply (the Heatmap itself)."""
+    try:
+        timeline = load_timeline(path)
+    except UserError as err:
+        raise RequestError(f"unreadable {TIMELINE_JSON}: {err}", code=500) from None
+    return {mode: msgspec.json.encode(drawn.heatmap) for mode, drawn in timeline.modes.items() if drawn.heatmap is not None}
 
 
 def timeline_replies(path: Path, *, max_spans: int | None) -> dict[str, bytes]:

@@ -13,6 +13,7 @@ modes of a run that overlap in time are laid one after another. Nothing is measu
 
 from __future__ import annotations
 
+import functools
 import gzip
 import itertools
 import math
@@ -119,7 +120,7 @@ def write_perfetto(source: Source, out: Path, *, steps=None, warn=None) -> Perfe
                     next_flow_id=flow_ids.__next__,
                 )
                 rk.scans.append((fs, origin, shift_ns, window))
-            tracks = pt.rank_tracks(r, lambda us, o=origin, s=shift_ns: to_ns(us, o, s), mode)
+            tracks = pt.rank_tracks(r, functools.partial(to_ns, origin_us=origin, shift_ns=shift_ns), mode)
             base[r.rank] = sum(len(t.slices) for _, t in rk.drawn)
             rk.drawn.append((mode, tracks))
             drawn[r.rank] = tracks

@@ -73,6 +73,11 @@ class FileScan:
     """The earliest time of any event kept (None: none kept)."""
 
 
+def _inside(t: int, window_ns: tuple[int, int] | None) -> bool:
+    """t lies in the window (both ends included); everything does without one."""
+    return window_ns is None or window_ns[0] <= t <= window_ns[1]
+
+
 def to_ns(ts_us: float, origin_us: int, shift_ns: int) -> int:
     """A time in µs -> whole ns less shift_ns. Through a whole-µs origin near it: a trace on the
     epoch clock (1.7e15 µs) times 1000 is beyond what a float holds to the ns."""
@@ -97,8 +102,7 @@ def scan(
     flows: dict[tuple[str, str], list[bool]] = {}
     flow_ends: list[tuple[int, int]] = []
     flow_keys: list[tuple[str, str]] = []
-    lo, hi = window_ns if window_ns else (None, None)
-    t_min = [None]
+    t_min: list[int | None] = [None]
 
     def on_events(events: list[Event]) -> None:
         for e in events:
@@ -112,7 +116,7 @@ def scan(
                 key = (str(e.pid), str(e.tid))
                 t = to_ns(e.ts or 0.0, origin_us, shift_ns)
                 fk = (e.cat, str(e.id))
-                inside = lo is None or lo <= t <= hi
+                inside = _inside(t, window_ns)
                 ends = flows.setdefault(fk, [False, False, True])
                 ends[0] |= ph == "s"
                 ends[1] |= ph == "f"
@@ -129,13 +133,13 @@ def scan(
             elif ph and ph != "M" and e.ts is not None:
                 tracks.setdefault((str(e.pid), str(e.tid)), len(tracks))
                 t = to_ns(e.ts, origin_us, shift_ns)
-                if (lo is None or lo <= t <= hi) and (t_min[0] is None or t < t_min[0]):
+                if _inside(t, window_ns) and (t_min[0] is None or t < t_min[0]):
                     t_min[0] = t
 
     stream_events(read_chunks(path, CHUNK_BYTES), _EVENTS.decode, on_events)
     x_start = np.array(starts, dtype=np.int64)
     x_dur = np.maximum(np.array(durs, dtype=np.int64), 0)
-    keep = np.ones(x_start.size, dtype=bool) if lo is None else (x_start <= hi) & (x_start + x_dur >= lo)
+    keep = np.ones(x_start.size, dtype=bool) if window_ns is None else (x_start <= window_ns[1]) & (x_start + x_dur >= window_ns[0])
     ids = {fk: next_flow_id() for fk, (s, f, inside) in flows.items() if s and f and inside}
     firsts = [t for t in (t_min[0], int(x_start[keep].min()) if keep.any() else None) if t is not None]
     return FileScan(
@@ -168,7 +172,6 @@ def rewrite(
     """Pass 2: every event of the file that is kept, on the rank's process `pid`: slices on the
     tid of their lane (x_tid, in file order), flow events on flow_tid (in file order) with their
     merged ids, everything else on track_tid of its own track; times on the merged clock less base_ns (µs)."""
-    lo, hi = window_ns if window_ns else (None, None)
     state = {"x": 0, "flow": 0}
 
     def on_events(events: list[Event]) -> None:
@@ -194,7 +197,7 @@ def rewrite(
                 continue  # track names and order are the merged file's own
             else:
                 t = to_ns(e.ts, origin_us, shift_ns)
-                if lo is not None and not lo <= t <= hi:
+                if not _inside(t, window_ns):
                     continue
                 e.pid, e.tid = pid, track_tid[(str(e.pid), str(e.tid))]
                 e.ts = (t - base_ns) / 1000

@@ -93,7 +93,7 @@ def parse_vary(specs: list[str]) -> tuple[tuple[str, tuple], ...]:
     """`dim=256,512` -> (("dim", (256, 512)),), with one-line errors naming the flag. `seq-len` is `seq_len`."""
     if not specs:
         raise UserError("give at least one --vary KNOB=V1,V2,... (knobs: " + ", ".join(KNOBS) + ")")
-    out = []
+    out: list[tuple[str, tuple[Any, ...]]] = []
     for spec in specs:
         name, sep, values = spec.partition("=")
         name = name.strip().replace("-", "_")
@@ -150,7 +150,7 @@ def run_rank(sweep: SweepConfig) -> int:
                 run_status.write(sweep_dir, "running")
             point_dirs = []
             for index, (point, config) in enumerate(zip(sweep.points(), sweep.point_configs())):
-                config = dataclasses.replace(config, out=str(sweep_dir))
+                config = dataclasses.replace(config, job=dataclasses.replace(config.job, out=str(sweep_dir)))
                 name = point_dir_name(index, point)
                 point_dir = job.make_dir(lambda name=name: _mkdir(sweep_dir / name))
                 with job.failure_recorded(point_dir):
@@ -185,18 +185,21 @@ def sweep_record(sweep: SweepConfig, point_dirs: list[Path]) -> dict:
     from profile_overlap.record.load import load_metrics
 
     points = []
+    modes: list[str] = []
     for point, run_dir in zip(sweep.points(), point_dirs):
         metrics = load_metrics(run_dir / METRICS_JSON)
+        summary = metrics.summary
+        assert summary is not None  # load_metrics reads a record with its summary
         entry = {
             "name": run_dir.name,
             "knobs": point,
             "workload": {k: metrics.config.get(k) for k in WORKLOAD},
             "passed": metrics.passed,
-            "headline": metrics.summary.headline,
-            "within_noise": metrics.summary.within_noise,
+            "headline": summary.headline,
+            "within_noise": summary.within_noise,
         }
-        versus = {x.mode: x for x in metrics.summary.speedup_vs_first}
-        for mode, m in metrics.summary.modes.items():  # the run's order: --modes, else sequential, split, split-blocking
+        versus = {x.mode: x for x in summary.speedup_vs_first}
+        for mode, m in summary.modes.items():  # the run's order: --modes, else sequential, split, split-blocking
             entry[mode] = {
                 "step_ms": metrics.modes[mode].step_time.median_ms,
                 "speedup_vs_first": versus[mode].speedup,
@@ -207,7 +210,7 @@ def sweep_record(sweep: SweepConfig, point_dirs: list[Path]) -> dict:
                 "overlap_pct": m.overlap_pct,
             }
         points.append(entry)
-    modes = list(metrics.summary.modes)  # every point runs the same modes
+        modes = list(summary.modes)  # every point runs the same modes
     return {
         "vary": {k: list(v) for k, v in sweep.vary},
         "modes": modes,

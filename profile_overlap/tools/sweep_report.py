@@ -36,7 +36,8 @@ def figure(record: dict):
     x_name, x_values = vary[0]
     modes = modes_of(record)
     first = modes[0]
-    colours = dict(zip(modes, plt.cm.tab10.colors))
+    tab10 = plt.get_cmap("tab10")
+    colours = {mode: tab10(i) for i, mode in enumerate(modes)}
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), constrained_layout=True)
     panels = (
         (f"speedup vs {first} (x)", "speedup_vs_first", modes[1:]),

@@ -28,19 +28,21 @@ from pathlib import Path
 
 import msgspec
 
-from profile_overlap.analysis.classify import PHASES
 from profile_overlap.analysis.folder import analyze_dir, find_trace_files
 from profile_overlap.analysis.record import analysis_record
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import write_json_atomic
+from profile_overlap.core.modes import MODES, PHASES, SHARDED_MODES
 from profile_overlap.record.analysis import AnalysisRecord
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.whatif import SCHEMA, WHATIF_JSON, Crossover, SelfReplay, WhatifPoint, WhatifResult
 from profile_overlap.tools import whatif_model as model
 from profile_overlap.tools.bench_record import BenchTimes
 
-SAME_BODY = ("sequential", "split", "split-blocking", "ddp")
+SAME_BODY = tuple(name for name, spec in MODES.items() if spec.same_compute)
 """Modes that run the same forward and backward operators (fsdp2 adds its gathers' copies)."""
+CLEAN = tuple(name for name, spec in MODES.items() if not spec.overlaps)
+"""Modes whose collectives never run beside compute, so their compute times are clean: the first measured one lends them."""
 
 
 @dataclass(frozen=True)
@@ -141,8 +143,9 @@ def find_units(measured: dict[str, Measured], notes: list[str]) -> Units:
         if m is None:
             continue
         kind = "all_reduce" if mode == "sequential" else "reduce_scatter"
-        sizes = [c.nbytes for c in m.calls if c.phase == "backward" and c.kind == kind]
-        if sizes and all(s for s in sizes):
+        calls = [c for c in m.calls if c.phase == "backward" and c.kind == kind]
+        sizes = [c.nbytes for c in calls if c.nbytes]
+        if sizes and len(sizes) == len(calls):
             nbytes = tuple(reversed(sizes))
             by_bytes = tuple(s / sum(nbytes) for s in nbytes)
             cuts = next((x.backward_cuts for x in measured.values() if x.backward_cuts and len(x.backward_cuts) == len(nbytes)), None)
@@ -183,7 +186,7 @@ def step_graph(
     """The mode's step with compute scaled and each collective costed by `durations(call, n)`;
     `body`: the measurement whose pre-forward, forward and backward time to use (default: m's own)."""
     body = body or m
-    shard = measured_world / world_size if m.mode in model.SHARDED_MODES else 1.0
+    shard = measured_world / world_size if m.mode in SHARDED_MODES else 1.0
     comms = tuple(
         model.Comm(kind=c.kind, nbytes=c.nbytes or 0, phase=c.phase, unit=u, dur_us=durations(c, world_size))
         for c, u in _assign_units(m, units)
@@ -230,7 +233,7 @@ def whatif(
 ) -> WhatifResult:
     """Measure the run, replay it at its own size (self-replay) and at every target point; the record."""
     run = load_run(run_dir)
-    modes = tuple(m for m in run.metrics.modes if m in model.MODES and run.metrics.modes[m].analysis)
+    modes = tuple(m for m in run.metrics.modes if m in model.BUILDERS and run.metrics.modes[m].analysis)
     notes: list[str] = [f"{m}: not modelled (no profiled traces)" for m in run.metrics.modes if m not in modes]
     if not modes:
         raise UserError(f"{run_dir} has no profiled mode to replay: rerun with --profile-steps 2 or more")
@@ -246,7 +249,7 @@ def whatif(
     # Our three schedules and ddp run the same forward and backward operators (fsdp2 adds its own
     # copies); the model has no contention, so predictions take them from a mode where compute
     # never runs beside communication.
-    clean = next((measured[m] for m in ("sequential", "split-blocking") if m in measured), None)
+    clean = next((measured[m] for m in CLEAN if m in measured), None)
     if clean is not None:
         same = ", ".join(m for m in modes if m in SAME_BODY)
         notes.append(f"forward and backward time of {same} from {clean.mode}, where no communication runs beside compute")

@@ -22,11 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from profile_overlap.core.modes import MODES
 from profile_overlap.tools.whatif_replay import COMM, COMPUTE, StepTimes, Task, replay, step_times
-
-SHARDED_MODES = frozenset({"split", "split-blocking", "fsdp2"})
-"""Modes whose optimizer updates a 1/N shard: its compute scales with measured N / target N."""
-MODES = ("sequential", "split", "split-blocking", "ddp", "fsdp2")
 
 _RING_STEPS = {
     "all_reduce": lambda n: 2 * (n - 1),
@@ -92,13 +89,7 @@ class StepGraph:
 
 def tasks(graph: StepGraph, *, num_steps: int = 3) -> list[Task]:
     """The replay's tasks for `num_steps` back-to-back steps of `graph.mode`."""
-    build = {
-        "sequential": _sequential,
-        "split": _split,
-        "split-blocking": _split,
-        "ddp": _ddp,
-        "fsdp2": _fsdp2,
-    }[graph.mode]
+    build = BUILDERS[graph.mode]
     out: list[Task] = []
     carry: dict = {}
     for step in range(num_steps):
@@ -143,7 +134,7 @@ def _sequential(graph: StepGraph, out: list[Task], step: int, carry: dict) -> No
 
 
 def _split(graph: StepGraph, out: list[Task], step: int, carry: dict) -> None:
-    blocking = graph.mode == "split-blocking"
+    blocking = not MODES[graph.mode].overlaps
     gathers: dict[int, int] = carry.get("ag", {})
     rs_of = {c.unit: c for c in _comms(graph, "backward", "reduce_scatter")}
     ag_of = {c.unit: c for c in _comms(graph, "optimizer", "all_gather")}
@@ -260,3 +251,13 @@ def fit_alpha_beta(samples: Sequence[tuple[str, int, float, float]], *, latency_
     if inv_b <= 0:
         raise ValueError(f"the collectives are faster than the latency {latency_us} µs alone; give a smaller --latency-us")
     return latency_us, 1 / (inv_b * 1e3)
+
+
+BUILDERS = {
+    "sequential": _sequential,
+    "split": _split,
+    "split-blocking": _split,
+    "ddp": _ddp,
+    "fsdp2": _fsdp2,
+}
+"""The replay's step of each mode of core.modes.MODES (a mode without one is not modelled)."""

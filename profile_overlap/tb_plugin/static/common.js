@@ -59,9 +59,11 @@ export function foldable(mode, what, t) {
   return el("details", {}, el("summary", { text: `${mode}: ${rows} ${what} rows (click to show)` }), t);
 }
 
-// The step's phases, as the analysis labels them (record_function ranges), with the colours of
-// the report's timeline figure (render/timeline.py PHASE_COLOURS: light, colour-blind safe).
-export const PHASES = ["forward", "backward", "optimizer"];
+// The step's phases, in step order, as the server's registry has them (core/modes.py PHASES,
+// sent with the runs reply), with the colours of the report's timeline figure
+// (render/timeline_style.py PHASE_COLOURS: light, colour-blind safe).
+export let PHASES = [];
+export function setPhases(phases) { PHASES = phases; }
 export const PHASE_COLORS = { forward: "#99DDFF", backward: "#FBB4AE", optimizer: "#BBCC33" };
 export const PHASE_OTHER_COLOR = "#DDDDDD";
 export const PHASE_SHORT = { forward: "fwd", backward: "bwd", optimizer: "opt" };

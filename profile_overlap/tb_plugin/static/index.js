@@ -3,8 +3,9 @@
 // routes and draws them; it computes no metric (renderers never recompute) and requests nothing
 // outside this TensorBoard server. The timeline panels are timeline.js; helpers, common.js.
 
-import { bytes, el, exact, fixed, foldable, getJSON, PHASE_COLORS, PHASE_OTHER_COLOR, table } from "./common.js";
-import { MODE_TITLES, Timeline } from "./timeline.js";
+import { bytes, el, exact, fixed, foldable, getJSON, PHASE_COLORS, PHASE_OTHER_COLOR, setPhases, table } from "./common.js";
+import { heatmapPanel } from "./heatmap.js";
+import { Timeline } from "./timeline.js";
 
 // Spans asked of the server per rank and kind (it merges beyond this and says so): about
 // 2^17 per kind in all, so that 64 ranks stay smooth; never fewer than 256 per rank.
@@ -16,6 +17,26 @@ function slowestRank(metrics, mode) {
 }
 
 // ------------------------------------------------------------------ tables
+
+// Above this many ranks the per-rank, per-step, per-collective and per-phase rank tables give way
+// to the record's spread over the ranks (analysis.spread): the full tables are the CSV files
+// `analyze --json OUT` writes, or `analyze --per-rank`.
+const TABLE_RANKS = 64;
+const many = (analysis) => analysis.ranks.length > TABLE_RANKS;
+
+function spreadTable(mode, analysis) {
+  const digits = (s) => (s.metric === "overlap_pct" ? 2 : 0);
+  const f = (x, d) => x.toLocaleString("en-US", { minimumFractionDigits: d, maximumFractionDigits: d });
+  const named = (ranks) => (ranks.length ? ranks.join(", ") : "all equal");
+  const outliers = (o) => (o.length ? `${o.length}: ${o.slice(0, 8).join(", ")}${o.length > 8 ? ", …" : ""}` : "0");
+  return el("div", { class: "po-spread", "data-mode": mode },
+    el("p", { class: "po-muted", text: `${mode}: ${analysis.ranks.length.toLocaleString("en-US")} ranks; each per-rank number ` +
+      "over the ranks (µs; overlap in %); outliers: |x − median| > max(3 · 1.4826 · MAD, 5% of the median). Full tables: " +
+      "analyze --json OUT writes OUT.ranks.csv and OUT.steps.csv; analyze --per-rank prints them." }),
+    table(["per rank", "min", "p10", "median", "p90", "max", "worst ranks", "best ranks", "outliers"],
+      (analysis.spread || []).map((s) => [s.metric === "overlap_pct" ? "overlap %" : s.metric,
+        ...[s.min, s.p10, s.median, s.p90, s.max].map((x) => f(x, digits(s))), named(s.worst), named(s.best), outliers(s.outliers)])));
+}
 
 function summary(metrics, modes) {
   const box = el("div", { class: "po-summary" });
@@ -62,7 +83,7 @@ function integrityPanel(mode, analysis) {
   const checks = integrity.checks || [];
   const bad = [...checks.filter((c) => c.status === "error"), ...checks.filter((c) => c.status === "warning")];
   const offsets = Object.entries(integrity.clock_offsets_us || {});
-  const clocks = offsets.length > 1 ? el("p", { class: "po-muted", text: `${mode}: clock offsets against the reference rank: ` +
+  const clocks = offsets.length > 1 && offsets.length <= TABLE_RANKS ? el("p", { class: "po-muted", text: `${mode}: clock offsets against the reference rank: ` +
     offsets.map(([r, x]) => `rank ${r} ${exact(x)} ± ${exact(integrity.clock_uncertainty_us?.[r])} µs` +
       ((integrity.clock_moved || []).includes(Number(r)) ? " (moved)" : "")).join(", ") +
     ((integrity.clock_moved || []).length ? "; only offsets larger than their uncertainty move a rank's lanes"
@@ -129,7 +150,8 @@ function phaseTables(mode, metrics) {
     t.tHead.rows[0].cells[1].style.textAlign = "left";
     out.push(t);
   }
-  const ranks = (metrics.modes[mode]?.analysis?.ranks || []).filter((r) => r.phases?.length);
+  const analysis = metrics.modes[mode]?.analysis;
+  const ranks = analysis && !many(analysis) ? analysis.ranks.filter((r) => r.phases?.length) : [];
   if (ranks.length) {
     const bar = hiddenBar(Math.max(...ranks.flatMap((r) => r.phases.map((p) => p.comm_us ?? 0))));
     const rows = ranks.flatMap((r) => r.phases.map((p) => [mode, r.rank, swatch(p.phase), exact(p.window_us), exact(p.comm_us),
@@ -193,13 +215,13 @@ async function showRun(main, run, view) {
   for (const mode of modes) {
     const analysis = metrics.modes[mode]?.analysis;
     if (!run.has_timeline || !analysis) {
-      panels.append(el("section", { class: "po-panel" }, el("h3", { text: MODE_TITLES[mode] || mode }),
+      panels.append(el("section", { class: "po-panel" }, el("h3", { text: run.mode_titles[mode] || mode }),
         el("p", { class: "po-muted", text: run.status === "failed" && !analysis
           ? "no timeline: the run failed before this mode was profiled" : "not profiled: no timeline for this mode" })));
       continue;
     }
     const reply = await getJSON(`timeline?run=${encodeURIComponent(run.run)}&mode=${encodeURIComponent(mode)}&max_spans=${maxSpans(run.world_size)}`);
-    const tl = new Timeline(mode, reply, analysis, slowestRank(metrics, mode));
+    const tl = new Timeline(mode, reply, analysis, slowestRank(metrics, mode), run.mode_titles[mode]);
     timelines.push(tl);
     panels.append(tl.node);
   }
@@ -207,13 +229,19 @@ async function showRun(main, run, view) {
   const longest = Math.max(...timelines.map((tl) => tl.t1 - tl.t0));
   for (const tl of timelines) tl.setFull(tl.t0, tl.t0 + longest);
   const analysed = modes.filter((m) => metrics.modes[m]?.analysis);
+  const heatmaps = run.has_timeline ? await Promise.all(analysed.map((m) => heatmapPanel(run, m))) : [];
   const phases = analysed.flatMap((m) => phaseTables(m, metrics));
+  const small = analysed.filter((m) => !many(metrics.modes[m].analysis));
+  const large = analysed.filter((m) => many(metrics.modes[m].analysis));
   const world = metrics.env?.world_size ?? metrics.modes[analysed[0]]?.analysis?.world_size;
   const parts = [
     failures(metrics, run.status),
     summary(metrics, modes.filter((m) => metrics.modes[m])),
     run.perfetto ? perfettoLink(run) : null,
     panels,
+    ...(heatmaps.length ? [
+      el("h3", { text: "Every rank over the median step: where communication is exposed (rank x time heatmap)" }),
+      ...heatmaps] : []),
     ...(phases.length ? [
       el("h3", { text: "Per phase: communication hidden behind compute vs exposed (forward, backward, optimizer)" }),
       el("p", { class: "po-muted", text: "hidden = the phase's communication that overlaps its compute (overlap_us); exposed = the " +
@@ -223,19 +251,23 @@ async function showRun(main, run, view) {
     ...(analysed.length ? [
       el("h3", { text: "Integrity: what the traces say about their own numbers" }),
       ...analysed.map((m) => integrityPanel(m, metrics.modes[m].analysis)),
+      ...(large.length ? [el("h3", { text: "Over the ranks: each number's spread, worst and best ranks, outliers" }),
+        ...large.map((m) => spreadTable(m, metrics.modes[m].analysis))] : [])] : []),
+    ...(small.length ? [
       el("h3", { text: "Ranks: overlap, and the wait vs transfer split (stragglers)" }),
       el("p", { class: "po-muted", text: "Each collective call is matched across ranks; transfer = the fastest rank's duration, " +
         "wait = the rest. ◆ (red row) is the rank that waits least: the others wait for it." }),
-      ...analysed.map((m) => rankTable(m, metrics.modes[m].analysis, slowestRank(metrics, m))),
+      ...small.map((m) => rankTable(m, metrics.modes[m].analysis, slowestRank(metrics, m))),
       el("h3", { text: "Per profiler step (each metric clipped to the ProfilerStep#N window)" }),
-      ...analysed.map((m) => stepTable(m, metrics.modes[m].analysis)),
+      ...small.map((m) => stepTable(m, metrics.modes[m].analysis)),
       el("h3", { text: "Per collective (totals per rank; algbw = S/t, busbw = algbw · factor(kind, n), as nccl-tests)" }),
-      ...analysed.map((m) => collectiveTable(m, metrics.modes[m].analysis))] : []),
+      ...small.map((m) => collectiveTable(m, metrics.modes[m].analysis))] : []),
     world ? explain(world) : null];
   main.replaceChildren(...parts.filter((p) => p != null)); // replaceChildren(null) would show "null"
   for (const tl of timelines) tl.draw();
   const ro = new ResizeObserver(() => timelines.forEach((tl) => tl.schedule()));
   timelines.forEach((tl) => ro.observe(tl.canvas));
+  document.body.dataset.readyMs = String(Math.round(performance.now())); // the frame's own load time (bench_scale.py)
   document.body.dataset.ready = "true";
 }
 
@@ -248,7 +280,9 @@ export async function render() {
     el("b", { text: "Overlap" }), el("label", {}, "run ", runSelect), el("label", {}, "view ", viewSelect)), main);
   let runs;
   try {
-    runs = (await getJSON("runs")).runs.filter((r) => !r.error);
+    const reply = await getJSON("runs");
+    setPhases(reply.phases);
+    runs = reply.runs.filter((r) => !r.error);
   } catch (err) {
     main.replaceChildren(el("p", { class: "po-error", text: String(err.message || err) }));
     return;

@@ -10,14 +10,6 @@ export const COLORS = { compute: "#4e79a7", comm: "#f28e2b", overlap: "#59a14f" 
 const LANES = ["compute", "comm", "overlap"];
 const LABEL_W = 64; // px left of the lanes, for rank names
 const AXIS_H = 22;
-export const MODE_TITLES = {
-  sequential: "sequential: all_reduce, then Adam, then forward",
-  split: "split: reduce_scatter, Adam on the 1/N shard, all_gather overlapped with forward",
-  "split-blocking": "split-blocking: the split, each collective waited for at once (no overlap)",
-  ddp: "ddp: torch's DistributedDataParallel, bucketed all_reduce during backward",
-  fsdp2: "fsdp2: torch's fully_shard, all_gather before each unit, reduce_scatter in backward",
-  trace: "trace: analyze DIR --tensorboard",
-};
 
 // ------------------------------------------------------------------ timeline data
 
@@ -99,7 +91,7 @@ function firstStartAfter(lane, t) {
 // ------------------------------------------------------------------ one timeline panel
 
 export class Timeline {
-  constructor(mode, reply, analysis, slowest) {
+  constructor(mode, reply, analysis, slowest, title) {
     this.mode = mode;
     this.analysis = analysis;
     this.ranks = reply.ranks.map(prepareRank);
@@ -133,7 +125,7 @@ export class Timeline {
     const reset = el("button", { class: "po-button", text: "reset zoom" });
     reset.onclick = () => { this.view = [...this.full]; this.schedule(); };
     this.node = el("section", { class: "po-panel" },
-      el("h3", { text: MODE_TITLES[mode] || mode }),
+      el("h3", { text: title || mode }),
       el("div", { class: "po-legend" },
         ...LANES.map((k) => el("span", {}, el("i", { style: `background:${COLORS[k]}` }), k)),
         ...(this.hasPhases ? PHASES.map((p) => el("span", { class: "po-phase-key" },
