@@ -6,6 +6,8 @@ peak memory (RSS high-water, children included) is its own.
     python benchmarks/bench_analyze.py --mb 100     # per-rank size (10, 50, 100 ...)
     python benchmarks/bench_analyze.py --quick      # smoke run: small files, 2 runs
     python benchmarks/bench_analyze.py --baseline /tmp/base   # beside another checkout, run by run
+    python benchmarks/bench_analyze.py --many 1024  # also 1,024 ranks of small files (time and peak RSS)
+    python benchmarks/bench_analyze.py --large 0.5,1,2,4 --tmp /tmp   # one trace of each size (GB): peak RSS
 
 Targets: analysis time <= 1.5x the floor; peak memory <= 1.5x the largest uncompressed file.
 """
@@ -30,8 +32,12 @@ from synthetic import write_large_trace  # noqa: E402
 _CHILD = {
     "floor": """
 import gzip, orjson, sys, time
+from pathlib import Path
 t = time.perf_counter()
-for p in sys.argv[1:]:
+paths = [Path(p) for p in sys.argv[1:]]
+if len(paths) == 1 and paths[0].is_dir():
+    paths = sorted(paths[0].glob("*.json.gz"))
+for p in paths:
     with gzip.open(p) as f:
         doc = orjson.loads(f.read())
     del doc
@@ -51,6 +57,15 @@ from pathlib import Path
 from profile_overlap.analysis.folder import analyze_dir
 t = time.perf_counter()
 analyze_dir(Path(sys.argv[1]).parent)
+seconds = time.perf_counter() - t
+""",
+    "cli": """
+import contextlib, io, sys, time
+from pathlib import Path
+t = time.perf_counter()
+from profile_overlap.cli.main import main
+with contextlib.redirect_stdout(io.StringIO()):
+    assert main(["analyze", str(Path(sys.argv[1]).parent)]) == 0
 seconds = time.perf_counter() - t
 """,
     "hta": """
@@ -76,8 +91,11 @@ print(json.dumps({"seconds": seconds, "peak_rss_mb": peak_kb / 1024}))
 def measure(kind: str, files: list[Path], *, tree: Path | None = None) -> dict:
     """One fresh process; `tree`: import profile_overlap from that source tree instead of ours."""
     env = dict(os.environ, PYTHONPATH=str(tree or REPO))
+    # Many files would overflow the command line: the floor gets their folder instead, the
+    # others the first file (they read its folder).
+    args = files if len(files) <= 64 else [files[0].parent] if kind == "floor" else files[:1]
     p = subprocess.run(
-        [sys.executable, "-c", _CHILD[kind] + _REPORT, *map(str, files)], capture_output=True, text=True, cwd=tree or REPO, env=env
+        [sys.executable, "-c", _CHILD[kind] + _REPORT, *map(str, args)], capture_output=True, text=True, cwd=tree or REPO, env=env
     )
     if p.returncode != 0:
         raise RuntimeError(f"{kind} failed:\n{p.stderr[-2000:]}")
@@ -145,6 +163,67 @@ def tile_real_trace(source: Path, folder: Path, *, ranks: int, mb: float) -> tup
     return files, len(body), tiles
 
 
+def many(folder: Path, *, ranks: int, kb: float, runs: int) -> None:
+    """Many ranks of small files: what must not be dominated by process start or imports."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files, expected = [], []
+    for rank in range(ranks):
+        path = folder / f"rank{rank}.pt.trace.json.gz"
+        expected.append(write_large_trace(path, target_bytes=int(kb * 1e3), rank=rank, world_size=ranks, layers_per_step=20))
+        files.append(path)
+    from profile_overlap.analysis.folder import analyze_dir
+
+    result = analyze_dir(folder)
+    assert [r.rank for r in result.ranks] == list(range(ranks))
+    for r, e in zip(result.ranks, expected):
+        assert (r.comm_us, r.compute_us, r.overlap_us) == (e.comm_us, e.compute_us, e.overlap_us), (r, e)
+    rows = {}
+    for kind in ("floor", "ours_1proc", "ours", "cli"):
+        got = [measure(kind, files) for _ in range(runs)]
+        rows[kind] = (statistics.median(r["seconds"] for r in got), max(r["peak_rss_mb"] for r in got))
+    print()
+    print(
+        f"Many ranks: {ranks} files x {expected[0].nbytes / 1e3:.0f} kB uncompressed ({expected[0].num_events:,} events each, "
+        f"{sum(f.stat().st_size for f in files) / 1e6:.1f} MB gzipped in all), median of {runs}"
+    )
+    print()
+    print("| what | time (s) | x floor | ms per file | peak RSS (MiB) |")
+    print("|---|---:|---:|---:|---:|")
+    label = {
+        "floor": "floor: gzip + orjson.loads, one file after the other",
+        "ours_1proc": "profile_overlap analyze_dir, 1 process",
+        "ours": "profile_overlap analyze_dir, one process per core",
+        "cli": "the `analyze DIR` command: imports and console tables included (output discarded)",
+    }
+    for kind, (s, mb) in rows.items():
+        print(f"| {label[kind]} | {s:.2f} | {s / rows['floor'][0]:.2f} | {1000 * s / ranks:.1f} | {mb:.0f} |")
+
+
+def large(sizes_gb: list[float], tmp: Path) -> int:
+    """Peak memory against the file size: one trace per size, the largest also gzipped."""
+    import shutil
+
+    print("| file | events | time (s) | peak RSS (MiB) | MiB per GB |")
+    print("|---|---:|---:|---:|---:|")
+    cases = [(gb, ".json") for gb in sizes_gb] + [(max(sizes_gb), ".json.gz")]
+    for gb, suffix in cases:
+        if shutil.disk_usage(tmp).free < 1.2 * gb * 1e9:
+            print(f"| {gb:g} GB{suffix} | skipped: not enough free space in {tmp} | | | |")
+            continue
+        folder = Path(tempfile.mkdtemp(prefix="bench_large_", dir=tmp))
+        try:
+            path = folder / f"rank0.pt.trace{suffix}"
+            e = write_large_trace(path, target_bytes=int(gb * 1e9), rank=0, world_size=1)
+            got = measure("ours_1proc", [path])
+            print(
+                f"| {e.nbytes / 1e9:.2f} GB{' gzipped' if suffix.endswith('gz') else ''} | {e.num_events:,} | "
+                f"{got['seconds']:.1f} | {got['peak_rss_mb']:.0f} | {got['peak_rss_mb'] / (e.nbytes / 1e9):.0f} |"
+            )
+        finally:
+            shutil.rmtree(folder)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=float, default=76, help="uncompressed size of each rank's trace (default 76)")
@@ -153,6 +232,15 @@ def main() -> int:
     ap.add_argument("--scaling", default="2,8,32", help="rank counts for the scaling table (default 2,8,32)")
     ap.add_argument("--scaling-mb", type=float, default=4, help="per-rank size in the scaling table (default 4)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 x 5 MB, 2 runs, scaling 2,8 ranks of 1 MB")
+    ap.add_argument("--many", type=int, default=0, metavar="N", help="also N ranks of small files (e.g. 1024), time and peak RSS")
+    ap.add_argument(
+        "--large",
+        metavar="GB,...",
+        help="only this: one trace of each size (e.g. 0.5,1,2,4; the largest also gzipped) written to --tmp, analysed "
+        "in a fresh process (time, peak RSS), then deleted",
+    )
+    ap.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()), help="where --large writes its files")
+    ap.add_argument("--many-kb", type=float, default=100, help="uncompressed size of each of the --many files in kB (default 100)")
     ap.add_argument(
         "--from-trace",
         type=Path,
@@ -171,6 +259,8 @@ def main() -> int:
     if args.quick:
         args.mb, args.runs, args.scaling, args.scaling_mb = 5, 2, "2,8", 1
 
+    if args.large:
+        return large([float(x) for x in args.large.split(",")], args.tmp)
     kinds = ["floor", "ours_1proc", "ours"] + (["hta"] if hta_available() else [])
     with tempfile.TemporaryDirectory(prefix="bench_analyze_") as tmp:
         tmp = Path(tmp)
@@ -239,6 +329,8 @@ def main() -> int:
         if args.from_trace:
             return 0
 
+        if args.many:
+            many(tmp / "many", ranks=args.many, kb=args.many_kb, runs=args.runs)
         print()
         print(f"Scaling: analyze_dir on N ranks of {args.scaling_mb:g} MB each (median of {args.runs})")
         print()

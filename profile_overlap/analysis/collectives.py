@@ -19,7 +19,7 @@ CallKey = tuple[str, str, int]
 """(process group, kind, seq): one call, the same on every rank that makes it."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CollectiveInstance:
     """One collective call on one rank, for cross-rank matching."""
 
@@ -48,7 +48,7 @@ class CollectiveStats:
     group_size: int | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CollectiveCall:
     """One collective call as read from one file, before numbering."""
 

@@ -83,16 +83,18 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False,
                 arrivals[key].append((clocks.aligned(r.rank, inst.start_us), r.rank))
     # The last to start each call, on the aligned clock (the lower rank on an exact tie).
     last_at = Counter(max(a, key=lambda x: (x[0], -x[1]))[1] for a in arrivals.values() if len(a) >= 2)
+    # Each call's fastest duration once, not once per rank (that is quadratic in the ranks).
+    fastest_of = {key: min(d) for key, d in durations.items()}
     waits = []
     for r in ranks:
         wait = transfer = 0.0
         matched = 0
         for inst in r.instances:
-            peers = durations[(inst.pg, inst.kind, inst.seq)]
-            if len(peers) < 2:
+            key = (inst.pg, inst.kind, inst.seq)
+            if len(durations[key]) < 2:
                 continue
             matched += 1
-            fastest = min(peers)
+            fastest = fastest_of[key]
             transfer += fastest
             wait += inst.dur_us - fastest
         aligned = r.rank in clocks.offsets_us and matched > 0

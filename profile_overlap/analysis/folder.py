@@ -4,15 +4,18 @@ trace files, read them in parallel processes, group them by rank, and report or 
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from profile_overlap.analysis.cross_rank import TraceAnalysis, combine
-from profile_overlap.analysis.events import FileEvents, extract
-from profile_overlap.analysis.per_rank import finish_rank
+from profile_overlap.analysis.events import extract
+from profile_overlap.analysis.per_rank import RankAnalysis, finish_rank
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import (
@@ -29,6 +32,7 @@ from profile_overlap.core.files import (
 
 PARALLEL_MIN_BYTES = 2 << 20
 """analyze_dir reads files in worker processes only when they hold more than this in total."""
+_FORK = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
 
 # profile_overlap's own records, which sit beside traces in a run folder (or an analyze --tensorboard
 # output folder) and are not traces. Skipped only in folders that are ours (a metrics.json or
@@ -50,26 +54,35 @@ def find_trace_files(folder: Path) -> list[Path]:
     )
 
 
-def _extract_path(path: str) -> FileEvents | UserError:
+@dataclass(frozen=True)
+class FileResult:
+    """One trace file read and measured on its own, in a worker: what the grouping by rank needs,
+    and the file's rank analysis for the usual case of one file per rank (a few kB, where the
+    file's events are MBs; a rank with several files is measured again from all of them)."""
+
+    path: str
+    rank: int | None
+    t_min: float
+    t_max: float
+    alone: RankAnalysis | UserError
+    """finish_rank of this file alone, or the error it raised."""
+
+
+def read_file(path: str, *, hta_compat: bool = False, steps=None, keep_spans: bool = False) -> FileResult | UserError:
+    """Read, classify and measure one file (run in worker processes, or on a torchrun rank)."""
     try:
-        return extract(load_trace(Path(path)))
+        f = extract(load_trace(Path(path)))
     except UserError as err:
         return err
+    try:
+        alone: RankAnalysis | UserError = finish_rank([f], hta_compat=hta_compat, steps=steps, keep_spans=keep_spans)
+    except UserError as err:
+        alone = err
+    return FileResult(path=f.path, rank=f.rank, t_min=f.t_min, t_max=f.t_max, alone=alone)
 
 
-def analyze_dir(
-    folder: Path,
-    *,
-    hta_compat: bool = False,
-    steps: tuple[int | None, int | None] | None = None,
-    skip_bad: bool = False,
-    warn: Callable[[str], None] | None = None,
-    max_workers: int | None = None,
-    keep_spans: bool = False,
-) -> TraceAnalysis:
-    """Every trace under `folder`, grouped by rank; files are read in parallel processes.
-    With skip_bad, a bad file is reported through `warn(message)` and left out. keep_spans: each
-    rank keeps the intervals behind its totals (RankAnalysis.spans)."""
+def trace_paths(folder: Path) -> list[Path]:
+    """The trace files `analyze DIR` reads, or a UserError saying why there are none."""
     folder = Path(folder)
     if not folder.exists():
         raise UserError(f"{folder} does not exist; pass the folder that holds the *.pt.trace.json(.gz) files")
@@ -81,22 +94,34 @@ def analyze_dir(
             f"no *.json or *.json.gz trace files under {folder}; point analyze at a "
             "torch.profiler output folder (tensorboard_trace_handler's dir_name)"
         )
-    workers = max_workers or min(len(paths), os.cpu_count() or 1)
-    # Worker processes cost ~0.3 s to start: only worth it when there is real parsing to share.
-    total_bytes = sum(p.stat().st_size for p in paths)
-    if len(paths) > 1 and workers > 1 and total_bytes > PARALLEL_MIN_BYTES:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(_extract_path, [str(p) for p in paths]))
-    else:
-        results = [_extract_path(str(p)) for p in paths]
+    return paths
 
+
+def _bad(skip_bad: bool, warn: Callable[[str], None] | None) -> Callable[[str], None]:
     def bad(message: str) -> None:
         if not skip_bad:
             raise UserError(message)
         if warn is not None:
             warn(message)
 
-    files: list[FileEvents] = []
+    return bad
+
+
+def finish(
+    folder: Path,
+    results: list[FileResult | UserError],
+    *,
+    hta_compat: bool = False,
+    steps: tuple[int | None, int | None] | None = None,
+    skip_bad: bool = False,
+    warn: Callable[[str], None] | None = None,
+    keep_spans: bool = False,
+) -> TraceAnalysis:
+    """The files' results (in `trace_paths` order) -> the analysis: report bad files, group the
+    files by rank, measure each rank (again, from all its files, if it has several) and add the
+    cross-rank view. Shared by `analyze_dir` and the torchrun driver (`analysis.cluster`)."""
+    bad = _bad(skip_bad, warn)
+    files: list[FileResult] = []
     for result in results:
         if isinstance(result, UserError):
             bad(str(result))
@@ -112,7 +137,7 @@ def analyze_dir(
                 "name; rename it with its rank (e.g. rank3.json)"
             )
         files = [f for f in files if f.rank is not None]
-    by_rank: dict[int | None, list[FileEvents]] = defaultdict(list)
+    by_rank: dict[int | None, list[FileResult]] = defaultdict(list)
     duplicates = []
     for f in sorted(files, key=lambda f: f.t_min):
         # Several files of one rank are fine when they are successive profiler spans (one file
@@ -129,9 +154,47 @@ def analyze_dir(
     ranks = []
     for _rank, group in sorted(by_rank.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
         try:
-            ranks.append(finish_rank(group, hta_compat=hta_compat, steps=steps, keep_spans=keep_spans))
+            if len(group) == 1:
+                result = group[0].alone
+                if isinstance(result, UserError):
+                    raise result
+            else:
+                # Successive spans of one rank: read them again, together (rare; one process).
+                events = [extract(load_trace(Path(f.path))) for f in group]
+                result = finish_rank(events, hta_compat=hta_compat, steps=steps, keep_spans=keep_spans)
+            ranks.append(result)
         except UserError as err:
             bad(str(err))
     if not ranks:
         raise UserError(f"no usable trace under {folder}: every rank was bad (see the warnings above)")
     return combine(ranks, source=str(folder), hta_compat=hta_compat, duplicates=tuple(duplicates))
+
+
+def analyze_dir(
+    folder: Path,
+    *,
+    hta_compat: bool = False,
+    steps: tuple[int | None, int | None] | None = None,
+    skip_bad: bool = False,
+    warn: Callable[[str], None] | None = None,
+    max_workers: int | None = None,
+    keep_spans: bool = False,
+) -> TraceAnalysis:
+    """Every trace under `folder`, grouped by rank; files are read in parallel processes.
+    With skip_bad, a bad file is reported through `warn(message)` and left out. keep_spans: each
+    rank keeps the intervals behind its totals (RankAnalysis.spans)."""
+    folder = Path(folder)
+    paths = trace_paths(folder)
+    workers = max_workers or min(len(paths), os.cpu_count() or 1)
+    read = partial(read_file, hta_compat=hta_compat, steps=steps, keep_spans=keep_spans)
+    # Worker processes cost ~0.1 s to start: only worth it when there is real parsing to share.
+    # Each worker returns its files' small per-rank results, not their events, so the parent's
+    # memory does not grow with the traces.
+    total_bytes = sum(p.stat().st_size for p in paths)
+    if len(paths) > 1 and workers > 1 and total_bytes > PARALLEL_MIN_BYTES:
+        # fork: the workers start with this process's imports, not a fresh interpreter each.
+        with ProcessPoolExecutor(max_workers=workers, mp_context=_FORK) as pool:
+            results = list(pool.map(read, [str(p) for p in paths], chunksize=max(1, len(paths) // (8 * workers))))
+    else:
+        results = [read(str(p)) for p in paths]
+    return finish(folder, results, hta_compat=hta_compat, steps=steps, skip_bad=skip_bad, warn=warn, keep_spans=keep_spans)

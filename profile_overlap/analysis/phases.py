@@ -69,10 +69,11 @@ def phase_windows(
     if unlabelled:
         (phase, source), start, end, names = _evidence(trace)
         seeds = _gradient_seeds(trace, main)
+        device = _by_launch(kernels) if kernels is not None else None  # sorted once, not once per step
         for lo, hi in unlabelled:
             i, j = np.searchsorted(start, [lo, hi], side="left")
             inferred = _infer(((phase[i:j], source[i:j]), start[i:j], end[i:j], names), lo, hi, seeds)
-            rows += _on_device(inferred, kernels) if kernels is not None else inferred
+            rows += _on_device(inferred, device) if device is not None else inferred
     return PhaseWindows.of(rows)
 
 
@@ -192,13 +193,19 @@ def _infer(
     return [(p, max(a, lo), min(b, hi), s) for p, a, b, s in rows if min(b, hi) > max(a, lo)]
 
 
-def _on_device(rows: list[tuple[int, float, float, str]], kernels: tuple[np.ndarray, ...]) -> list[tuple[int, float, float, str]]:
-    """GPU: each CPU window -> the span of the kernels launched inside it, as a labelled range's
-    device-side copy (gpu_user_annotation) spans its kernels; dropped when it launched none."""
+def _by_launch(kernels: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(launch, start, end) of the kernels with a known launch, in launch order."""
     launch, start, end = kernels
     known = ~np.isnan(launch)
     order = np.argsort(launch[known], kind="stable")
-    launch, start, end = launch[known][order], start[known][order], end[known][order]
+    return launch[known][order], start[known][order], end[known][order]
+
+
+def _on_device(rows: list[tuple[int, float, float, str]], device: tuple[np.ndarray, ...]) -> list[tuple[int, float, float, str]]:
+    """GPU: each CPU window -> the span of the kernels launched inside it, as a labelled range's
+    device-side copy (gpu_user_annotation) spans its kernels; dropped when it launched none.
+    device: `_by_launch` of the kernels."""
+    launch, start, end = device
     out = []
     for p, a, b, source in rows:
         i, j = np.searchsorted(launch, [a, b], side="left")

@@ -87,18 +87,24 @@ def replay_steps(f: FileEvents) -> Iterator[ReplayStep]:
     comm = iv.union(f.comm.start, f.comm.end)
     compute = iv.difference(iv.union(f.compute.start, f.compute.end), f.exclude)
     starts = np.array([c.start_us for c in f.calls], dtype=float)
-    shares = stream_shares(starts, starts + np.array([c.dur_us for c in f.calls], dtype=float))
+    shares = stream_shares(starts, starts + np.array([c.dur_us for c in f.calls], dtype=float)).tolist()
+    # The calls in issue order (stable: ties keep the file's order), so that each step takes its
+    # own by bisection rather than looking at every call (quadratic in the trace's length).
+    issued_at = np.array([c.issued_us if c.issued_us is not None else c.start_us for c in f.calls], dtype=float)
+    by_issue = np.argsort(issued_at, kind="stable")
+    issued_sorted = issued_at[by_issue]
     for num, lo, hi in zip(f.step_num.tolist(), f.step_start.tolist(), f.step_end.tolist()):
         exposed = iv.difference(iv.clip(comm, lo, hi), iv.clip(compute, lo, hi))
         step_busy = iv.difference((np.array([lo]), np.array([hi])), exposed)
         windows = {name: _phase_union(f, i, lo, hi) for i, name in enumerate(PHASES)}
         phase_us = tuple(iv.intersection_length(step_busy, w) for w in windows.values())
         issued = []
-        for c, share in zip(f.calls, shares.tolist()):
+        i, j = np.searchsorted(issued_sorted, [lo, hi], side="left")
+        for k in sorted(by_issue[i:j].tolist()):  # the file's order, as before
+            c, share = f.calls[k], shares[k]
             t = c.issued_us if c.issued_us is not None else c.start_us
-            if lo <= t < hi:
-                phase = next((n for n, w in windows.items() if iv.covers(w, np.array([t]))[0]), OTHER)
-                issued.append((t, ReplayCall(kind=c.kind, nbytes=c.nbytes, phase=phase, share_us=share)))
+            phase = next((n for n, w in windows.items() if iv.covers(w, np.array([t]))[0]), OTHER)
+            issued.append((t, ReplayCall(kind=c.kind, nbytes=c.nbytes, phase=phase, share_us=share)))
         issued.sort(key=lambda x: (x[0], x[1].kind))
         launches = [t for t, c in issued if c.phase == "backward" and c.kind == "reduce_scatter"]
         yield ReplayStep(

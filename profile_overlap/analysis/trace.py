@@ -17,6 +17,8 @@ import gzip
 import re
 import zlib
 from array import array
+from bisect import bisect_left
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,6 +115,38 @@ class CollectiveArgs(msgspec.Struct, frozen=True):
     input_type: list[Any] | None = None
 
 
+class RowArgs(Mapping):
+    """Row -> CollectiveArgs, read-only, for the few rows that have them: two compact columns
+    (rows ascending, index into `values`) rather than a dict, and identical arguments shared by
+    one object. A 4 GB trace has millions of collective events but a handful of distinct ones."""
+
+    def __init__(self, rows: array, codes: array, values: tuple[CollectiveArgs, ...]) -> None:
+        self._rows, self._codes, self._values = rows, codes, values
+
+    def _find(self, row) -> int:
+        i = bisect_left(self._rows, row)
+        return i if i < len(self._rows) and self._rows[i] == row else -1
+
+    def __getitem__(self, row) -> CollectiveArgs:
+        i = self._find(row)
+        if i < 0:
+            raise KeyError(row)
+        return self._values[self._codes[i]]
+
+    def get(self, row, default=None):
+        i = self._find(row) if row is not None else -1
+        return self._values[self._codes[i]] if i >= 0 else default
+
+    def __contains__(self, row) -> bool:
+        return self._find(row) >= 0
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
 @dataclass(frozen=True)
 class Events:
     """One kind of event as columns. `name` and `tid` index into `names` / `tids`."""
@@ -126,7 +160,7 @@ class Events:
     cat: np.ndarray  # int8: index into the category tuple of the table
     external_id: np.ndarray  # int64, -1 if absent
     correlation: np.ndarray  # int64, -1 if absent
-    args: dict[int, CollectiveArgs]  # row -> collective args, only for collective events
+    args: RowArgs  # row -> collective args, only for collective events
 
     def __len__(self) -> int:
         return int(self.ts.size)
@@ -169,7 +203,7 @@ class _Columns:
         self.name, self.tid, self.cat = array("i"), array("i"), array("b")
         self.ts, self.dur = array("d"), array("d")
         self.ext, self.corr = array("q"), array("q")
-        self.args: dict[int, CollectiveArgs] = {}
+        self.arg_rows, self.arg_codes = array("q"), array("i")
 
     def extend(self, events: list[_Event], cats: list[int]) -> list[int]:
         """Append events (list comprehensions: several times faster than a per-event method).
@@ -185,34 +219,71 @@ class _Columns:
         self.corr.extend([a.correlation if (a := e.args) is not None else -1 for e in events])
         return codes
 
-    def freeze(self) -> Events:
+    def add_args(self, row: int, args: _Args, shared: _SharedArgs) -> None:
+        self.arg_rows.append(row)
+        self.arg_codes.append(shared.code(args))
+
+    def freeze(self, shared: _SharedArgs) -> Events:
+        # Views of the arrays, not copies: a copy would double the peak for a moment.
         return Events(
             names=tuple(self.names),
             tids=tuple(str(t) for t in self.tids),
-            name=np.frombuffer(self.name, dtype=np.int32).copy(),
-            tid=np.frombuffer(self.tid, dtype=np.int32).copy(),
-            ts=np.frombuffer(self.ts, dtype=np.float64).copy(),
-            dur=np.frombuffer(self.dur, dtype=np.float64).copy(),
-            cat=np.frombuffer(self.cat, dtype=np.int8).copy(),
-            external_id=np.frombuffer(self.ext, dtype=np.int64).copy(),
-            correlation=np.frombuffer(self.corr, dtype=np.int64).copy(),
-            args=self.args,
+            name=_column(self.name, np.int32),
+            tid=_column(self.tid, np.int32),
+            ts=_column(self.ts, np.float64),
+            dur=_column(self.dur, np.float64),
+            cat=_column(self.cat, np.int8),
+            external_id=_column(self.ext, np.int64),
+            correlation=_column(self.corr, np.int64),
+            args=RowArgs(self.arg_rows, self.arg_codes, tuple(shared.values)),
         )
 
 
-def _collective_args(a: _Args) -> CollectiveArgs:
-    # Decode the lazily kept raw fields now: a msgspec.Raw pins the whole chunk in memory.
-    return CollectiveArgs(
-        collective_name=a.collective_name,
-        in_nelems=a.in_nelems,
-        out_nelems=a.out_nelems,
-        dtype=a.dtype,
-        group_size=a.group_size,
-        pg_name=a.pg_name,
-        pg_ranks=msgspec.json.decode(a.pg_ranks) if a.pg_ranks else None,
-        input_dims=msgspec.json.decode(a.input_dims) if a.input_dims else None,
-        input_type=msgspec.json.decode(a.input_type) if a.input_type else None,
-    )
+def _column(a: array, dtype) -> np.ndarray:
+    """A read-only numpy view of a compact array (an empty array cannot be viewed)."""
+    col = np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype=dtype)
+    col.flags.writeable = False
+    return col
+
+
+class _SharedArgs:
+    """One CollectiveArgs per distinct set of arguments, shared by the events that have it (a
+    trace repeats the same few collectives every step), coded by position in `values`."""
+
+    def __init__(self) -> None:
+        self.codes: dict[tuple, int] = {}
+        self.values: list[CollectiveArgs] = []
+
+    def code(self, a: _Args) -> int:
+        # bytes() of the raw fields: a msgspec.Raw pins the whole chunk in memory.
+        key = (
+            a.collective_name,
+            a.in_nelems,
+            a.out_nelems,
+            a.dtype,
+            a.group_size,
+            a.pg_name,
+            bytes(a.pg_ranks),
+            bytes(a.input_dims),
+            bytes(a.input_type),
+        )
+        code = self.codes.get(key)
+        if code is None:
+            code = self.codes[key] = len(self.values)
+            self.values.append(
+                CollectiveArgs(
+                    collective_name=a.collective_name,
+                    in_nelems=a.in_nelems,
+                    out_nelems=a.out_nelems,
+                    dtype=a.dtype,
+                    group_size=a.group_size,
+                    pg_name=a.pg_name,
+                    pg_ranks=msgspec.json.decode(key[6]) if key[6] else None,
+                    input_dims=msgspec.json.decode(key[7]) if key[7] else None,
+                    input_type=msgspec.json.decode(key[8]) if key[8] else None,
+                )
+            )
+        return code
 
 
 class _Sink:
@@ -222,6 +293,7 @@ class _Sink:
         tids: dict[int | str, int] = {}
         self.kernels = _Columns({}, {})
         self.cpu = _Columns({}, tids)
+        self.shared = _SharedArgs()
         self.rt_corr, self.rt_ts, self.rt_tid = array("q"), array("d"), array("i")
         self.thread_names: dict[str, list[str]] = {}
         self.pid: str | None = None
@@ -236,7 +308,7 @@ class _Sink:
             for i, e in enumerate(kernels):
                 a = e.args
                 if a is not None and (a.collective_name is not None or a.in_nelems is not None):
-                    self.kernels.args[base + i] = _collective_args(a)
+                    self.kernels.add_args(base + i, a, self.shared)
         cpu = [e for e in events if e.cat in CPU_CATS]
         if cpu:
             if self.pid is None:
@@ -251,7 +323,7 @@ class _Sink:
             for i, code in enumerate(codes):
                 args = cpu[i].args
                 if code in wanted and args is not None:
-                    self.cpu.args[base + i] = _collective_args(args)
+                    self.cpu.add_args(base + i, args, self.shared)
         runtime = [
             (e.args.correlation, e.ts, e.tid) for e in events if e.cat in RUNTIME_CATS and e.args is not None and e.args.correlation != -1
         ]
@@ -318,9 +390,9 @@ def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
         world_size=info.world_size if info else None,
         pg_sizes={pg.pg_name: pg.pg_size for pg in (info.pg_config if info else [])},
         thread_names={tid: tuple(names) for tid, names in sink.thread_names.items()},
-        kernels=sink.kernels.freeze(),
-        cpu=sink.cpu.freeze(),
-        runtime_correlation=np.frombuffer(sink.rt_corr, dtype=np.int64).copy(),
-        runtime_ts=np.frombuffer(sink.rt_ts, dtype=np.float64).copy(),
-        runtime_tid=np.frombuffer(sink.rt_tid, dtype=np.int32).copy(),
+        kernels=sink.kernels.freeze(sink.shared),
+        cpu=sink.cpu.freeze(sink.shared),
+        runtime_correlation=_column(sink.rt_corr, np.int64),
+        runtime_ts=_column(sink.rt_ts, np.float64),
+        runtime_tid=_column(sink.rt_tid, np.int32),
     )

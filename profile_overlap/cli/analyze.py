@@ -6,7 +6,9 @@
     python -m profile_overlap analyze traces/ --strict          # exit 1 when an integrity check fails
 
 Prints one table per rank, then the collectives, the profiler steps and the cross-rank
-wait/transfer split, then the integrity checks (a line per check that is not ok). Does not import torch.
+wait/transfer split, then the integrity checks (a line per check that is not ok). Does not import torch,
+except under torchrun (`torchrun --nnodes N --nproc-per-node M -m profile_overlap analyze DIR`), where
+the files are spread over the job's ranks (analysis/cluster.py) and rank 0 prints and writes.
 """
 
 from __future__ import annotations
@@ -80,7 +82,22 @@ def main(args: argparse.Namespace) -> int:
     def warn(message: str) -> None:
         print(f"warning: {message}", file=sys.stderr)
 
-    analysis = analyze_dir(args.dir, hta_compat=args.hta_compat, steps=args.steps, skip_bad=args.skip_bad, warn=warn)
+    from profile_overlap.analysis import cluster
+
+    options = {"hta_compat": args.hta_compat, "steps": args.steps, "skip_bad": args.skip_bad}
+    if cluster.launched_by_torchrun():
+        # Spread over the torchrun job's ranks: rank 0 prints and writes, the others stay quiet.
+        leader = cluster.is_leader()
+        try:
+            analysis = cluster.analyze_dir_cluster(args.dir, warn=warn if leader else None, **options)
+        except UserError:
+            if leader:
+                raise
+            return 2
+        if analysis is None:
+            return 0
+    else:
+        analysis = analyze_dir(args.dir, warn=warn, **options)
     record = analysis_record(analysis)
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 140))
     tables = "in {} and {}".format(*csv_paths(args.json)) + ", or pass --per-rank" if args.json else ""
