@@ -10,6 +10,7 @@ torch is imported only here, and only when torchrun launched us: plain `analyze`
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -49,7 +50,7 @@ def analyze_dir_cluster(
     hta_compat: bool = False,
     steps: tuple[int | None, int | None] | None = None,
     skip_bad: bool = False,
-    warn=None,
+    warn: Callable[[str], None] | None = None,
     keep_spans: bool = False,
     timeout_s: float = 1800.0,
 ) -> TraceAnalysis | None:
@@ -79,6 +80,7 @@ def analyze_dir_cluster(
         dist.destroy_process_group()
     if rank != 0:
         return None
+    assert gathered is not None  # rank 0 gathered every rank's part
     results = {i: r for part in gathered for i, r in part.items()}
     assert sorted(results) == list(range(len(paths))), "every file read once"
     return finish(

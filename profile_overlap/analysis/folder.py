@@ -68,7 +68,9 @@ class FileResult:
     """finish_rank of this file alone, or the error it raised."""
 
 
-def read_file(path: str, *, hta_compat: bool = False, steps=None, keep_spans: bool = False) -> FileResult | UserError:
+def read_file(
+    path: str, *, hta_compat: bool = False, steps: tuple[int | None, int | None] | None = None, keep_spans: bool = False
+) -> FileResult | UserError:
     """Read, classify and measure one file (run in worker processes, or on a torchrun rank)."""
     try:
         f = extract(load_trace(Path(path)))
@@ -151,18 +153,18 @@ def finish(
                 f"{clash.path} and {f.path} both claim rank {f.rank} and cover the same time, so they are "
                 "not successive profiler spans of one worker; remove the duplicate or analyze each run's folder separately"
             )
-    ranks = []
+    ranks: list[RankAnalysis] = []
     for _rank, group in sorted(by_rank.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
         try:
             if len(group) == 1:
-                result = group[0].alone
-                if isinstance(result, UserError):
-                    raise result
+                alone = group[0].alone
+                if isinstance(alone, UserError):
+                    raise alone
+                ranks.append(alone)
             else:
                 # Successive spans of one rank: read them again, together (rare; one process).
                 events = [extract(load_trace(Path(f.path))) for f in group]
-                result = finish_rank(events, hta_compat=hta_compat, steps=steps, keep_spans=keep_spans)
-            ranks.append(result)
+                ranks.append(finish_rank(events, hta_compat=hta_compat, steps=steps, keep_spans=keep_spans))
         except UserError as err:
             bad(str(err))
     if not ranks:

@@ -115,30 +115,31 @@ class CollectiveArgs(msgspec.Struct, frozen=True):
     input_type: list[Any] | None = None
 
 
-class RowArgs(Mapping):
+class RowArgs(Mapping[int, CollectiveArgs]):
     """Row -> CollectiveArgs, read-only, for the few rows that have them: two compact columns
     (rows ascending, index into `values`) rather than a dict, and identical arguments shared by
     one object. A 4 GB trace has millions of collective events but a handful of distinct ones."""
 
-    def __init__(self, rows: array, codes: array, values: tuple[CollectiveArgs, ...]) -> None:
+    def __init__(self, rows: array[int], codes: array[int], values: tuple[CollectiveArgs, ...]) -> None:
         self._rows, self._codes, self._values = rows, codes, values
 
-    def _find(self, row) -> int:
+    def _find(self, row: int) -> int:
         i = bisect_left(self._rows, row)
         return i if i < len(self._rows) and self._rows[i] == row else -1
 
-    def __getitem__(self, row) -> CollectiveArgs:
+    def __getitem__(self, row: int) -> CollectiveArgs:
         i = self._find(row)
         if i < 0:
             raise KeyError(row)
-        return self._values[self._codes[i]]
+        value: CollectiveArgs = self._values[self._codes[i]]
+        return value
 
-    def get(self, row, default=None):
+    def get(self, row: int | None, default: CollectiveArgs | None = None) -> CollectiveArgs | None:  # type: ignore[override]
         i = self._find(row) if row is not None else -1
         return self._values[self._codes[i]] if i >= 0 else default
 
-    def __contains__(self, row) -> bool:
-        return self._find(row) >= 0
+    def __contains__(self, row: object) -> bool:
+        return isinstance(row, int) and self._find(row) >= 0
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._rows)
@@ -239,7 +240,7 @@ class _Columns:
         )
 
 
-def _column(a: array, dtype) -> np.ndarray:
+def _column(a: array[int] | array[float], dtype: Any) -> np.ndarray:
     """A read-only numpy view of a compact array (an empty array cannot be viewed)."""
     col = np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype=dtype)
     col.flags.writeable = False
@@ -251,7 +252,7 @@ class _SharedArgs:
     trace repeats the same few collectives every step), coded by position in `values`."""
 
     def __init__(self) -> None:
-        self.codes: dict[tuple, int] = {}
+        self.codes: dict[tuple[Any, ...], int] = {}
         self.values: list[CollectiveArgs] = []
 
     def code(self, a: _Args) -> int:
