@@ -59,6 +59,13 @@ def test_the_real_traces_come_out_whole_nested_and_with_every_rank_and_step(name
             drawn = m.track(r.rank, track)
             assert sum(e["dur"] for e in drawn) == pytest.approx(total, abs=0.001 * len(drawn) + 1e-9 * total), track
         assert len(m.track(r.rank, "collectives")) == len(r.instances)
+        # The exposed track is cut into wait and transfer (analysis/causes.py), which Perfetto
+        # colours apart: each name sums to the causes' split of this rank.
+        split = analysis.exposed.ranks.get(r.rank) if analysis.exposed is not None else None
+        if split is not None and split.wait_us is not None and split.transfer_us is not None:
+            for name, total in (("wait", split.wait_us), ("transfer", split.transfer_us)):
+                drawn = [e for e in m.track(r.rank, "comm exposed") if e["name"] == name]
+                assert sum(e["dur"] for e in drawn) == pytest.approx(total, abs=0.001 * len(drawn) + 1e-6 * total), (r.rank, name)
     assert result.size_bytes <= 1.5 * result.traces_bytes or name == "kineto_synthetic_2rank"  # 2 KB of traces: the metadata dominates
 
 

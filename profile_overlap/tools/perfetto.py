@@ -99,6 +99,9 @@ def write_perfetto(source: Source, out: Path, *, steps=None, warn=None) -> Perfe
     arrows: list[pt.Arrow] = []
     for (mode, a), mshift in zip(analyses, mode_shift_ns):
         drawn, base = {}, {}
+        # Wait vs transfer where the causes could tell them apart (not on a rank without peers).
+        split_known = {rank for rank, e in a.exposed.ranks.items() if e.wait_us is not None} if a.exposed is not None else set()
+        waits = {x.rank: x.wait for x in a.causes.splits if x.rank in split_known} if a.causes is not None else {}
         for r in a.ranks:
             rk = ranks.setdefault(r.rank, Rank(r.rank, r.rank + 1, source.hosts.get(r.rank)))
             shift_ns = round(a.clocks.offset(r.rank) * 1000) - mshift
@@ -121,7 +124,7 @@ def write_perfetto(source: Source, out: Path, *, steps=None, warn=None) -> Perfe
                     next_flow_id=flow_ids.__next__,
                 )
                 rk.scans.append((fs, origin, shift_ns, window))
-            tracks = pt.rank_tracks(r, functools.partial(to_ns, origin_us=origin, shift_ns=shift_ns), mode)
+            tracks = pt.rank_tracks(r, functools.partial(to_ns, origin_us=origin, shift_ns=shift_ns), mode, wait=waits.get(r.rank))
             base[r.rank] = sum(len(t.slices) for _, t in rk.drawn)
             rk.drawn.append((mode, tracks))
             drawn[r.rank] = tracks

@@ -13,6 +13,7 @@ import numpy as np
 
 from profile_overlap.analysis.cross_rank import TraceAnalysis
 from profile_overlap.analysis.per_rank import RankAnalysis
+from profile_overlap.core import intervals as iv
 
 STEPS, PHASES, COLLECTIVES, COMPUTE, HIDDEN, EXPOSED = "steps", "phases", "collectives", "compute", "comm hidden", "comm exposed"
 TRACKS = (STEPS, PHASES, COLLECTIVES, COMPUTE, HIDDEN, EXPOSED)
@@ -57,8 +58,10 @@ def _r(x: float | None, digits: int = 3) -> float | None:
     return None if x is None or not math.isfinite(x) else round(float(x), digits)
 
 
-def rank_tracks(r: RankAnalysis, to_ns: Callable[[float], int], mode: str) -> RankTracks:
-    """One rank's analysis tracks; to_ns: a time on the rank's own clock (µs) -> merged ns."""
+def rank_tracks(r: RankAnalysis, to_ns: Callable[[float], int], mode: str, *, wait: iv.Union | None = None) -> RankTracks:
+    """One rank's analysis tracks; to_ns: a time on the rank's own clock (µs) -> merged ns. wait:
+    the rank's exposed instants that are wait (analysis/causes.py, on its own clock): the exposed
+    track's slices are then cut into "wait" and "transfer" pieces, which Perfetto colours apart."""
     out = RankTracks()
 
     def add(track: str, a_us: float, b_us: float, name: str, args: dict) -> int:
@@ -83,12 +86,22 @@ def rank_tracks(r: RankAnalysis, to_ns: Callable[[float], int], mode: str) -> Ra
         args = {"pg": inst.pg, "seq": inst.seq, "nbytes": inst.nbytes, "group_size": inst.group_size, "dur_us": _r(inst.dur_us)}
         out.calls[(inst.pg, inst.kind, inst.seq)] = add(COLLECTIVES, inst.start_us, inst.start_us + inst.dur_us, inst.kind, args)
     if r.spans is not None:
-        for track, (starts, ends) in ((COMPUTE, r.spans.compute), (HIDDEN, r.spans.hidden), (EXPOSED, r.spans.exposed)):
+        for track, (starts, ends) in ((COMPUTE, r.spans.compute), (HIDDEN, r.spans.hidden)):
             name = track.removeprefix("comm ")
             for a, b in zip(starts.tolist(), ends.tolist()):
                 i = add(track, a, b, name, {})
                 if track == COMPUTE:
                     out.compute.append(i)
+        exposed = r.spans.exposed
+        pieces = [(a, b, "exposed") for a, b in zip(*map(np.ndarray.tolist, exposed))]
+        if wait is not None:
+            waiting, moving = iv.intersect(exposed, wait), iv.difference(exposed, wait)
+            pieces = sorted(
+                [(a, b, "wait") for a, b in zip(*map(np.ndarray.tolist, waiting))]
+                + [(a, b, "transfer") for a, b in zip(*map(np.ndarray.tolist, moving))]
+            )
+        for a, b, name in pieces:
+            add(EXPOSED, a, b, name, {})
     changes: dict[int, int] = {}
     for inst in r.instances:
         changes[to_ns(inst.start_us)] = changes.get(to_ns(inst.start_us), 0) + 1
