@@ -48,6 +48,10 @@ def test_a_jobs_traces_get_advice_from_their_causes_and_how_to_try_it(tmp_path):
     assert "What to change" in report and "report --compare" in report
     proc = _advise(job, "--verify")
     assert proc.returncode == 2 and "is a job" in proc.stderr
+    # advice.json is ours: analysing the folder again takes it for no trace (no warning, no error).
+    from profile_overlap.analysis.folder import find_trace_files
+
+    assert "advice.json" not in {p.name for p in find_trace_files(job)}
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ from profile_overlap.analysis.per_rank import RankAnalysis, finish_rank
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import (
+    ADVICE_JSON,
     BENCH_JSON,
     CONFIG_JSON,
     ENV_JSON,
@@ -37,7 +38,9 @@ _FORK = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all
 # profile_overlap's own records, which sit beside traces in a run folder (or an analyze --tensorboard
 # output folder) and are not traces. Skipped only in folders that are ours (a metrics.json or
 # status.json beside them): a stray config.json among a user's traces still gets its error.
-OWN_RECORDS = frozenset({"metrics.json", TIMELINE_JSON, CONFIG_JSON, ENV_JSON, STATUS_JSON, REPORT_JSON, SWEEP_JSON, BENCH_JSON})
+OWN_RECORDS = frozenset(
+    {"metrics.json", ADVICE_JSON, TIMELINE_JSON, CONFIG_JSON, ENV_JSON, STATUS_JSON, REPORT_JSON, SWEEP_JSON, BENCH_JSON}
+)
 
 
 def _is_own_record(path: Path) -> bool:

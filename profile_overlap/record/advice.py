@@ -11,8 +11,8 @@ from pathlib import Path
 import msgspec
 
 from profile_overlap.core.errors import UserError
+from profile_overlap.core.files import ADVICE_JSON
 
-ADVICE_JSON = "advice.json"
 SCHEMA = 1
 SHOWN = 3
 """Items the console, the report and the Overlap tab show (TensorBoard's text has them all)."""
