@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -133,7 +133,7 @@ class _PairEstimate:
     bounds_us: tuple[float, float] | None
 
 
-def _pair(calls: dict[CallKey, CollectiveInstance], b: Sequence[CollectiveInstance]) -> _PairEstimate | None:
+def _pair(calls: dict[CallKey, CollectiveInstance], b: Iterable[CollectiveInstance]) -> _PairEstimate | None:
     """Rank b's clock minus rank a's, from their calls matched by (process group, kind, order);
     `calls`: rank a's, by that key."""
     pairs = [(calls[k], i) for i in b if (k := (i.pg, i.kind, i.seq)) in calls]
@@ -157,7 +157,7 @@ def _pair(calls: dict[CallKey, CollectiveInstance], b: Sequence[CollectiveInstan
     return _PairEstimate(offset, max(offset - lo_i, hi_i - offset), len(diffs), (lo, hi))
 
 
-def align_clocks(instances: dict[int, Sequence[CollectiveInstance]], *, reference_rank: int | None = None) -> ClockAlignment:
+def align_clocks(instances: Mapping[int, Iterable[CollectiveInstance]], *, reference_rank: int | None = None) -> ClockAlignment:
     """Estimate every rank's clock offset against the reference rank (the lowest rank by default)."""
     assert instances
     ref = min(instances) if reference_rank is None else reference_rank
@@ -170,6 +170,8 @@ def align_clocks(instances: dict[int, Sequence[CollectiveInstance]], *, referenc
     queue = deque([ref])
     while queue:
         base = queue.popleft()
+        if all(rank in offsets for rank in instances):
+            break  # nothing left to align (one rank: no need to index its calls)
         calls = {(i.pg, i.kind, i.seq): i for i in instances[base]}
         for rank in sorted(instances):
             if rank in offsets:

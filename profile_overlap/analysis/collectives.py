@@ -4,12 +4,10 @@ rank's calls (for matching across ranks), and per kind the totals with their ban
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from profile_overlap.analysis.bandwidth import algbw_gbps, busbw_gbps
-from profile_overlap.analysis.trace import CollectiveArgs
+from profile_overlap.analysis.trace_args import CollectiveArgs
 from profile_overlap.core.dtypes import ELEMENT_BYTES
 
 # Bytes per element, by the dtype names the profiler writes (`Input type`, kernel `dtype`).
@@ -96,44 +94,3 @@ def collective_nbytes(args: CollectiveArgs | None, fallback_types: Sequence[obje
         nelems = max((_numel(d) for d in args.input_dims), default=0)
         return nelems * size if size and nelems else None
     return None
-
-
-def number_calls(calls: list[CollectiveCall]) -> tuple[CollectiveInstance, ...]:
-    """The calls in time order, each numbered among the calls of its kind and process group."""
-    seq: Counter[tuple[str, str]] = Counter()
-    out = []
-    for c in sorted(calls, key=lambda c: c.start_us):
-        key = (c.pg, c.kind)
-        out.append(
-            CollectiveInstance(
-                kind=c.kind, pg=c.pg, seq=seq[key], nbytes=c.nbytes, dur_us=c.dur_us, start_us=c.start_us, group_size=c.group_size
-            )
-        )
-        seq[key] += 1
-    return tuple(out)
-
-
-def collective_stats(instances: Sequence[CollectiveInstance], *, default_group_size: int | None = None) -> tuple[CollectiveStats, ...]:
-    """Per kind: count, total bytes and time, and the bandwidths of the total."""
-    by_kind: dict[str, list[CollectiveInstance]] = defaultdict(list)
-    for inst in instances:
-        by_kind[inst.kind].append(inst)
-    out = []
-    for kind, group in sorted(by_kind.items()):
-        sized = [i.nbytes for i in group if i.nbytes is not None]
-        nbytes = sum(sized) if sized else None
-        sized_us = sum(i.dur_us for i in group if i.nbytes is not None)
-        sizes = Counter(i.group_size for i in group if i.group_size)
-        n = sizes.most_common(1)[0][0] if sizes else default_group_size
-        out.append(
-            CollectiveStats(
-                kind=kind,
-                count=len(group),
-                nbytes=nbytes,
-                dur_us=sum(i.dur_us for i in group),
-                algbw_gbps=algbw_gbps(nbytes, sized_us) if nbytes else None,
-                busbw_gbps=busbw_gbps(kind, nbytes, sized_us, n) if nbytes else None,
-                group_size=n,
-            )
-        )
-    return tuple(out)

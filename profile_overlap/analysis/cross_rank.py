@@ -5,12 +5,14 @@ clock, with calls matched across ranks by (process group, kind, order), which no
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, replace
 
+import numpy as np
+
+from profile_overlap.analysis.call_columns import collective_stats
 from profile_overlap.analysis.causes import Explained, explain
 from profile_overlap.analysis.clocks import ClockAlignment, align_clocks
-from profile_overlap.analysis.collectives import CallKey, collective_stats
 from profile_overlap.analysis.heatmap import heatmap
 from profile_overlap.analysis.integrity import Integrity, check_integrity
 from profile_overlap.analysis.per_rank import RankAnalysis
@@ -73,30 +75,25 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False,
     ]
 
     clocks = align_clocks({r.rank: r.instances for r in ranks})
-    durations: dict[CallKey, list[float]] = defaultdict(list)
-    arrivals: dict[CallKey, list[tuple[float, int]]] = defaultdict(list)
-    for r in ranks:
-        for inst in r.instances:
-            key = (inst.pg, inst.kind, inst.seq)
-            durations[key].append(inst.dur_us)
-            if r.rank in clocks.offsets_us:
-                arrivals[key].append((clocks.aligned(r.rank, inst.start_us), r.rank))
-    # The last to start each call, on the aligned clock (the lower rank on an exact tie).
-    last_at = Counter(max(a, key=lambda x: (x[0], -x[1]))[1] for a in arrivals.values() if len(a) >= 2)
+    # Each call (process group, kind, seq) as one integer over the ranks, in columns.
+    keys = _call_keys(ranks)
+    _, call, ranks_in = np.unique(np.concatenate(keys), return_inverse=True, return_counts=True)
+    dur = np.concatenate([r.instances.dur_us for r in ranks])
     # Each call's fastest duration once, not once per rank (that is quadratic in the ranks).
-    fastest_of = {key: min(d) for key, d in durations.items()}
+    fastest_of = np.full(ranks_in.size, np.inf)
+    np.minimum.at(fastest_of, call, dur)
+    last_at = _last_arrivals(ranks, keys, clocks)
     waits = []
+    lo = 0
     for r in ranks:
-        wait = transfer = 0.0
-        matched = 0
-        for inst in r.instances:
-            key = (inst.pg, inst.kind, inst.seq)
-            if len(durations[key]) < 2:
-                continue
-            matched += 1
-            fastest = fastest_of[key]
-            transfer += fastest
-            wait += inst.dur_us - fastest
+        mine = call[lo : lo + len(r.instances)]
+        ok = ranks_in[mine] >= 2
+        fastest = fastest_of[mine[ok]]
+        matched = int(ok.sum())
+        # Summed in time order, one call after the other (as a running total would).
+        transfer = float(np.cumsum(fastest)[-1]) if matched else 0.0
+        wait = float(np.cumsum(r.instances.dur_us[ok] - fastest)[-1]) if matched else 0.0
+        lo += len(r.instances)
         aligned = r.rank in clocks.offsets_us and matched > 0
         waits.append(
             RankWait(
@@ -127,3 +124,37 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False,
         causes=causes,
         heatmap=heatmap(ranks, causes.splits, clocks) if causes is not None else None,
     )
+
+
+def _call_keys(ranks: list[RankAnalysis]) -> list[np.ndarray]:
+    """Each rank's calls as integers, the same for the same (process group, kind, seq) on every rank."""
+    codes: dict[tuple[str, str], int] = {}
+    groups = []
+    for r in ranks:
+        inst = r.instances
+        table = np.array([codes.setdefault((pg, kind), len(codes)) for pg in inst.pgs for kind in inst.kinds] or [0], dtype=np.int64)
+        groups.append(table[inst.pg.astype(np.int64) * len(inst.kinds) + inst.kind])
+    span = 1 + max((int(r.instances.seq.max()) for r in ranks if len(r.instances)), default=0)
+    return [g * span + r.instances.seq for g, r in zip(groups, ranks)]
+
+
+def _last_arrivals(ranks: list[RankAnalysis], keys: list[np.ndarray], clocks: ClockAlignment) -> Counter[int]:
+    """Per rank, how many calls it started last, on the aligned clock (the lower rank on an exact
+    tie), of the calls that at least two aligned ranks made."""
+    on = [i for i, r in enumerate(ranks) if r.rank in clocks.offsets_us]
+    key = np.concatenate([keys[i] for i in on]) if on else np.zeros(0, np.int64)
+    at = np.concatenate([ranks[i].instances.start_us - clocks.offset(ranks[i].rank) for i in on]) if on else np.zeros(0)
+    rank = np.concatenate([np.full(len(ranks[i].instances), ranks[i].rank) for i in on]) if on else np.zeros(0, np.int64)
+    order = np.lexsort((-rank, at, key))  # by call, then time, the lower rank last on a tie
+    key, rank = key[order], rank[order]
+    last = np.ones(key.size, dtype=bool)
+    last[:-1] = key[1:] != key[:-1]
+    counted = _has_peer(key)  # a call made by two or more aligned ranks
+    return Counter(rank[last & counted].tolist())
+
+
+def _has_peer(sorted_key: np.ndarray) -> np.ndarray:
+    """For keys in sorted order: whether each key occurs at least twice."""
+    _, inverse, count = np.unique(sorted_key, return_inverse=True, return_counts=True)
+    out: np.ndarray = count[inverse] >= 2
+    return out

@@ -4,17 +4,16 @@ What counts (the README's "Metrics" section, also shipped as render/static/metri
 NCCL/RCCL kernels (GPU) or `gloo:*` work on gloo's worker threads (CPU); compute = every other
 kernel except memcpy/memset/sync (GPU) or the main thread's operators outside `c10d::*` (CPU).
 The names behind these rules are in `classify`. `extract` turns a Trace into FileEvents: comm and
-compute intervals with labels, the ProfilerStep windows, and one CollectiveCall per collective.
+compute intervals with labels, the ProfilerStep windows, and the collective calls (as columns).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 
+from profile_overlap.analysis.call_columns import UNKNOWN, Calls
 from profile_overlap.analysis.classify import (
     AUTOGRAD_FRAME_RE,
     C10D_PREFIX,
@@ -26,7 +25,7 @@ from profile_overlap.analysis.classify import (
     SYNC_KERNEL_RE,
     collective_kind,
 )
-from profile_overlap.analysis.collectives import CollectiveCall, collective_nbytes
+from profile_overlap.analysis.collectives import collective_nbytes
 from profile_overlap.analysis.facts import FileFacts, cpu_unclassified, file_facts
 from profile_overlap.analysis.labels import Labeller
 from profile_overlap.analysis.phases import PhaseWindows, phase_windows
@@ -65,7 +64,7 @@ class FileEvents:
     step_num: np.ndarray
     step_start: np.ndarray
     step_end: np.ndarray
-    calls: tuple[CollectiveCall, ...]
+    calls: Calls
     exclude: iv.Union
     """Time that never counts as compute (CPU: the c10d ops, with everything inside them)."""
     phases: PhaseWindows
@@ -146,7 +145,7 @@ def extract(trace: Trace) -> FileEvents:
         step_num=np.array([n for n, _, _ in steps], dtype=np.int64),
         step_start=np.array([s for _, s, _ in steps], dtype=np.float64),
         step_end=np.array([e for _, _, e in steps], dtype=np.float64),
-        calls=tuple(calls),
+        calls=calls,
         exclude=exclude,
         phases=phases,
         t_min=float(every.min()) if every.size else 0.0,
@@ -163,7 +162,7 @@ def extract(trace: Trace) -> FileEvents:
     )
 
 
-def _gpu_events(trace: Trace, labeller: Labeller) -> tuple[EventIntervals, EventIntervals, list[CollectiveCall], np.ndarray, np.ndarray]:
+def _gpu_events(trace: Trace, labeller: Labeller) -> tuple[EventIntervals, EventIntervals, Calls, np.ndarray, np.ndarray]:
     k = trace.kernels
     is_comm_name = np.array([bool(COMM_KERNEL_RE.search(n)) for n in k.names])
     is_other_name = np.array([bool(MEMORY_KERNEL_RE.search(n) or SYNC_KERNEL_RE.search(n)) for n in k.names])
@@ -190,38 +189,56 @@ def _gpu_events(trace: Trace, labeller: Labeller) -> tuple[EventIntervals, Event
     return every.take(comm_mask), every.take(compute_mask), calls, np.flatnonzero(comm_mask), np.flatnonzero(compute_mask)
 
 
-def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: np.ndarray, labeller: Labeller) -> list[CollectiveCall]:
+def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: np.ndarray, labeller: Labeller) -> Calls:
     """One call per NCCL kernel. Kind and size from the kernel's own args (recent PyTorch), else
     from the CPU collective op it belongs to, linked through `External id` or, failing that,
     the collective op open on the launching thread at launch time. Links are used for sizes
     and kinds only, never to decide what is communication."""
     k, cpu = trace.kernels, trace.cpu
-    by_ext = {int(cpu.external_id[r]): r for r in cpu.args if cpu.external_id[r] >= 0}
-    ops_by_tid: dict[int, list[int]] = defaultdict(list)
-    for r in sorted(cpu.args, key=lambda r: cpu.ts[r]):
-        if cpu.name_of(r).startswith((*LIBRARY_OP_PREFIXES, C10D_PREFIX)) and cpu.args[r].input_dims:
-            ops_by_tid[int(cpu.tid[r])].append(r)
-    op_starts = {tid: np.array([cpu.ts[r] for r in rs]) for tid, rs in ops_by_tid.items()}
+    # Columns, not dicts: a 1 GB trace has hundreds of thousands of collective ops.
+    arg_rows, ext = cpu.args.rows(), cpu.args.external_ids
+    ext_keys, ext_rows = ext[ext >= 0], arg_rows[ext >= 0]
+    order = np.argsort(ext_keys, kind="stable")
+    ext_keys, ext_rows = ext_keys[order], ext_rows[order]
+    last = np.ones(ext_keys.size, dtype=bool)  # of rows sharing an External id, the last one
+    last[:-1] = ext_keys[1:] != ext_keys[:-1]
+    ext_keys, ext_rows = ext_keys[last], ext_rows[last]
+    kx = k.external_id[rows]
+    j = np.minimum(np.searchsorted(ext_keys, kx), max(ext_keys.size - 1, 0))
+    by_ext = np.where(ext_keys[j] == kx, ext_rows[j], -1) if ext_keys.size else np.full(rows.size, -1)
+    # The ops a kernel can be launched inside, per thread in time order (ties: the file's order).
+    prefixes = (*LIBRARY_OP_PREFIXES, C10D_PREFIX)
+    is_op = np.fromiter(
+        (cpu.name_of(r).startswith(prefixes) and bool(cpu.args[r].input_dims) for r in arg_rows.tolist()), bool, arg_rows.size
+    )
+    ops = arg_rows[is_op]
+    ops = ops[np.lexsort((cpu.ts[ops], cpu.tid[ops]))]
+    op_tid, op_ts = cpu.tid[ops], cpu.ts[ops]
+    segment = {int(t): (int(a), int(b)) for t, a, b in zip(*np.unique(op_tid, return_index=True, return_counts=True))}
 
     def enclosing_op(row: int) -> int | None:
         tid = int(launch_tid[row])
-        if tid not in op_starts or np.isnan(launch[row]):
+        if tid not in segment or np.isnan(launch[row]):
             return None
-        j = int(np.searchsorted(op_starts[tid], launch[row], side="right")) - 1
+        a, count = segment[tid]
+        j = int(np.searchsorted(op_ts[a : a + count], launch[row], side="right")) - 1
         if j < 0:
             return None
-        r = ops_by_tid[tid][j]
+        r = int(ops[a + j])
         return r if cpu.ts[r] + cpu.dur[r] >= launch[row] else None
 
-    calls = []
-    for row in rows:
-        args = k.args.get(int(row))
-        op = by_ext.get(int(k.external_id[row]))
+    n = rows.size
+    kinds, pgs, hints = [], [], []
+    nbytes_col = np.full(n, UNKNOWN, dtype=np.int64)
+    group_col = np.full(n, UNKNOWN, dtype=np.int64)
+    for i, row in enumerate(rows.tolist()):
+        args = k.args.get(row)
+        op: int | None = int(by_ext[i]) if by_ext[i] >= 0 else None
         if op is None or not cpu.args[op].input_dims:
-            op = enclosing_op(int(row)) if op is None or args is None else op
+            op = enclosing_op(row) if op is None or args is None else op
         op_args = cpu.args.get(op) if op is not None else None
         name = k.name_of(row)
-        kind = (
+        kinds.append(
             (collective_kind(args.collective_name) if args and args.collective_name else None)
             or (collective_kind(cpu.name_of(op)) if op is not None else None)
             or collective_kind(name)
@@ -232,14 +249,24 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
             nbytes = collective_nbytes(op_args)
         pg = (args.pg_name if args else None) or (op_args.pg_name if op_args else None) or "default"
         group = (args.group_size if args else None) or trace.pg_sizes.get(pg) or trace.world_size
-        call = _call(kind, pg, nbytes, group, start=k.ts[row], dur=k.dur[row], launch=launch[row])
-        calls.append(dataclasses.replace(call, phase_hint=labeller.hint(launch[row], launch_tid[row])))
-    return calls
+        pgs.append(pg)
+        nbytes_col[i] = UNKNOWN if nbytes is None else nbytes
+        group_col[i] = UNKNOWN if group is None else group
+        hints.append(labeller.hint(launch[row], launch_tid[row]))
+    return Calls.build(
+        kind=kinds,
+        pg=pgs,
+        nbytes=nbytes_col,
+        dur_us=k.dur[rows],
+        start_us=k.ts[rows],
+        launch_us=launch[rows],
+        group_size=group_col,
+        issued_us=np.full(n, np.nan),
+        hint=hints,
+    )
 
 
-def _cpu_events(
-    trace: Trace, labeller: Labeller, main: int | None
-) -> tuple[EventIntervals, EventIntervals, list[CollectiveCall], iv.Union]:
+def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> tuple[EventIntervals, EventIntervals, Calls, iv.Union]:
     cpu = trace.cpu
     # gloo:* annotations off the main thread are communication. Not by thread name alone: Kineto
     # can record a gloo worker under its pre-rename name ("python"), seen on torch 2.13, and a
@@ -280,21 +307,39 @@ def _cpu_events(
     exclude = iv.union(cpu.ts[c10d_rows], end[c10d_rows])
     compute = compute.take(~iv.covers(exclude, compute.start))
 
-    calls = []
-    for i, row in enumerate(gloo_rows):
-        gloo_args = cpu.args.get(int(row))
+    n = gloo_rows.size
+    kinds, hints = [], []
+    nbytes_col = np.full(n, UNKNOWN, dtype=np.int64)
+    issued = np.full(n, np.nan)
+    pg = next(iter(trace.pg_sizes), "default") if len(trace.pg_sizes) == 1 else "default"
+    group = trace.pg_sizes.get(pg) or trace.world_size
+    for i, row in enumerate(gloo_rows.tolist()):
+        gloo_args = cpu.args.get(row)
         op = op_of[i]
         op_args = cpu.args.get(int(op)) if op is not None else None
-        kind = (collective_kind(cpu.name_of(op)) if op is not None else None) or collective_kind(cpu.name_of(row)) or cpu.name_of(row)
+        kinds.append(
+            (collective_kind(cpu.name_of(op)) if op is not None else None) or collective_kind(cpu.name_of(row)) or cpu.name_of(row)
+        )
         nbytes = collective_nbytes(op_args, gloo_args.input_type if gloo_args else None) if op_args else None
         if nbytes is None:
             nbytes = collective_nbytes(gloo_args)
-        pg = next(iter(trace.pg_sizes), "default") if len(trace.pg_sizes) == 1 else "default"
-        group = trace.pg_sizes.get(pg) or trace.world_size
-        call = _call(kind, pg, nbytes, group, start=cpu.ts[row], dur=cpu.dur[row], launch=cpu.ts[row])
+        nbytes_col[i] = UNKNOWN if nbytes is None else nbytes
+        hint = None
         if op is not None:
-            call = dataclasses.replace(call, issued_us=float(cpu.ts[op]), phase_hint=labeller.hint(float(cpu.ts[op]), int(tids[op])))
-        calls.append(call)
+            issued[i] = float(cpu.ts[op])
+            hint = labeller.hint(float(cpu.ts[op]), int(tids[op]))
+        hints.append(hint)
+    calls = Calls.build(
+        kind=kinds,
+        pg=[pg] * n,
+        nbytes=nbytes_col,
+        dur_us=cpu.dur[gloo_rows],
+        start_us=cpu.ts[gloo_rows],
+        launch_us=cpu.ts[gloo_rows],
+        group_size=np.full(n, UNKNOWN if group is None else group, dtype=np.int64),
+        issued_us=issued,
+        hint=hints,
+    )
     return comm, compute, calls, exclude
 
 
@@ -312,9 +357,3 @@ def _match_gloo_work(cpu: Events, ops: list[int], gloo_rows: np.ndarray) -> list
     if any(cpu.ts[g] < cpu.ts[op] for g, op in pairs):
         return [None] * gloo_rows.size
     return [None] * lead + [op for _, op in pairs] + [None] * (gloo_rows.size - lead - n)
-
-
-def _call(kind: str, pg: str, nbytes: int | None, group: int | None, *, start: float, dur: float, launch: float) -> CollectiveCall:
-    return CollectiveCall(
-        kind=kind, pg=pg, nbytes=nbytes, dur_us=float(dur), start_us=float(start), launch_us=float(launch), group_size=group
-    )

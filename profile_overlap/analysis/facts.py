@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from profile_overlap.analysis.call_columns import Calls, Instances
 from profile_overlap.analysis.classify import COLLECTIVE_OP_PREFIXES, RECORD_PARAM_COMMS
-from profile_overlap.analysis.collectives import CollectiveCall, CollectiveInstance
 from profile_overlap.analysis.trace import CPU_OP, Trace
 from profile_overlap.core import intervals as iv
 
@@ -85,7 +85,7 @@ class RankFacts(FileFacts):
     all_comm_us: float
     """The communication union over the whole trace, inside steps or not; the same for compute."""
     all_compute_us: float
-    calls: tuple[CollectiveInstance, ...] = ()
+    calls: Instances | None = None
     """Every collective call of the trace, numbered before any step window (what cross-rank matching uses)."""
 
 
@@ -129,7 +129,7 @@ def file_facts(
     comm_dur: np.ndarray,
     compute_dur: np.ndarray,
     unclassified_rows: np.ndarray,
-    calls: Sequence[CollectiveCall],
+    calls: Calls,
 ) -> FileFacts:
     """comm_rows / compute_rows: kernel rows (GPU) of each class, empty arrays on CPU;
     unclassified_rows: CPU rows counted as neither; comm_dur / compute_dur: durations of the
@@ -165,7 +165,7 @@ def file_facts(
         comm_like=comm_like,
         collective_ops=collective_ops,
         comm_events=int(comm_dur.size),
-        no_group_calls=sum(1 for c in calls if c.pg == "default"),
+        no_group_calls=int((calls.pg == calls.pgs.index("default")).sum()) if "default" in calls.pgs else 0,
         declared_groups=len(trace.pg_sizes),
         comm_streams=comm_streams,
         compute_streams=compute_streams,
@@ -207,7 +207,7 @@ def rank_facts(
     compute_u: iv.Union,
     windows: iv.Union,
     in_steps: bool,
-    calls: tuple[CollectiveInstance, ...],
+    calls: Instances,
 ) -> RankFacts:
     """Pool a rank's files; comm_u / compute_u: its unions before any clipping to steps;
     windows: the union of its ProfilerStep windows."""

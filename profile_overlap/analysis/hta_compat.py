@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from profile_overlap.analysis.collectives import CollectiveCall
+from profile_overlap.analysis.call_columns import Calls
 from profile_overlap.analysis.events import EventIntervals
 
 
@@ -21,11 +21,11 @@ def hta_round(x: EventIntervals) -> EventIntervals:
 def hta_filter(
     comm: EventIntervals,
     compute: EventIntervals,
-    calls: list[CollectiveCall],
+    calls: Calls,
     step_num: np.ndarray,
     step_start: np.ndarray,
     step_end: np.ndarray,
-) -> tuple[EventIntervals, EventIntervals, list[CollectiveCall], np.ndarray, np.ndarray, np.ndarray, str | None]:
+) -> tuple[EventIntervals, EventIntervals, Calls, np.ndarray, np.ndarray, np.ndarray, str | None]:
     """Holistic Trace Analysis's default (`include_last_profiler_step=False`), reproduced:
     HTA's `Trace._filter_irrelevant_gpu_kernels` keeps the CPU events that start before the
     *start* of the last ProfilerStep, then keeps only the GPU kernels whose `correlation`
@@ -43,7 +43,7 @@ def hta_filter(
     cut = math.ceil(step_start[last])
     comm = comm.take(comm.launch < cut)  # NaN (no launch event) compares False: dropped, as in HTA
     compute = compute.take(compute.launch < cut)
-    calls = [c for c in calls if math.ceil(c.launch_us) < cut]
+    calls = calls.take(np.ceil(calls.launch_us) < cut)  # NaN (no launch event): dropped, as the kernels
     keep = np.arange(step_num.size) != last
     note = f"--hta-compat: dropped the last profiler step (ProfilerStep#{int(step_num[last])}) as HTA does"
     return comm, compute, calls, step_num[keep], step_start[keep], step_end[keep], note

@@ -14,6 +14,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from profile_overlap.analysis.checks import (
     ERROR,
     OK,
@@ -148,15 +150,19 @@ SAME_SIZE_KINDS = frozenset({"all_reduce", "reduce_scatter", "all_gather", "broa
 
 
 def _collective_checks(ranks: list[RankAnalysis]) -> list[Check]:
-    calls: dict[tuple[str, str], dict[int, list[int | None]]] = defaultdict(dict)
+    # Per (group, kind), per rank: the calls' sizes in seq order (UNKNOWN: not in the trace).
+    calls: dict[tuple[str, str], dict[int, np.ndarray]] = defaultdict(dict)
     members: dict[str, set[int]] = defaultdict(set)
+    none = np.zeros(0, dtype=np.int64)
     for r in ranks:
-        sizes: dict[tuple[str, str], list[int | None]] = defaultdict(list)
-        for inst in r.facts.calls:  # the whole trace in seq order, numbered before any step window
-            sizes[(inst.pg, inst.kind)].append(inst.nbytes)
-        for key, values in sizes.items():
-            calls[key][r.rank] = values
-            members[key[0]].add(r.rank)
+        inst = r.facts.calls  # the whole trace in seq order, numbered before any step window
+        if inst is None:
+            continue
+        code = inst.pg.astype(np.int64) * len(inst.kinds) + inst.kind
+        for c in np.unique(code).tolist():
+            pg = inst.pgs[c // len(inst.kinds)]
+            calls[(pg, inst.kinds[c % len(inst.kinds)])][r.rank] = inst.nbytes[code == c]
+            members[pg].add(r.rank)
     unmatched: list[dict[str, Any]] = []
     resized: list[dict[str, Any]] = []
     for (pg, kind), per in sorted(calls.items()):
@@ -170,10 +176,10 @@ def _collective_checks(ranks: list[RankAnalysis]) -> list[Check]:
                 unmatched.append(
                     {"pg": pg, "kind": kind, "rank": rank, "calls": f"#{low}" + (f"-#{n - 1}" if n - 1 > low else ""), "count": n - low}
                 )
-        first = per.get(group[0], [])[:low]
-        if kind in SAME_SIZE_KINDS and any(per.get(rank, [])[:low] != first for rank in group):
+        first = per.get(group[0], none)[:low]
+        if kind in SAME_SIZE_KINDS and any(not np.array_equal(per.get(rank, none)[:low], first) for rank in group):
             for seq in range(low):
-                call_sizes = {rank: per[rank][seq] for rank in group}
+                call_sizes = {rank: None if (b := int(per[rank][seq])) < 0 else b for rank in group}
                 if len(set(call_sizes.values()) - {None}) > 1:
                     resized.append({"pg": pg, "kind": kind, "call": seq, "nbytes": call_sizes})
     figures = {

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import statistics
 
+import numpy as np
+
 from profile_overlap.analysis.checks import (
     BANDWIDTH,
     CUT_SHORT_RATIO,
@@ -98,10 +100,10 @@ def _sizes_check(ranks: list[RankAnalysis]) -> Check:
     """Collective calls of unknown size (traced without record_shapes)."""
     unknown: dict[int, dict[str, int]] = {}
     for r in ranks:
-        for inst in r.instances:
-            if inst.nbytes is None:
-                unknown.setdefault(r.rank, {}).setdefault(inst.kind, 0)
-                unknown[r.rank][inst.kind] += 1
+        inst = r.instances
+        codes, first, count = np.unique(inst.kind[inst.nbytes < 0], return_index=True, return_counts=True)
+        if codes.size:  # per kind, in the order first met
+            unknown[r.rank] = {inst.kinds[c]: n for _, c, n in sorted(zip(first.tolist(), codes.tolist(), count.tolist()))}
     total = sum(len(r.instances) for r in ranks)
     n_unknown = sum(sum(v.values()) for v in unknown.values())
     kinds = sorted({k for v in unknown.values() for k in v})

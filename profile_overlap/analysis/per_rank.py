@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from profile_overlap.analysis.collectives import CollectiveCall, CollectiveInstance, CollectiveStats, collective_stats, number_calls
+from profile_overlap.analysis.call_columns import Calls, Instances, collective_stats, number_calls
+from profile_overlap.analysis.collectives import CollectiveStats
 from profile_overlap.analysis.events import FileEvents, extract
 from profile_overlap.analysis.facts import RankFacts, rank_facts
 from profile_overlap.analysis.overlap_spans import OverlapSpans, overlap_spans
@@ -97,7 +98,8 @@ class RankAnalysis:
     overlap_pct: float | None
     steps: tuple[StepMetrics, ...]
     collectives: tuple[CollectiveStats, ...]
-    instances: tuple[CollectiveInstance, ...]
+    instances: Instances
+    """Its collective calls in time order, numbered for cross-rank matching (columns; iterates as CollectiveInstance)."""
     timeline: tuple[TimelineSpan, ...]
     facts: RankFacts
     """What the integrity checks rest on (analysis/facts.py)."""
@@ -279,16 +281,15 @@ def _phases(comm_u: iv.Union, compute_u: iv.Union, by_phase: tuple[np.ndarray, .
     return tuple(out)
 
 
-def _phase_collectives(
-    calls: list[CollectiveCall], phase: np.ndarray, phase_start: np.ndarray, phase_end: np.ndarray
-) -> tuple[PhaseCollectives, ...]:
+def _phase_collectives(calls: Calls, phase: np.ndarray, phase_start: np.ndarray, phase_end: np.ndarray) -> tuple[PhaseCollectives, ...]:
     """Per (phase, kind): the calls issued inside the phase's windows; a call outside every window
     goes by the engine labels around it (CollectiveCall.phase_hint), else to "other". Empty when the
     trace has neither phase labels nor engine labels."""
-    if not calls or (not phase.size and not any(c.phase_hint for c in calls)):
+    hint_phase = np.array([PHASES.index(h) if h else len(PHASES) for h in calls.hints] + [len(PHASES)])
+    where = hint_phase[calls.hint]  # code -1 (no hint) -> "other"
+    if not len(calls) or (not phase.size and not (where < len(PHASES)).any()):
         return ()
-    t = np.array([c.issued_us if c.issued_us is not None else c.start_us for c in calls])
-    where = np.array([PHASES.index(c.phase_hint) if c.phase_hint else len(PHASES) for c in calls])
+    t = calls.issue_or_start()
     covered = np.zeros(t.size, dtype=bool)
     for index in range(len(PHASES)):
         sel = phase == index
@@ -297,25 +298,20 @@ def _phase_collectives(
             where[inside] = index
             covered |= inside
     names = (*PHASES, "other")
-    groups: dict[tuple[int, str], list[CollectiveCall]] = {}
-    for call, p in zip(calls, where.tolist()):
-        groups.setdefault((p, call.kind), []).append(call)
-    return tuple(
-        PhaseCollectives(
-            phase=names[p],
-            kind=kind,
-            count=len(group),
-            nbytes=_total_bytes(group),
-            dur_us=sum(c.dur_us for c in group),
+    out = []
+    for p, code in sorted({(p, k) for p, k in zip(where.tolist(), calls.kind.tolist())}, key=lambda x: (x[0], calls.kinds[x[1]])):
+        group = np.flatnonzero((where == p) & (calls.kind == code))  # in the calls' order
+        nb = calls.nbytes[group]
+        out.append(
+            PhaseCollectives(
+                phase=names[p],
+                kind=calls.kinds[code],
+                count=int(group.size),
+                nbytes=sum(nb.tolist()) if (nb >= 0).all() else None,
+                dur_us=sum(calls.dur_us[group].tolist()),
+            )
         )
-        for (p, kind), group in sorted(groups.items())
-    )
-
-
-def _total_bytes(calls: list[CollectiveCall]) -> int | None:
-    """Their bytes together; None when the trace does not size one of them."""
-    sizes = [c.nbytes for c in calls if c.nbytes is not None]
-    return sum(sizes) if len(sizes) == len(calls) else None
+    return tuple(out)
 
 
 def _sum_phases(steps: list[StepMetrics]) -> tuple[PhaseMetrics, ...]:

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from profile_overlap.analysis.collectives import CollectiveCall, CollectiveInstance
+from profile_overlap.analysis.call_columns import Calls, Instances
 from profile_overlap.analysis.events import EventIntervals, FileEvents
 from profile_overlap.analysis.hta_compat import hta_filter
 from profile_overlap.analysis.rank_input import selected_steps
@@ -26,7 +26,7 @@ class Pooled:
     step_num: np.ndarray
     step_start: np.ndarray
     step_end: np.ndarray
-    calls: list[CollectiveCall]
+    calls: Calls
 
 
 def pool(files: Sequence[FileEvents], *, hta_compat: bool, notes: list[str]) -> Pooled:
@@ -37,7 +37,7 @@ def pool(files: Sequence[FileEvents], *, hta_compat: bool, notes: list[str]) -> 
     step_num = np.concatenate([f.step_num for f in files])
     step_start = np.concatenate([f.step_start for f in files])
     step_end = np.concatenate([f.step_end for f in files])
-    calls = [c for f in files for c in f.calls]
+    calls = Calls.concat([f.calls for f in files]) if len(files) > 1 else files[0].calls
     if hta_compat:
         comm, compute, calls, step_num, step_start, step_end, note = hta_filter(comm, compute, calls, step_num, step_start, step_end)
         if note:
@@ -60,22 +60,19 @@ class StepWindow(NamedTuple):
     step_num: np.ndarray
     step_start: np.ndarray
     step_end: np.ndarray
-    calls: list[CollectiveCall]
-    instances: tuple[CollectiveInstance, ...]
+    calls: Calls
+    instances: Instances
 
 
-def step_window(
-    p: Pooled, every_call: tuple[CollectiveInstance, ...], *, steps: tuple[int | None, int | None] | None, rank: int
-) -> StepWindow:
+def step_window(p: Pooled, every_call: Instances, *, steps: tuple[int | None, int | None] | None, rank: int) -> StepWindow:
     """The calls and steps inside `steps` (first, last); `every_call`: the calls numbered over the whole trace."""
     if steps is None:
         return StepWindow(None, p.step_num, p.step_start, p.step_end, p.calls, every_call)
     sel = selected_steps(p.step_num, steps, rank=rank)
     step_num, step_start, step_end = p.step_num[sel], p.step_start[sel], p.step_end[sel]
     windows = iv.union(step_start, step_end)
-    in_window = iv.covers(windows, np.array([c.start_us for c in p.calls]))
-    calls = [c for c, ok in zip(p.calls, in_window) if ok]
-    instances = tuple(i for i, ok in zip(every_call, iv.covers(windows, np.array([i.start_us for i in every_call]))) if ok)
+    calls = p.calls.take(iv.covers(windows, p.calls.start_us))
+    instances = every_call.take(iv.covers(windows, every_call.start_us))
     return StepWindow(windows, step_num, step_start, step_end, calls, instances)
 
 

@@ -9,13 +9,12 @@ transfer. Columns, not objects: a 76 MB trace has tens of thousands of calls.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
 
 import numpy as np
 
-from profile_overlap.analysis.collectives import CollectiveCall, CollectiveInstance
+from profile_overlap.analysis.array_eq import ArrayEq
+from profile_overlap.analysis.call_columns import Calls, Instances
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.modes import PHASES
 
@@ -23,32 +22,8 @@ OTHER = "other"
 """The phase of a call issued outside every phase window and engine label."""
 
 
-def _same(a: object, b: object) -> bool:
-    """Field equality where fields hold numpy arrays (NaN equals NaN)."""
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        x, y = np.asarray(a), np.asarray(b)
-        return x.shape == y.shape and bool(np.array_equal(x, y, equal_nan=x.dtype.kind == "f"))
-    if isinstance(a, tuple) and isinstance(b, tuple):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return bool(a == b)
-
-
-class _ArrayEq:
-    """Dataclasses with array fields: equal when every field is (pickled copies compare equal)."""
-
-    __dataclass_fields__: ClassVar[dict[str, Any]]  # every subclass is a dataclass
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return all(_same(getattr(self, f), getattr(other, f)) for f in self.__dataclass_fields__)
-
-    def __hash__(self) -> int:
-        raise TypeError(f"unhashable type: {type(self).__name__!r}")  # equal by value, arrays inside: no hash
-
-
 @dataclass(frozen=True, eq=False)
-class CallTimes(_ArrayEq):
+class CallTimes(ArrayEq):
     """One rank's collective calls as columns, in time order (the order `number_calls` gives)."""
 
     kind: tuple[str, ...]
@@ -84,7 +59,7 @@ class CallTimes(_ArrayEq):
 
 
 @dataclass(frozen=True, eq=False)
-class RankTimes(_ArrayEq):
+class RankTimes(ArrayEq):
     """What causes.py needs from one rank, on its own clock."""
 
     compute: iv.Union
@@ -101,8 +76,8 @@ class RankTimes(_ArrayEq):
 
 
 def rank_times(
-    calls: Sequence[CollectiveCall],
-    instances: Sequence[CollectiveInstance],
+    calls: Calls,
+    instances: Instances,
     *,
     device: str,
     comm: iv.Union,
@@ -119,15 +94,14 @@ def rank_times(
     order is the calls' order by start); comm and compute are already cut to the windows."""
     n = len(calls)
     assert n == len(instances)
-    # The calls in start order (stable, as number_calls sorts them), as columns.
-    order = np.argsort(np.fromiter((c.start_us for c in calls), np.float64, n), kind="stable")
-    ordered = [calls[i] for i in order.tolist()]
-    start = np.fromiter((i.start_us for i in instances), np.float64, n)
-    end = start + np.fromiter((i.dur_us for i in instances), np.float64, n)
+    # The calls in start order (stable, as number_calls sorts them).
+    ordered = calls.take(np.argsort(calls.start_us, kind="stable"))
+    start = instances.start_us
+    end = start + instances.dur_us
     if device == "cuda":  # the runtime call that launched the kernel (NaN without launch events)
-        issue = np.fromiter((c.launch_us for c in ordered), np.float64, n)
+        issue = ordered.launch_us
     else:  # the c10d op on the calling thread (NaN when no op was matched to the gloo work)
-        issue = np.fromiter((np.nan if c.issued_us is None else c.issued_us for c in ordered), np.float64, n)
+        issue = ordered.issued_us
     phases = tuple(iv.union(phase_start[phase == i], phase_end[phase == i]) for i in range(len(PHASES)))
     names = _call_phases(ordered, phases)
 
@@ -142,10 +116,11 @@ def rank_times(
     else:  # no step windows: the whole trace is one window, with no end to count slack to
         step, step_end_us = np.zeros(start.size, dtype=np.int64), np.full(start.size, np.nan)
 
-    kinds = tuple(i.kind for i in instances)
+    kinds = tuple(instances.kinds[k] for k in instances.kind.tolist())
     kind_phase, kind_phases, index = _index_in_step(step, kinds, names)
     group_of: dict[tuple[str, str], int] = {}
-    group = np.fromiter((group_of.setdefault((i.pg, i.kind), len(group_of)) for i in instances), np.int64, n)
+    pairs = zip(instances.pg.tolist(), instances.kind.tolist())
+    group = np.fromiter((group_of.setdefault((instances.pgs[g], instances.kinds[k]), len(group_of)) for g, k in pairs), np.int64, n)
 
     return RankTimes(
         compute=compute,
@@ -158,9 +133,9 @@ def rank_times(
             groups=tuple(group_of),
             kind_phase=kind_phase,
             kind_phases=kind_phases,
-            seq=np.fromiter((i.seq for i in instances), np.int64, n),
-            nbytes=tuple(i.nbytes for i in instances),
-            group_size=tuple(i.group_size for i in instances),
+            seq=instances.seq,
+            nbytes=tuple(None if b < 0 else b for b in instances.nbytes.tolist()),
+            group_size=tuple(None if g < 0 else g for g in instances.group_size.tolist()),
             start_us=start,
             end_us=end,
             issue_us=issue,
@@ -206,23 +181,24 @@ def first_wait(compute: iv.Union, t: np.ndarray) -> np.ndarray:
     return np.where(covered, np.nan, np.where(j >= 0, e[jj], -np.inf))
 
 
-def _call_phases(calls: Sequence[CollectiveCall], phases: tuple[iv.Union, ...]) -> tuple[str, ...]:
+def _call_phases(calls: Calls, phases: tuple[iv.Union, ...]) -> tuple[str, ...]:
     """The phase window holding each call's issue as `phase_collectives` attributes it (CPU: its c10d
     op; GPU: its kernel's start, in the device-side windows); else its engine labels' phase
     (CollectiveCall.phase_hint); else "other"."""
-    t = np.array([c.issued_us if c.issued_us is not None else c.start_us for c in calls], dtype=np.float64)
-    out = [c.phase_hint or OTHER for c in calls]
+    t = calls.issue_or_start()
+    hints = (*(h or OTHER for h in calls.hints), OTHER)  # code -1 (no hint) -> OTHER
+    out = [hints[h] for h in calls.hint.tolist()]
     done = np.zeros(t.size, dtype=bool)
     for name, union in zip(PHASES, phases):
         inside = iv.covers(union, t) & ~done
-        for n in np.flatnonzero(inside):
+        for n in np.flatnonzero(inside).tolist():
             out[n] = name
         done |= inside
     return tuple(out)
 
 
 @dataclass(frozen=True, eq=False)
-class RankSplit(_ArrayEq):
+class RankSplit(ArrayEq):
     """One rank's exposed time split per call, on its own clock (columns follow its CallTimes)."""
 
     rank: int

@@ -22,7 +22,7 @@ OTHER = "other"
 """The phase of a call issued outside every phase window."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReplayCall:
     """One collective call of a step, in issue order."""
 
@@ -86,25 +86,34 @@ def replay_steps(f: FileEvents) -> Iterator[ReplayStep]:
     """Per ProfilerStep window of one file, what whatif replays."""
     comm = iv.union(f.comm.start, f.comm.end)
     compute = iv.difference(iv.union(f.compute.start, f.compute.end), f.exclude)
-    starts = np.array([c.start_us for c in f.calls], dtype=float)
-    shares = stream_shares(starts, starts + np.array([c.dur_us for c in f.calls], dtype=float)).tolist()
+    calls = f.calls
+    shares = stream_shares(calls.start_us, calls.start_us + calls.dur_us)
     # The calls in issue order (stable: ties keep the file's order), so that each step takes its
     # own by bisection rather than looking at every call (quadratic in the trace's length).
-    issued_at = np.array([c.issued_us if c.issued_us is not None else c.start_us for c in f.calls], dtype=float)
+    issued_at = calls.issue_or_start()
     by_issue = np.argsort(issued_at, kind="stable")
+    names = (*PHASES, OTHER)
     issued_sorted = issued_at[by_issue]
     for num, lo, hi in zip(f.step_num.tolist(), f.step_start.tolist(), f.step_end.tolist()):
         exposed = iv.difference(iv.clip(comm, lo, hi), iv.clip(compute, lo, hi))
         step_busy = iv.difference((np.array([lo]), np.array([hi])), exposed)
         windows = {name: _phase_union(f, i, lo, hi) for i, name in enumerate(PHASES)}
         phase_us = tuple(iv.intersection_length(step_busy, w) for w in windows.values())
-        issued = []
         i, j = np.searchsorted(issued_sorted, [lo, hi], side="left")
-        for k in sorted(by_issue[i:j].tolist()):  # the file's order, as before
-            c, share = f.calls[k], shares[k]
-            t = c.issued_us if c.issued_us is not None else c.start_us
-            phase = next((n for n, w in windows.items() if iv.covers(w, np.array([t]))[0]), OTHER)
-            issued.append((t, ReplayCall(kind=c.kind, nbytes=c.nbytes, phase=phase, share_us=share)))
+        ks = np.sort(by_issue[i:j])  # the file's order, as before
+        t = issued_at[ks]
+        phase = np.full(ks.size, len(PHASES))  # the first phase window holding the issue, else OTHER
+        done = np.zeros(ks.size, dtype=bool)
+        for index, w in enumerate(windows.values()):
+            inside = iv.covers(w, t) & ~done
+            phase[inside] = index
+            done |= inside
+        issued = [
+            (at, ReplayCall(kind=calls.kinds[kind], nbytes=None if nb < 0 else nb, phase=names[p], share_us=share))
+            for at, kind, nb, p, share in zip(
+                t.tolist(), calls.kind[ks].tolist(), calls.nbytes[ks].tolist(), phase.tolist(), shares[ks].tolist()
+            )
+        ]
         issued.sort(key=lambda x: (x[0], x[1].kind))
         launches = [t for t, c in issued if c.phase == "backward" and c.kind == "reduce_scatter"]
         yield ReplayStep(

@@ -17,8 +17,6 @@ import gzip
 import re
 import zlib
 from array import array
-from bisect import bisect_left
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ import numpy as np
 
 from profile_overlap.analysis.classify import is_collective_op
 from profile_overlap.analysis.stream import NotATrace, read_chunks, stream_events
+from profile_overlap.analysis.trace_args import CollectiveArgs, RowArgs
 from profile_overlap.core.errors import UserError
 
 CHUNK_BYTES = 2 << 20
@@ -99,55 +98,6 @@ _OUTER = msgspec.json.Decoder(_Outer)
 # ---------------------------------------------------------------- what the analysis gets
 
 
-class CollectiveArgs(msgspec.Struct, frozen=True):
-    """The arguments that describe a collective, from a kernel or a CPU op (None if absent).
-    A msgspec Struct rather than a dataclass: one is built per collective event, and this is
-    several times cheaper to construct."""
-
-    collective_name: str | None = None
-    in_nelems: int | None = None
-    out_nelems: int | None = None
-    dtype: str | None = None
-    group_size: int | None = None
-    pg_name: str | None = None
-    pg_ranks: str | list[int] | None = None
-    input_dims: list[Any] | None = None
-    input_type: list[Any] | None = None
-
-
-class RowArgs(Mapping[int, CollectiveArgs]):
-    """Row -> CollectiveArgs, read-only, for the few rows that have them: two compact columns
-    (rows ascending, index into `values`) rather than a dict, and identical arguments shared by
-    one object. A 4 GB trace has millions of collective events but a handful of distinct ones."""
-
-    def __init__(self, rows: array[int], codes: array[int], values: tuple[CollectiveArgs, ...]) -> None:
-        self._rows, self._codes, self._values = rows, codes, values
-
-    def _find(self, row: int) -> int:
-        i = bisect_left(self._rows, row)
-        return i if i < len(self._rows) and self._rows[i] == row else -1
-
-    def __getitem__(self, row: int) -> CollectiveArgs:
-        i = self._find(row)
-        if i < 0:
-            raise KeyError(row)
-        value: CollectiveArgs = self._values[self._codes[i]]
-        return value
-
-    def get(self, row: int | None, default: CollectiveArgs | None = None) -> CollectiveArgs | None:  # type: ignore[override]
-        i = self._find(row) if row is not None else -1
-        return self._values[self._codes[i]] if i >= 0 else default
-
-    def __contains__(self, row: object) -> bool:
-        return isinstance(row, int) and self._find(row) >= 0
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._rows)
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-
 @dataclass(frozen=True)
 class Events:
     """One kind of event as columns. `name` and `tid` index into `names` / `tids`."""
@@ -159,8 +109,8 @@ class Events:
     ts: np.ndarray  # float64, µs
     dur: np.ndarray  # float64, µs
     cat: np.ndarray  # int8: index into the category tuple of the table
-    external_id: np.ndarray  # int64, -1 if absent
-    correlation: np.ndarray  # int64, -1 if absent
+    external_id: np.ndarray  # int64, -1 if absent; kernels only (empty for CPU events: see args)
+    correlation: np.ndarray  # int64, -1 if absent; kernels only (empty for CPU events)
     args: RowArgs  # row -> collective args, only for collective events
 
     def __len__(self) -> int:
@@ -199,12 +149,14 @@ _CPU_CAT_CODE = {"cpu_op": CPU_OP, "user_annotation": USER_ANNOTATION, "gpu_user
 
 
 class _Columns:
-    def __init__(self, names: dict[str, int], tids: dict[int | str, int]) -> None:
-        self.names, self.tids = names, tids
+    def __init__(self, names: dict[str, int], tids: dict[int | str, int], *, ids: bool) -> None:
+        """ids: keep every event's External id and correlation (kernels); else only the External
+        id of events with args (CPU ops: nothing reads the rest, 16 bytes an event)."""
+        self.names, self.tids, self.ids = names, tids, ids
         self.name, self.tid, self.cat = array("i"), array("i"), array("b")
         self.ts, self.dur = array("d"), array("d")
         self.ext, self.corr = array("q"), array("q")
-        self.arg_rows, self.arg_codes = array("q"), array("i")
+        self.arg_rows, self.arg_codes, self.arg_ext = array("q"), array("i"), array("q")
 
     def extend(self, events: list[_Event], cats: list[int]) -> list[int]:
         """Append events (list comprehensions: several times faster than a per-event method).
@@ -216,13 +168,15 @@ class _Columns:
         self.cat.extend(cats)
         self.ts.extend([e.ts for e in events])
         self.dur.extend([e.dur for e in events])
-        self.ext.extend([max(a.external_id, a.external_id_lower) if (a := e.args) is not None else -1 for e in events])
-        self.corr.extend([a.correlation if (a := e.args) is not None else -1 for e in events])
+        if self.ids:
+            self.ext.extend([max(a.external_id, a.external_id_lower) if (a := e.args) is not None else -1 for e in events])
+            self.corr.extend([a.correlation if (a := e.args) is not None else -1 for e in events])
         return codes
 
     def add_args(self, row: int, args: _Args, shared: _SharedArgs) -> None:
         self.arg_rows.append(row)
         self.arg_codes.append(shared.code(args))
+        self.arg_ext.append(max(args.external_id, args.external_id_lower))
 
     def freeze(self, shared: _SharedArgs) -> Events:
         # Views of the arrays, not copies: a copy would double the peak for a moment.
@@ -236,7 +190,7 @@ class _Columns:
             cat=_column(self.cat, np.int8),
             external_id=_column(self.ext, np.int64),
             correlation=_column(self.corr, np.int64),
-            args=RowArgs(self.arg_rows, self.arg_codes, tuple(shared.values)),
+            args=RowArgs(self.arg_rows, self.arg_codes, tuple(shared.values), _column(self.arg_ext, np.int64)),
         )
 
 
@@ -292,8 +246,8 @@ class _Sink:
 
     def __init__(self) -> None:
         tids: dict[int | str, int] = {}
-        self.kernels = _Columns({}, {})
-        self.cpu = _Columns({}, tids)
+        self.kernels = _Columns({}, {}, ids=True)
+        self.cpu = _Columns({}, tids, ids=False)
         self.shared = _SharedArgs()
         self.rt_corr, self.rt_ts, self.rt_tid = array("q"), array("d"), array("i")
         self.thread_names: dict[str, list[str]] = {}
