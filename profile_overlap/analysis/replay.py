@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from profile_overlap.analysis.array_eq import ArrayEq
 from profile_overlap.analysis.events import FileEvents
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.modes import PHASES
@@ -34,6 +35,29 @@ class ReplayCall:
     """Its share of the time communication was busy (stream_shares)."""
 
 
+@dataclass(frozen=True, eq=False)
+class ReplayCalls(ArrayEq):
+    """A step's collective calls in issue order, as columns (a long trace has hundreds of
+    thousands); iterates as ReplayCall."""
+
+    kinds: tuple[str, ...]
+    kind: np.ndarray
+    """int32 code of each call's kind in `kinds`."""
+    nbytes: np.ndarray
+    """int64; -1 when the trace does not size the call (ReplayCall.nbytes None)."""
+    phase: np.ndarray
+    """int8 code of each call's phase in (*PHASES, OTHER)."""
+    share_us: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.share_us.size)
+
+    def __iter__(self) -> Iterator[ReplayCall]:
+        names = (*PHASES, OTHER)
+        for k, nb, p, share in zip(self.kind.tolist(), self.nbytes.tolist(), self.phase.tolist(), self.share_us.tolist()):
+            yield ReplayCall(kind=self.kinds[k], nbytes=None if nb < 0 else nb, phase=names[p], share_us=share)
+
+
 @dataclass(frozen=True)
 class ReplayStep:
     """One profiled step of one rank, as whatif replays it."""
@@ -43,7 +67,7 @@ class ReplayStep:
     """Busy time outside every phase window (before the forward, mostly)."""
     phase_us: tuple[float, ...]
     """Busy time inside each phase's window, in PHASES order."""
-    calls: tuple[ReplayCall, ...]
+    calls: ReplayCalls
     backward_cuts_us: tuple[float, ...] | None
     """The backward's busy time between the split's reduce_scatter launches, per unit in forward order;
     None without reduce_scatters issued in backward."""
@@ -92,7 +116,12 @@ def replay_steps(f: FileEvents) -> Iterator[ReplayStep]:
     # own by bisection rather than looking at every call (quadratic in the trace's length).
     issued_at = calls.issue_or_start()
     by_issue = np.argsort(issued_at, kind="stable")
-    names = (*PHASES, OTHER)
+    # Ties in issue time go by kind name (then the file's order).
+    by_name = sorted(range(len(calls.kinds)), key=calls.kinds.__getitem__)
+    kind_rank = np.empty(len(by_name), dtype=np.int64)
+    kind_rank[by_name] = np.arange(len(by_name))
+    backward = PHASES.index("backward")
+    reduce_scatter = calls.kinds.index("reduce_scatter") if "reduce_scatter" in calls.kinds else -2
     issued_sorted = issued_at[by_issue]
     for num, lo, hi in zip(f.step_num.tolist(), f.step_start.tolist(), f.step_end.tolist()):
         exposed = iv.difference(iv.clip(comm, lo, hi), iv.clip(compute, lo, hi))
@@ -108,18 +137,14 @@ def replay_steps(f: FileEvents) -> Iterator[ReplayStep]:
             inside = iv.covers(w, t) & ~done
             phase[inside] = index
             done |= inside
-        issued = [
-            (at, ReplayCall(kind=calls.kinds[kind], nbytes=None if nb < 0 else nb, phase=names[p], share_us=share))
-            for at, kind, nb, p, share in zip(
-                t.tolist(), calls.kind[ks].tolist(), calls.nbytes[ks].tolist(), phase.tolist(), shares[ks].tolist()
-            )
-        ]
-        issued.sort(key=lambda x: (x[0], x[1].kind))
-        launches = [t for t, c in issued if c.phase == "backward" and c.kind == "reduce_scatter"]
+        order = np.lexsort((kind_rank[calls.kind[ks]], t))  # stable: ties keep the file's order
+        ks, t, phase = ks[order], t[order], phase[order]
+        kind = calls.kind[ks]
+        launches = t[(phase == backward) & (kind == reduce_scatter)].tolist()
         yield ReplayStep(
             step=int(num),
             pre_us=iv.length(step_busy) - sum(phase_us),
             phase_us=phase_us,
-            calls=tuple(c for _, c in issued),
+            calls=ReplayCalls(kinds=calls.kinds, kind=kind, nbytes=calls.nbytes[ks], phase=phase.astype(np.int8), share_us=shares[ks]),
             backward_cuts_us=_backward_cuts(step_busy, windows["backward"], launches),
         )
