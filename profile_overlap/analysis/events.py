@@ -101,8 +101,8 @@ def extract(trace: Trace) -> FileEvents:
     steps = (
         [
             (int(m.group(1)), cpu.ts[r], cpu.ts[r] + cpu.dur[r])
-            for r in range(len(cpu))
-            if cpu.tid[r] == main and cpu.cat[r] == USER_ANNOTATION and (m := PROFILER_STEP_RE.match(cpu.name_of(r)))
+            for r in np.flatnonzero((cpu.tid == main) & (cpu.cat == USER_ANNOTATION)).tolist()
+            if (m := PROFILER_STEP_RE.match(cpu.name_of(r)))
         ]
         if main is not None and len(cpu)
         else []
@@ -131,7 +131,10 @@ def extract(trace: Trace) -> FileEvents:
                 "backend on CPU"
             )
     phases = phase_windows(trace, main, steps, kernel_times)
-    every = np.concatenate([comm.start, comm.end, compute.start, compute.end, [s for _, s, _ in steps], [e for _, _, e in steps]])
+    del kernel_times  # 24 bytes a kernel, not needed past here
+    times = [a for a in (comm.start, comm.end, compute.start, compute.end) if a.size] + [np.array([t for _, s, e in steps for t in (s, e)])]
+    lows = np.array([a.min() for a in times if a.size])
+    highs = np.array([a.max() for a in times if a.size])
     return FileEvents(
         path=str(trace.path),
         rank=trace.rank,
@@ -148,8 +151,8 @@ def extract(trace: Trace) -> FileEvents:
         calls=calls,
         exclude=exclude,
         phases=phases,
-        t_min=float(every.min()) if every.size else 0.0,
-        t_max=float(every.max()) if every.size else 0.0,
+        t_min=float(lows.min()) if lows.size else 0.0,
+        t_max=float(highs.max()) if highs.size else 0.0,
         facts=file_facts(
             trace,
             comm_rows=comm_rows,
