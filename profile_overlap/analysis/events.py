@@ -186,17 +186,20 @@ def _gpu_events(trace: Trace, labeller: Labeller) -> tuple[EventIntervals, Event
 
     fallback = np.array([labeller.code(_short_name(n)) for n in k.names], dtype=np.int32)[k.name] if len(k) else np.zeros(0, np.int32)
     labels = labeller.label(launch, launch_tid, fallback)
-    end = k.ts + k.dur
-    every = EventIntervals(k.ts, end, launch, labels)
-    calls = _gpu_calls(trace, np.flatnonzero(comm_mask), launch, launch_tid, labeller)
-    return every.take(comm_mask), every.take(compute_mask), calls, np.flatnonzero(comm_mask), np.flatnonzero(compute_mask)
+    del fallback
+    comm_rows, compute_rows = np.flatnonzero(comm_mask), np.flatnonzero(compute_mask)
+    comm, compute = (EventIntervals(k.ts[r], k.ts[r] + k.dur[r], launch[r], labels[r]) for r in (comm_rows, compute_rows))
+    comm_launch, comm_tid = launch[comm_rows], launch_tid[comm_rows]
+    del launch, launch_tid, labels, comm_mask, compute_mask  # per kernel: not needed for the calls
+    calls = _gpu_calls(trace, comm_rows, comm_launch, comm_tid, labeller)
+    return comm, compute, calls, comm_rows, compute_rows
 
 
 def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: np.ndarray, labeller: Labeller) -> Calls:
     """One call per NCCL kernel. Kind and size from the kernel's own args (recent PyTorch), else
     from the CPU collective op it belongs to, linked through `External id` or, failing that,
     the collective op open on the launching thread at launch time. Links are used for sizes
-    and kinds only, never to decide what is communication."""
+    and kinds only, never to decide what is communication. launch, launch_tid: per call (of `rows`)."""
     k, cpu = trace.kernels, trace.cpu
     # Columns, not dicts: a 1 GB trace has hundreds of thousands of collective ops.
     arg_rows, ext = cpu.args.rows(), cpu.args.external_ids
@@ -219,16 +222,16 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
     op_tid, op_ts = cpu.tid[ops], cpu.ts[ops]
     segment = {int(t): (int(a), int(b)) for t, a, b in zip(*np.unique(op_tid, return_index=True, return_counts=True))}
 
-    def enclosing_op(row: int) -> int | None:
-        tid = int(launch_tid[row])
-        if tid not in segment or np.isnan(launch[row]):
+    def enclosing_op(i: int) -> int | None:
+        tid = int(launch_tid[i])
+        if tid not in segment or np.isnan(launch[i]):
             return None
         a, count = segment[tid]
-        j = int(np.searchsorted(op_ts[a : a + count], launch[row], side="right")) - 1
+        j = int(np.searchsorted(op_ts[a : a + count], launch[i], side="right")) - 1
         if j < 0:
             return None
         r = int(ops[a + j])
-        return r if cpu.ts[r] + cpu.dur[r] >= launch[row] else None
+        return r if cpu.ts[r] + cpu.dur[r] >= launch[i] else None
 
     n = rows.size
     kinds, pgs, hints = [], [], []
@@ -238,7 +241,7 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
         args = k.args.get(row)
         op: int | None = int(by_ext[i]) if by_ext[i] >= 0 else None
         if op is None or not cpu.args[op].input_dims:
-            op = enclosing_op(row) if op is None or args is None else op
+            op = enclosing_op(i) if op is None or args is None else op
         op_args = cpu.args.get(op) if op is not None else None
         name = k.name_of(row)
         kinds.append(
@@ -255,14 +258,14 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
         pgs.append(pg)
         nbytes_col[i] = UNKNOWN if nbytes is None else nbytes
         group_col[i] = UNKNOWN if group is None else group
-        hints.append(labeller.hint(launch[row], launch_tid[row]))
+        hints.append(labeller.hint(launch[i], launch_tid[i]))
     return Calls.build(
         kind=kinds,
         pg=pgs,
         nbytes=nbytes_col,
         dur_us=k.dur[rows],
         start_us=k.ts[rows],
-        launch_us=launch[rows],
+        launch_us=launch,
         group_size=group_col,
         issued_us=np.full(n, np.nan),
         hint=hints,

@@ -146,9 +146,10 @@ def file_facts(
     ignored: Named = ()
     if len(k):
         stream_of = np.array([t.removeprefix("stream ").strip() for t in k.tids])
-        comm_streams = tuple(sorted(set(stream_of[k.tid[comm_rows]].tolist()), key=_stream_key))
-        compute_streams = tuple(sorted(set(stream_of[k.tid[compute_rows]].tolist()), key=_stream_key))
-        default_comm = int(np.isin(stream_of[k.tid[comm_rows]], list(DEFAULT_STREAMS)).sum())
+        # By stream code, not per kernel: a string per kernel costs more than the kernel's columns.
+        comm_streams = tuple(sorted(set(stream_of[np.unique(k.tid[comm_rows])].tolist()), key=_stream_key))
+        compute_streams = tuple(sorted(set(stream_of[np.unique(k.tid[compute_rows])].tolist()), key=_stream_key))
+        default_comm = int(np.isin(stream_of, list(DEFAULT_STREAMS))[k.tid[comm_rows]].sum())
         rows = np.concatenate([comm_rows, compute_rows])
         overlaps, overlap_max = _stream_overlaps(k.tid[rows], k.ts[rows], k.ts[rows] + k.dur[rows])
         like = np.array([bool(COMM_LIKE_RE.search(n)) for n in k.names])
