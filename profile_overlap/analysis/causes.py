@@ -208,7 +208,8 @@ def _top_calls(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], *, kn
         slack = float(np.median(slacks)) if slacks.size else None
         first = col["row"][members[0]]
         calls = ranks[int(first[0])].times.calls
-        nbytes = next((calls.nbytes[i] for i in [int(first[1])] if calls.nbytes[i] is not None), None)
+        sized = int(calls.nbytes[int(first[1])])
+        nbytes = sized if sized >= 0 else None  # UNKNOWN: the trace does not size it
         group = calls.group_size[int(first[1])]
         needed = busbw_gbps(kind, nbytes, slack, group) if slack and nbytes else None
         late: dict[int, float] = defaultdict(float)

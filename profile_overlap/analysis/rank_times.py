@@ -32,7 +32,8 @@ class CallTimes(ArrayEq):
     groups: tuple[tuple[str, str], ...]
     seq: np.ndarray
     """Order among the rank's calls of the same kind and process group (the cross-rank match)."""
-    nbytes: tuple[int | None, ...]
+    nbytes: np.ndarray
+    """int64; -1 (call_columns.UNKNOWN) when the trace does not size the call."""
     group_size: tuple[int | None, ...]
     start_us: np.ndarray
     end_us: np.ndarray
@@ -134,7 +135,7 @@ def rank_times(
             kind_phase=kind_phase,
             kind_phases=kind_phases,
             seq=instances.seq,
-            nbytes=tuple(None if b < 0 else b for b in instances.nbytes.tolist()),
+            nbytes=instances.nbytes,
             group_size=tuple(None if g < 0 else g for g in instances.group_size.tolist()),
             start_us=start,
             end_us=end,
