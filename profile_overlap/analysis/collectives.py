@@ -1,5 +1,6 @@
-"""Collective calls -> per-kind stats: each call's size (nccl-tests' S), its order among the
-rank's calls (for matching across ranks), and per kind the totals with their bandwidths."""
+"""A collective call as an object (CollectiveCall as read, CollectiveInstance once numbered for
+matching across ranks) and its size (nccl-tests' S). The analysis keeps the calls as columns
+(call_columns.py: the numbering and the per-kind totals with their bandwidths), read back as these."""
 
 from __future__ import annotations
 
