@@ -7,7 +7,8 @@ peak memory (RSS high-water, children included) is its own.
     python benchmarks/bench_analyze.py --quick      # smoke run: small files, 2 runs
     python benchmarks/bench_analyze.py --baseline /tmp/base   # beside another checkout, run by run
     python benchmarks/bench_analyze.py --many 1024  # also 1,024 ranks of small files (time and peak RSS)
-    python benchmarks/bench_analyze.py --large 0.5,1,2,4 --tmp /tmp   # one trace of each size (GB): peak RSS
+    python benchmarks/bench_analyze.py --large 0.5,1,2,4 --tmp /tmp   # one trace of each size (GB): peak RSS, CPU
+    python benchmarks/bench_analyze.py --large 1 --tmp /tmp --baseline /tmp/base   # and the baseline on each file
 
 Targets: analysis time <= 1.5x the floor; peak memory <= 1.5x the largest uncompressed file.
 """
@@ -80,11 +81,14 @@ seconds = time.perf_counter() - t
 }
 # Peak RSS: VmHWM of this process (per address space, so unlike ru_maxrss it does not inherit
 # the parent's high-water mark across fork + exec), and ru_maxrss of any worker processes.
+# CPU seconds: user + system of this process and its workers, imports included (steadier than
+# wall time on a shared machine).
 _REPORT = """
 import json, resource
 hwm_kb = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
 peak_kb = max(hwm_kb, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-print(json.dumps({"seconds": seconds, "peak_rss_mb": peak_kb / 1024}))
+cpu_s = sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+print(json.dumps({"seconds": seconds, "peak_rss_mb": peak_kb / 1024, "cpu_s": cpu_s}))
 """
 
 
@@ -199,25 +203,30 @@ def many(folder: Path, *, ranks: int, kb: float, runs: int) -> None:
         print(f"| {label[kind]} | {s:.2f} | {s / rows['floor'][0]:.2f} | {1000 * s / ranks:.1f} | {mb:.0f} |")
 
 
-def large(sizes_gb: list[float], tmp: Path) -> int:
-    """Peak memory against the file size: one trace per size, the largest also gzipped."""
+def large(sizes_gb: list[float], tmp: Path, baseline: Path | None = None) -> int:
+    """Peak memory against the file size: one trace per size, the largest also gzipped; with a
+    baseline, that tree on the same file right after."""
     import shutil
 
-    print("| file | events | time (s) | peak RSS (MiB) | MiB per GB |")
-    print("|---|---:|---:|---:|---:|")
+    before = " baseline: CPU (s) | baseline: peak RSS (MiB) |" if baseline else ""
+    print("| file | events | time (s) | CPU (s) | peak RSS (MiB) | MiB per GB |" + before)
+    print("|---|---:|---:|---:|---:|---:|" + "---:|---:|" * bool(baseline))
     cases = [(gb, ".json") for gb in sizes_gb] + [(max(sizes_gb), ".json.gz")]
     for gb, suffix in cases:
         if shutil.disk_usage(tmp).free < 1.2 * gb * 1e9:
-            print(f"| {gb:g} GB{suffix} | skipped: not enough free space in {tmp} | | | |")
+            print(f"| {gb:g} GB{suffix} | skipped: not enough free space in {tmp} | | | | |")
             continue
         folder = Path(tempfile.mkdtemp(prefix="bench_large_", dir=tmp))
         try:
             path = folder / f"rank0.pt.trace{suffix}"
             e = write_large_trace(path, target_bytes=int(gb * 1e9), rank=0, world_size=1)
             got = measure("ours_1proc", [path])
+            base = measure("ours_1proc", [path], tree=baseline) if baseline else None
             print(
                 f"| {e.nbytes / 1e9:.2f} GB{' gzipped' if suffix.endswith('gz') else ''} | {e.num_events:,} | "
-                f"{got['seconds']:.1f} | {got['peak_rss_mb']:.0f} | {got['peak_rss_mb'] / (e.nbytes / 1e9):.0f} |"
+                f"{got['seconds']:.1f} | {got['cpu_s']:.1f} | {got['peak_rss_mb']:.0f} | {got['peak_rss_mb'] / (e.nbytes / 1e9):.0f} |"
+                + (f" {base.get('cpu_s', float('nan')):.1f} | {base['peak_rss_mb']:.0f} |" if base else ""),
+                flush=True,
             )
         finally:
             shutil.rmtree(folder)
@@ -253,14 +262,14 @@ def main() -> int:
         type=Path,
         metavar="TREE",
         help="another source tree of profile_overlap (e.g. `git archive main | tar -x -C /tmp/base`): its analyze_dir is "
-        "timed beside ours, the two alternating run by run, and the ratio printed",
+        "timed beside ours, the two alternating run by run, and the ratio printed (with --large: run on each file after ours)",
     )
     args = ap.parse_args()
     if args.quick:
         args.mb, args.runs, args.scaling, args.scaling_mb = 5, 2, "2,8", 1
 
     if args.large:
-        return large([float(x) for x in args.large.split(",")], args.tmp)
+        return large([float(x) for x in args.large.split(",")], args.tmp, args.baseline)
     kinds = ["floor", "ours_1proc", "ours"] + (["hta"] if hta_available() else [])
     with tempfile.TemporaryDirectory(prefix="bench_analyze_") as tmp:
         tmp = Path(tmp)
