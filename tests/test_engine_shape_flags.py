@@ -50,7 +50,8 @@ def _backward_calls(run_dir, mode: str, kind: str) -> list[int]:
 
 @pytest.mark.slow
 def test_a_first_bucket_cap_splits_ddps_gradients_where_the_replay_cuts_them(tmp_path):
-    proc = cli(["--nproc-per-node", "2", "--mode", "ddp", "--first-bucket-mb", "0.06", "--out", str(tmp_path), *TINY_TRANSFORMER, *FEW_STEPS])
+    args = ["--nproc-per-node", "2", "--mode", "ddp", "--first-bucket-mb", "0.06"]
+    proc = cli([*args, "--out", str(tmp_path), *TINY_TRANSFORMER, *FEW_STEPS])
     assert proc.returncode == 0, proc.stderr
     run_dir = only_run_dir(tmp_path)
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -67,7 +68,8 @@ def test_a_first_bucket_cap_splits_ddps_gradients_where_the_replay_cuts_them(tmp
 
 @pytest.mark.slow
 def test_fsdp2_units_of_two_gather_each_pair_in_one_call_and_train_the_same(tmp_path):
-    proc = cli(["--nproc-per-node", "2", "--modes", "split,fsdp2", "--fsdp-group", "2", "--out", str(tmp_path), *TINY_TRANSFORMER, *FEW_STEPS])
+    args = ["--nproc-per-node", "2", "--modes", "split,fsdp2", "--fsdp-group", "2"]
+    proc = cli([*args, "--out", str(tmp_path), *TINY_TRANSFORMER, *FEW_STEPS])
     assert proc.returncode == 0, proc.stderr
     run_dir = only_run_dir(tmp_path)
     metrics = json.loads((run_dir / "metrics.json").read_text())
