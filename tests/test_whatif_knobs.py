@@ -6,6 +6,7 @@ F0 = 1, F1 = 2, B1 = 4, B0 = 3, Adam 0.5 per unit, no time before the forward (�
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from profile_overlap.record.config import RunConfig
 from profile_overlap.tools import advise_replay, whatif
@@ -162,3 +163,22 @@ def test_fsdp2_measured_without_overlap_is_replayed_serial_and_prefetch_predicts
     # Serial, the gathers ran beside no compute: moving them earlier hides nothing, and the item says why.
     (fetch,) = [c for c in advise_replay.fsdp2(serial, cfg) if c.kind == "fsdp2-prefetch"]
     assert abs(fetch.gain_us) < 1e-9 and "replayed serial" in fetch.change
+
+
+def test_fsdp2s_gather_copies_are_counted_per_step_in_the_phase_they_start_in(tmp_path):
+    from profile_overlap.analysis.fsdp_copies import copy_us_per_step
+    from profile_overlap.analysis.trace import load_trace
+
+    def x(name: str, ts: float, dur: float, cat: str = "user_annotation") -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    events = [x("ProfilerStep#1", 0, 100), x("ProfilerStep#2", 100, 100)]
+    for t in (0, 100):
+        events += [x("forward", t, 40), x("backward", t + 40, 50)]
+        events += [x("fsdp::all_gather_copy_in", t + 1, 2, "cpu_op"), x("FSDP::all_gather_copy_out (blocks.0)", t + 10, 3)]
+        events += [x("fsdp::all_gather_copy_in", t + 41, 4, "cpu_op"), x("FSDP::all_gather_copy_out (head)", t + 50, 5)]
+        events += [x("aten::copy_", t + 60, 7, "cpu_op")]  # an ordinary copy: not FSDP2's
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    # Per step: forward 2 + 3 µs, backward 4 + 5 µs.
+    assert copy_us_per_step(load_trace(path)) == {"forward": 5.0, "backward": 9.0, "optimizer": 0.0}

@@ -157,7 +157,7 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
     if "ddp" in replayed:
         candidates += replay.ddp(replayed["ddp"], params, cfg, replay.collective_cost(measured, world))
     if "fsdp2" in replayed:
-        candidates += replay.fsdp2(replayed["fsdp2"], cfg)
+        candidates += replay.fsdp2(replayed["fsdp2"], cfg, backward_copies_us=replay.backward_copies_us(run.dir / "fsdp2"))
         fits = {k: replay.collective_cost(measured, world, k, "fsdp2") for k in ("all_gather", "reduce_scatter")}
         candidates += replay.fsdp2_groups(replayed["fsdp2"], units, cfg, lambda kind, n: fits[kind](n))
     if "split" in replayed:

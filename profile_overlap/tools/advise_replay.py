@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from profile_overlap.record.config import RunConfig
 from profile_overlap.tools import whatif
@@ -199,7 +201,20 @@ def ddp_first_bucket(
         )
 
 
-def fsdp2(r: Replayed, cfg: RunConfig) -> Iterator[Candidate]:
+def backward_copies_us(folder: Path) -> float:
+    """µs per step of FSDP2's gather copies in backward (analysis/fsdp_copies.py): the median over the
+    mode's trace files (ranks); 0 without traces."""
+    from profile_overlap.analysis.folder import find_trace_files
+    from profile_overlap.analysis.fsdp_copies import copy_us_per_step
+    from profile_overlap.analysis.trace import load_trace
+
+    per_file = [copy_us_per_step(load_trace(f)).get("backward", 0.0) for f in find_trace_files(folder)] if folder.is_dir() else []
+    return statistics.median(per_file) if per_file else 0.0
+
+
+def fsdp2(r: Replayed, cfg: RunConfig, *, backward_copies_us: float = 0.0) -> Iterator[Candidate]:
+    """Resharding (its gain: the backward gathers in the replay, and their copies, measured) and
+    explicit prefetch distances."""
     knobs = r.graph.knobs
     num_units = len(r.graph.forward_us)
     why = (
@@ -213,11 +228,12 @@ def fsdp2(r: Replayed, cfg: RunConfig) -> Iterator[Candidate]:
             kind="fsdp2-reshard",
             mode="fsdp2",
             change="keep each unit's gathered parameters from forward to backward: no all_gather in backward (more memory)"
-            + (": their whole time comes off the step, the run overlapped nothing" if knobs.serial else ""),
+            + (": their whole time comes off the step, the run overlapped nothing" if knobs.serial else "")
+            + f", and no copy in or out of them ({backward_copies_us / 1e3:.3g} ms per step measured)",
             flag="--reshard-after-forward false",
             code="fully_shard(unit, reshard_after_forward=False)",
             config={"reshard_after_forward": "false"},
-            gain_us=_gain(r, dataclasses.replace(r.graph, knobs=dataclasses.replace(knobs, reshard=False))),
+            gain_us=_gain(r, dataclasses.replace(r.graph, knobs=dataclasses.replace(knobs, reshard=False))) + backward_copies_us,
         )
     for n in range(1, num_units):
         if n == cfg.fsdp_prefetch:
