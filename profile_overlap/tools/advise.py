@@ -159,7 +159,8 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
     if "fsdp2" in replayed:
         candidates += replay.fsdp2(replayed["fsdp2"], cfg, backward_copies_us=replay.backward_copies_us(run.dir / "fsdp2"))
         fits = {k: replay.collective_cost(measured, world, k, "fsdp2") for k in ("all_gather", "reduce_scatter")}
-        candidates += replay.fsdp2_groups(replayed["fsdp2"], units, cfg, lambda kind, n: fits[kind](n))
+        residual = max(replay.fit_residual(measured, k, "fsdp2", fit) for k, fit in fits.items())
+        candidates += replay.fsdp2_groups(replayed["fsdp2"], units, cfg, lambda kind, n: fits[kind](n), residual=residual)
     if "split" in replayed:
         candidates += replay.split(replayed["split"], cfg)
     out = []
@@ -168,7 +169,7 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
             continue
         mode = metrics.modes[c.mode]
         base, gain, n = mode.step_time.median_ms, c.gain_us / 1e3, noise_ms(mode)
-        spread = errors.get(c.mode, 0.0) / 100 * abs(gain) + n
+        spread = errors.get(c.mode, 0.0) / 100 * abs(gain) + n + c.fit_error_us / 1e3
         out.append(
             AdviceItem(
                 kind=c.kind,

@@ -35,6 +35,9 @@ class Candidate:
     """The run flags it sets (empty when no flag sets it)."""
     gain_us: float
     """replay(as run) − replay(changed), per step."""
+    fit_error_us: float = 0.0
+    """What the cost fit adds to the uncertainty: its relative residual on the run's calls times the
+    change in the step's collective time it predicts (0 where the replay uses measured durations)."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,14 @@ def collective_cost(
     return lambda n: model.ring_cost_us(kind, n, world, latency_us=alpha, link_gbps=max(gbps, 1e-9))
 
 
+def fit_residual(measured: dict[str, whatif.Measured], kind: str, mode: str, cost: Callable[[int], float]) -> float:
+    """The root-mean-square relative error of `cost` on `mode`'s measured calls of `kind`."""
+    calls = [c for c in measured[mode].calls if c.kind == kind and c.nbytes and c.dur_us > 0] if mode in measured else []
+    if not calls:
+        return 0.0
+    return math.sqrt(statistics.fmean(((cost(c.nbytes or 0) - c.dur_us) / c.dur_us) ** 2 for c in calls))
+
+
 def ddp(r: Replayed, params: list[tuple[int, int]], cfg: RunConfig, cost: Callable[[int], float]) -> Iterator[Candidate]:
     """Bucket caps that cut the gradients into 2..K buckets (one that splits nothing is left out)."""
     first = cfg.first_bucket_mb * MIB if cfg.first_bucket_mb is not None else None
@@ -250,7 +261,9 @@ def fsdp2(r: Replayed, cfg: RunConfig, *, backward_copies_us: float = 0.0) -> It
         )
 
 
-def fsdp2_groups(r: Replayed, units: whatif.Units, cfg: RunConfig, cost: Callable[[str, int], float]) -> Iterator[Candidate]:
+def fsdp2_groups(
+    r: Replayed, units: whatif.Units, cfg: RunConfig, cost: Callable[[str, int], float], *, residual: float = 0.0
+) -> Iterator[Candidate]:
     """Other fully_shard groupings (`--fsdp-group N`): the run's step on per-unit compute, its
     collectives one per group of the group's bytes, costed by the run's α-β fit; the gain against
     the run's own grouping costed the same way (so the fit's error mostly cancels)."""
@@ -261,10 +274,12 @@ def fsdp2_groups(r: Replayed, units: whatif.Units, cfg: RunConfig, cost: Callabl
         backward_us=tuple(sum(g.backward_us) * x for x in units.backward_share),
         optimizer_us=tuple(sum(g.optimizer_us) * x for x in units.optimizer_share),
     )
-    base = model.simulate(model.regroup(per_unit, units.nbytes, cfg.fsdp_group, cost)).step_us
+    now = model.regroup(per_unit, units.nbytes, cfg.fsdp_group, cost)
+    base = model.simulate(now).step_us
     for n in range(1, len(units.nbytes) + 1):
         if n == cfg.fsdp_group or total == 0:
             continue
+        changed = model.regroup(per_unit, units.nbytes, n, cost)
         calls = -(-len(units.nbytes) // n)
         what = "the whole model in one call" if calls == 1 else f"{n} consecutive units per call ({calls} calls)"
         yield Candidate(
@@ -275,7 +290,8 @@ def fsdp2_groups(r: Replayed, units: whatif.Units, cfg: RunConfig, cost: Callabl
             flag=f"--fsdp-group {n}",
             code=f"for k in range(0, len(units), {n}): fully_shard(units[k : k + {n}])",
             config={"fsdp_group": n},
-            gain_us=base - model.simulate(model.regroup(per_unit, units.nbytes, n, cost)).step_us,
+            gain_us=base - model.simulate(changed).step_us,
+            fit_error_us=residual * abs(sum(c.dur_us for c in changed.comms) - sum(c.dur_us for c in now.comms)),
         )
 
 
