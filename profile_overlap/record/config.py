@@ -42,8 +42,8 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
     first_bucket_mb: float | None = None
     reshard_after_forward: str = "true"
     fsdp_prefetch: int = 0
-    fsdp_group: int = 1
     split_prefetch: int = 0
+    fsdp_group: int = 1
     backend: str = "auto"
     out: str = "runs"
     name: str | None = None

@@ -168,11 +168,11 @@ class Config(JobSection):
     fsdp_prefetch: int = flag(0, metavar="N", group=ENGINE)
     """fsdp2: explicitly prefetch the next N units' all_gathers in forward and backward
     (set_modules_to_forward_prefetch / set_modules_to_backward_prefetch); 0: FSDP2's own implicit prefetch."""
+    split_prefetch: int = flag(0, metavar="N", group=WORKLOAD)
+    """split: before unit k's forward, wait for the all_gathers of units k to k+N (0: unit k's only, just before it runs)."""
     fsdp_group: int = flag(1, metavar="N", group=ENGINE)
     """fsdp2: communication units per fully_shard call, fully_shard(units[k:k+N]): one all_gather and one
     reduce_scatter for N consecutive units (1: one per unit; the number of units: the whole model at once)."""
-    split_prefetch: int = flag(0, metavar="N", group=WORKLOAD)
-    """split: before unit k's forward, wait for the all_gathers of units k to k+N (0: unit k's only, just before it runs)."""
     job: JobConfig = field(default_factory=JobConfig)
     """The job flags (distributed and output)."""
 
