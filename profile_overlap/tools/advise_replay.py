@@ -239,7 +239,11 @@ def fsdp2(r: Replayed, cfg: RunConfig, *, backward_copies_us: float = 0.0) -> It
             kind="fsdp2-reshard",
             mode="fsdp2",
             change="keep each unit's gathered parameters from forward to backward: no all_gather in backward (more memory)"
-            + (": their whole time comes off the step, the run overlapped nothing" if knobs.serial else "")
+            + (
+                f": their whole time comes off the step (the run overlapped under {SERIAL_OVERLAP_PCT:g}% of its communication)"
+                if knobs.serial
+                else ""
+            )
             + f", and no copy in or out of them ({backward_copies_us / 1e3:.3g} ms per step measured)",
             flag="--reshard-after-forward false",
             code="fully_shard(unit, reshard_after_forward=False)",
@@ -280,13 +284,17 @@ def fsdp2_groups(
         if n == cfg.fsdp_group or total == 0:
             continue
         changed = model.regroup(per_unit, units.nbytes, n, cost)
-        calls = -(-len(units.nbytes) // n)
-        what = "the whole model in one call" if calls == 1 else f"{n} consecutive units per call ({calls} calls)"
+        calls, before = -(-len(units.nbytes) // n), -(-len(units.nbytes) // cfg.fsdp_group)
+        what = "the whole model in one call" if calls == 1 else f"{n} consecutive units per call"
+        trade = (
+            "fewer, larger calls: less latency, each unit waits for a larger gather"
+            if n > cfg.fsdp_group
+            else ("more, smaller calls: more latency, each gather hides under less compute")
+        )
         yield Candidate(
             kind="fsdp2-group",
             mode="fsdp2",
-            change=f"fully_shard {what}: {calls} all_gather{'s' if calls > 1 else ''} per pass instead of "
-            f"{-(-len(units.nbytes) // cfg.fsdp_group)} (fewer, larger calls; each unit waits for a larger gather)",
+            change=f"fully_shard {what}: {calls} all_gather{'s' if calls > 1 else ''} per pass instead of {before} ({trade})",
             flag=f"--fsdp-group {n}",
             code=f"for k in range(0, len(units), {n}): fully_shard(units[k : k + {n}])",
             config={"fsdp_group": n},
