@@ -120,7 +120,7 @@ def test_verify_on_ddp_at_the_default_bucket_runs_a_smaller_bucket_that_overlaps
     assert proc.returncode == 0, proc.stderr
     advice = json.loads((run_dir / "advice.json").read_text())
     top = next(i for i in advice["items"] if i["verifiable"])
-    assert top["kind"] == "ddp-bucket"
+    assert top["kind"] in ("ddp-bucket", "ddp-first-bucket")  # smaller buckets, or a smaller first one
     v = top["verification"]
     assert v["repeats"] == 5 and v["changed_overlap_pct"] > 0
     assert v["gain_low_ms"] <= v["measured_gain_ms"] <= v["gain_high_ms"]
