@@ -81,3 +81,23 @@ def test_fsdp2_units_of_two_gather_each_pair_in_one_call_and_train_the_same(tmp_
     fsdp = _backward_calls(run_dir, "fsdp2", "reduce_scatter")
     assert len(split) == 4 and len(fsdp) == 2
     assert sorted(fsdp) == sorted([split[0] + split[1], split[2] + split[3]])
+
+
+def test_a_verification_run_of_one_mode_drops_the_other_engines_shape_and_advice_keeps_to_the_checks():
+    import msgspec
+
+    from profile_overlap.record.config import RunConfig
+    from profile_overlap.tools.advise import _valid
+
+    def record(**flags) -> RunConfig:  # the config as metrics.json holds it
+        d = Config(**flags).to_dict()
+        return msgspec.convert(d, RunConfig).with_keys(d)
+
+    cfg = record(mode="compare", compare_modes="ddp,fsdp2", model="transformer", layers=2, first_bucket_mb=0.1, fsdp_group=2)
+    fsdp = Config(**advise_replay.rerun_values(cfg, "fsdp2", {"reshard_after_forward": "false"}))
+    ddp = Config(**advise_replay.rerun_values(cfg, "ddp", {}))
+    assert (fsdp.modes, fsdp.first_bucket_mb, fsdp.fsdp_group) == (("fsdp2",), None, 2)
+    assert (ddp.modes, ddp.first_bucket_mb, ddp.fsdp_group) == (("ddp",), 0.1, 1)
+    # Prefetching 1 unit ahead needs 2 or more fsdp2 units: the whole model in one fully_shard call has 1.
+    with_prefetch = record(mode="fsdp2", model="transformer", layers=2, fsdp_prefetch=1)
+    assert _valid(with_prefetch, "fsdp2", {"fsdp_group": 2}) and not _valid(with_prefetch, "fsdp2", {"fsdp_group": 4})
