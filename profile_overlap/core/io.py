@@ -32,6 +32,7 @@ def write_text_atomic(path: Path, text: str) -> Path:
     return replace_atomically(path, write)
 
 
-def write_json_atomic(path: Path, data: Any, *, indent: int = 2) -> Path:
-    """Strict JSON (NaN and infinity are refused: other tools read these files)."""
-    return write_text_atomic(path, json.dumps(data, indent=indent, allow_nan=False) + "\n")
+def write_json_atomic(path: Path, data: Any, *, indent: int | None = 2) -> Path:
+    """Strict JSON (NaN and infinity are refused: other tools read these files); indent None: one line."""
+    separators = (",", ":") if indent is None else None
+    return write_text_atomic(path, json.dumps(data, indent=indent, separators=separators, allow_nan=False) + "\n")
