@@ -7,7 +7,6 @@ here is defined in the README's "Metrics" section.
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +15,6 @@ from typing import Any
 import msgspec
 
 from profile_overlap.core import modes
-from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import write_json_atomic
 from profile_overlap.record.analysis import AnalysisRecord, as_json
 from profile_overlap.record.config import RunConfig
@@ -398,14 +396,3 @@ class RunMetrics(msgspec.Struct, frozen=True, kw_only=True):
         line (at 1,024 ranks indentation makes it 2.6x larger, and the Overlap tab fetches and parses all of it)."""
         ranks = max((len(m.analysis.ranks) for m in self.modes.values() if m.analysis), default=0)
         return write_json_atomic(path, self.to_json(), indent=2 if ranks <= INDENTED_RANKS else None)
-
-
-def ensure_writable_dir(out: Path) -> Path:
-    """Create `out` (an --out folder) if needed; a one-line error when that cannot work."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(f"cannot create --out {out}: {err.strerror}; pick a writable folder") from None
-    if not os.access(out, os.W_OK):
-        raise UserError(f"--out {out} is not writable; pick a writable folder")
-    return out
