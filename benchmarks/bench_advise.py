@@ -1,7 +1,11 @@
 """Hit rate of `advise --verify`: tiny 2-rank transformer runs (CPU, gloo), each advised, its top
 verifiable items run against the run in alternating blocks; prints one row per verified item.
 
-    python benchmarks/bench_advise.py --out /tmp/bench_advise --repeats 5 --items 2
+    python benchmarks/bench_advise.py --out /tmp/bench_advise --repeats 5
+
+Each run verifies its verifiable items (RUNS: how many; --items N caps every run at N): ddp its
+smaller buckets and its first bucket's cap, fsdp2 its resharding, prefetch and unit groups (once at
+one unit per fully_shard call, once at two), the compare its schedule and the split's wait-ahead.
 
 Runs one job at a time (the machine may be shared). Results: benchmarks/README.md, "advise".
 """
@@ -17,10 +21,12 @@ from pathlib import Path
 TINY = ["--model", "transformer", "--layers", "2", "--dim", "64", "--heads", "4", "--seq-len", "16", "--batch", "4"]
 STEPS = ["--steps", "5", "--warmup-steps", "1", "--profile-steps", "2"]
 RUNS = {
-    "ddp": ["--mode", "ddp"],
-    "fsdp2": ["--mode", "fsdp2"],
-    "seq-split": ["--mode", "compare", "--modes", "sequential,split"],
+    "ddp": (["--mode", "ddp"], 2),
+    "fsdp2": (["--mode", "fsdp2"], 3),
+    "fsdp2-pairs": (["--mode", "fsdp2", "--fsdp-group", "2"], 3),
+    "seq-split": (["--mode", "compare", "--modes", "sequential,split"], 2),
 }
+"""Run name: (its flags, how many of its advice items to verify)."""
 
 
 def po(*args: str) -> None:
@@ -33,15 +39,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--items", type=int, default=2)
+    parser.add_argument("--items", type=int, default=None, help="verify at most N items per run (default: each run's own count)")
     parser.add_argument("--runs", default=",".join(RUNS))
     args = parser.parse_args()
     print("run | item | flag | predicted gain ms | measured gain ms [95%] | hit | sign agrees")
     for name in args.runs.split(","):
         run_dir = args.out / name
+        flags, items = RUNS[name]
+        items = items if args.items is None else min(items, args.items)
         if not (run_dir / "metrics.json").is_file():
-            po("run", "--nproc-per-node", "2", *RUNS[name], *TINY, *STEPS, "--repeats", "3", "--out", str(args.out), "--name", name)
-        po("advise", str(run_dir), "--verify", "--verify-items", str(args.items), "--repeats", str(args.repeats))
+            po("run", "--nproc-per-node", "2", *flags, *TINY, *STEPS, "--repeats", "3", "--out", str(args.out), "--name", name)
+        po("advise", str(run_dir), "--verify", "--verify-items", str(items), "--repeats", str(args.repeats))
         advice = json.loads((run_dir / "advice.json").read_text())
         for item in advice["items"]:
             v = item["verification"]

@@ -77,6 +77,7 @@ def test_advice_on_four_modes_is_ranked_and_every_flag_passes_the_runs_checks(en
     # The default 25 MiB bucket holds the whole tiny model: a smaller one is advised, with its flag.
     assert ("ddp-bucket", "ddp") in kinds and ("fsdp2-reshard", "fsdp2") in kinds and ("split-prefetch", "split") in kinds
     assert ("schedule", "sequential") in kinds or ("schedule", "split") in kinds
+    assert ("ddp-first-bucket", "ddp") in kinds and ("fsdp2-group", "fsdp2") in kinds
     config = json.loads((run_dir / "config.json").read_text())
     for item in items:
         if item["kind"].startswith("fsdp2"):
@@ -84,12 +85,17 @@ def test_advice_on_four_modes_is_ranked_and_every_flag_passes_the_runs_checks(en
         if item["flag"]:
             option, value = item["flag"].split(" ", 1)
             name = option.removeprefix("--").replace("-", "_")
-            cap = {"bucket_cap_mb": float, "fsdp_prefetch": int, "split_prefetch": int}.get(name, str)(value)
-            Config(**{**{k: v for k, v in config.items() if k != "nproc_per_node"}, "compare_modes": None, name: cap})
+            kind = {"bucket_cap_mb": float, "first_bucket_mb": float, "fsdp_prefetch": int, "fsdp_group": int, "split_prefetch": int}
+            values = {k: v for k, v in config.items() if k != "nproc_per_node"}
+            Config(**{**values, "compare_modes": None, "mode": item["mode"], name: kind.get(name, str)(value)})
         if item["predicted_gain_ms"] is not None and item["gain_low_ms"] is not None:
             assert item["gain_low_ms"] <= item["predicted_gain_ms"] <= item["gain_high_ms"]
     bucket = next(i for i in items if i["kind"] == "ddp-bucket")
     assert float(bucket["flag"].split()[1]) < 25 and "DistributedDataParallel(model, bucket_cap_mb=" in bucket["code"]
+    first = next(i for i in items if i["kind"] == "ddp-first-bucket")
+    assert f"bucket_cap_mb_list=[{first['flag'].split()[1]}, 25]" in first["code"]
+    group = next(i for i in items if i["kind"] == "fsdp2-group")
+    assert "fully_shard(units[k : k + " in group["code"]
     # Ranked: the items worth making first, each group by predicted gain.
     worth = [i["worth_it"] for i in items]
     assert worth == sorted(worth, reverse=True)
@@ -106,17 +112,18 @@ def test_advice_on_four_modes_is_ranked_and_every_flag_passes_the_runs_checks(en
 
 @pytest.mark.slow
 def test_verify_on_ddp_at_the_default_bucket_runs_a_smaller_bucket_that_overlaps(tmp_path):
-    """The issue's must-hold: ddp at the default bucket size, --verify --repeats 5."""
+    """The issue's must-hold: ddp at the default bucket size, verified. With --repeats 2 here (4 runs, not 10: the
+    suite's time); benchmarks/bench_advise.py verifies the same run with --repeats 5 (benchmarks/README.md)."""
     proc = cli(["--nproc-per-node", "2", "--mode", "ddp", "--out", str(tmp_path), *TINY_TRANSFORMER, *FEW_STEPS], timeout=600)
     assert proc.returncode == 0, proc.stderr
     run_dir = only_run_dir(tmp_path)
-    proc = cli(["advise", str(run_dir), "--verify", "--repeats", "5"], timeout=1800)
+    proc = cli(["advise", str(run_dir), "--verify", "--repeats", "2"], timeout=1800)
     assert proc.returncode == 0, proc.stderr
     advice = json.loads((run_dir / "advice.json").read_text())
     top = next(i for i in advice["items"] if i["verifiable"])
-    assert top["kind"] == "ddp-bucket"
+    assert top["kind"] in ("ddp-bucket", "ddp-first-bucket")  # smaller buckets, or a smaller first one
     v = top["verification"]
-    assert v["repeats"] == 5 and v["changed_overlap_pct"] > 0
+    assert v["repeats"] == 2 and v["changed_overlap_pct"] > 0
     assert v["gain_low_ms"] <= v["measured_gain_ms"] <= v["gain_high_ms"]
     assert v["hit"] == (v["gain_low_ms"] <= top["predicted_gain_ms"] <= v["gain_high_ms"])
     assert "verified:" in proc.stdout and "measured" in (run_dir / "report.md").read_text()

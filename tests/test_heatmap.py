@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -16,6 +17,10 @@ from many_ranks import planted, write
 from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.analysis.heatmap import covered
 from profile_overlap.analysis.record import timeline_of
+from profile_overlap.tb_plugin.export import write_plugin_data
+
+from test_tb_plugin import serve_tensorboard
+from test_tb_plugin_browser import CHROMIUM, Browser, plugin_frame
 
 
 def _cells(rows) -> np.ndarray:
@@ -101,3 +106,29 @@ def test_a_truncated_an_empty_and_another_job_s_file_among_64_ranks_get_one_line
     assert len(warnings) == 3 and all(w.startswith("warning: ") for w in warnings)
     assert "rank6.pt.trace.json is empty" in p.stderr and "rank7.pt.trace.json both claim rank 1" in p.stderr
     assert "missing ranks 5, 6, 7, 9" in p.stdout and len(p.stdout.splitlines()) <= 60
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which(CHROMIUM), reason=f"{CHROMIUM} not found: apt-get install -y chromium")
+def test_the_tab_at_64_ranks_draws_a_row_per_rank_and_the_explain_example_s_last_rank(job, tmp_path):
+    write_plugin_data(tmp_path / "logdir" / "many", job)
+    server = serve_tensorboard(tmp_path / "logdir")
+    base = next(server)
+    browser = Browser()
+    try:
+        browser.page("Page.navigate", url=f"{base}/#profile_overlap")
+        frame = plugin_frame(browser)
+        assert frame.js("document.querySelector('.po-heatmap canvas.po-heat').height") == 64
+        # Rank 63 of 64 holds 4033 … 4096; the column sums are 64·(j+1) + 64²·63/2.
+        row = frame.js("""[...document.querySelectorAll('.po-explain tr')].map(r => [...r.cells].map(c => c.innerText))
+            .find(r => r[0] === '63')""")
+        assert row == [
+            "63",
+            "[4033, 4034, 4035, …, 4096]",
+            "[129088, 129152, 129216, …, 133120]",
+            "[133120]",
+            "[129088, 129152, 129216, …, 133120]",
+        ]
+    finally:
+        browser.close()
+        server.close()

@@ -14,7 +14,7 @@ import pytest
 from profile_overlap.core.errors import UserError
 from profile_overlap.record.analysis import AnalysisRecord
 from profile_overlap.record.load import decode_metrics, load_metrics
-from profile_overlap.record.metrics import JOB, SCHEMA_VERSION, RunMetrics
+from profile_overlap.record.metrics import INDENTED_RANKS, JOB, SCHEMA_VERSION, RunMetrics
 
 from conftest import cli
 
@@ -108,3 +108,17 @@ def test_report_of_a_record_it_cannot_read_exits_2_with_one_line(tmp_path, edit,
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert str(run / "metrics.json") in proc.stderr and expected in proc.stderr
+
+
+def test_metrics_json_is_indented_up_to_64_ranks_and_one_line_above_and_reads_back_the_same(tmp_path):
+    current = load_metrics(GOLDEN_RUN / "metrics.json")
+    mode, m = next((k, v) for k, v in current.modes.items() if v.analysis)
+    assert m.analysis is not None
+    ranks = [msgspec.structs.replace(m.analysis.ranks[i % len(m.analysis.ranks)], rank=i) for i in range(INDENTED_RANKS + 1)]
+    for n in (INDENTED_RANKS, INDENTED_RANKS + 1):
+        analysis = msgspec.structs.replace(m.analysis, ranks=tuple(ranks[:n]))
+        record = msgspec.structs.replace(current, modes={**current.modes, mode: msgspec.structs.replace(m, analysis=analysis)})
+        path = record.write(tmp_path / f"metrics-{n}.json")
+        lines = path.read_text().splitlines()
+        assert (len(lines) == 1) == (n > INDENTED_RANKS), len(lines)
+        assert json.loads(path.read_text()) == record.to_json()

@@ -1,11 +1,15 @@
-"""The replay's knobs (advise predicts with them): DDP bucket boundaries, the split's wait-ahead
-distance, FSDP2's prefetch distance and resharding. Every case is worked by hand in its comment:
+"""The replay's knobs (advise predicts with them): DDP bucket boundaries and the first bucket's
+cap, the split's wait-ahead distance, FSDP2's prefetch distance, resharding, unit groups and the
+serial replay of a run whose collectives overlapped nothing. Every case is worked by hand in its comment:
 F0 = 1, F1 = 2, B1 = 4, B0 = 3, Adam 0.5 per unit, no time before the forward (µs)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 
+from profile_overlap.record.config import RunConfig
+from profile_overlap.tools import advise_replay, whatif
 from profile_overlap.tools import whatif_model as model
 
 FWD, BWD, OPT = (1.0, 2.0), (3.0, 4.0), (0.5, 0.5)
@@ -82,3 +86,99 @@ def test_fsdp2_resharding_adds_the_backward_gathers_and_their_prefetch_hides_the
     assert model.simulate(graph("fsdp2", FSDP, later)).step_us == 18
     # Without resharding, no backward gathers: 14, as measured.
     assert model.simulate(graph("fsdp2", FSDP, dataclasses.replace(base, reshard=False))).step_us == 14
+
+
+def test_a_first_bucket_cap_closes_only_the_first_bucket_early():
+    params = [(0, 4), (1, 4), (1, 4), (2, 8)]
+    # Cap 100, first 8: unit 2's 8 closes the first bucket at once; the other 12 bytes fill one more.
+    assert model.ddp_buckets(params, 100, 8) == ((2, 8), (0, 12))
+    # Cap 8, first 4: the first closes at unit 2's 8 (>= 4), the next at unit 1's 4 + 4, unit 0's 4 is the rest.
+    assert model.ddp_buckets(params, 8, 4) == ((2, 8), (1, 8), (0, 4))
+
+
+def test_a_small_first_bucket_overlaps_the_rest_of_backward():
+    one = graph("ddp", [("all_reduce", "backward", 0, 5.0)])
+    # First bucket 3 bytes (unit 1's), the rest under the 100-byte cap: unit 1's 3 µs run beside B0
+    # (7..10), unit 0's 2 bytes 10..12, Adam 12..13: 3 µs faster than one bucket (16).
+    first = model.rebucket(one, model.ddp_buckets([(0, 2), (1, 3)], 100, 3), cost=lambda n: float(n))
+    assert model.simulate(first).step_us == 13
+
+
+def _fsdp_cost(kind: str, n: int) -> float:
+    return 2.0 + n if kind == "all_gather" else 0.0  # 2 µs a call, 1 µs a byte; reduce_scatters free
+
+
+def test_fsdp2_groups_merge_compute_and_gather_each_group_in_one_call():
+    per_unit = graph("fsdp2", [("all_gather", "forward", 0, 0.0), ("reduce_scatter", "backward", 0, 0.0)])
+    # One unit per call (bytes 1 and 3): AG0 0..3, AG1 3..8 (prefetched), F0 3..4, F1 8..10, B1 ..14,
+    # B0 ..17, Adam ..18.
+    ungrouped = model.regroup(per_unit, (1, 3), 1, _fsdp_cost)
+    assert [(c.kind, c.unit, c.dur_us) for c in ungrouped.comms] == [
+        ("all_gather", 0, 3.0),
+        ("all_gather", 1, 5.0),
+        ("reduce_scatter", 1, 0.0),
+        ("reduce_scatter", 0, 0.0),
+    ]
+    assert model.simulate(ungrouped).step_us == 18
+    # Both in one call of 4 bytes: AG 0..6, F 6..9, B 9..16, Adam 16..17: one latency fewer wins 1 µs.
+    grouped = model.regroup(per_unit, (1, 3), 2, _fsdp_cost)
+    assert (grouped.forward_us, grouped.backward_us, grouped.optimizer_us) == ((3.0,), (7.0,), (1.0,))
+    assert model.simulate(grouped).step_us == 17
+
+
+def test_serial_fsdp2_gains_nothing_from_prefetch_and_everything_from_dropping_backward_gathers():
+    serial = model.Knobs(serial=True)
+    # Every collective holds the compute stream: AG0 0..1, AG1 1..4, F0 4..5, F1 5..7, B1 ..11, B0 ..14,
+    # Adam ..15, whatever the prefetch distance (overlapped: 14 at distance 1, 15 at 0).
+    for ahead in (0, 1):
+        assert model.simulate(graph("fsdp2", FSDP, dataclasses.replace(serial, fsdp_forward_ahead=ahead))).step_us == 15
+    # Resharding adds the backward gathers (1 + 3 µs) in full; not resharding takes them off in full.
+    assert model.simulate(graph("fsdp2", FSDP, dataclasses.replace(serial, reshard=True))).step_us == 19
+    assert model.simulate(graph("fsdp2", FSDP, dataclasses.replace(serial, reshard=False))).step_us == 15
+
+
+def _measured_fsdp2() -> whatif.Measured:
+    calls = [("all_gather", "forward", 1.0), ("all_gather", "forward", 3.0), ("reduce_scatter", "backward", 0.0)]
+    return whatif.Measured(
+        mode="fsdp2",
+        pre_us=0.0,
+        phase_us={"forward": 3.0, "backward": 7.0, "optimizer": 1.0},
+        calls=tuple(whatif.MeasuredCall(kind=k, nbytes=8, phase=p, dur_us=d) for k, p, d in calls),
+        backward_cuts=None,
+        step_ms=None,
+        profiled_ms=0.015,
+    )
+
+
+def test_fsdp2_measured_without_overlap_is_replayed_serial_and_prefetch_predicts_no_gain():
+    units = whatif.Units(nbytes=(8, 8), backward_share=(3 / 7, 4 / 7), optimizer_share=(0.5, 0.5), measured_cuts=True)
+    cfg = RunConfig(mode="fsdp2", model="mlp", layers=2)
+    overlapped = advise_replay.replay_as_run(_measured_fsdp2(), units, cfg, 2, overlap_pct=40.0)
+    serial = advise_replay.replay_as_run(_measured_fsdp2(), units, cfg, 2, overlap_pct=0.0)
+    assert not overlapped.graph.knobs.serial and serial.graph.knobs.serial
+    # Overlapped, the run's 15 µs calibrates to gathering at each unit's own start (AG1 2.29..5.29 before
+    # F1): prefetching one unit ahead runs AG1 beside F0 (F0 = 3 · 3/7 µs), 15 -> 13.71.
+    fetch = [c for c in advise_replay.fsdp2(overlapped, cfg) if c.kind == "fsdp2-prefetch"]
+    assert [c.config for c in fetch] == [{"fsdp_prefetch": 1}] and abs(fetch[0].gain_us - 9 / 7) < 1e-9
+    # Serial, the gathers ran beside no compute: moving them earlier hides nothing, and the item says why.
+    (fetch,) = [c for c in advise_replay.fsdp2(serial, cfg) if c.kind == "fsdp2-prefetch"]
+    assert abs(fetch.gain_us) < 1e-9 and "replayed serial" in fetch.change
+
+
+def test_fsdp2s_gather_copies_are_counted_per_step_in_the_phase_they_start_in(tmp_path):
+    from profile_overlap.analysis.fsdp_copies import copy_us_per_step
+    from profile_overlap.analysis.trace import load_trace
+
+    def x(name: str, ts: float, dur: float, cat: str = "user_annotation") -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    events = [x("ProfilerStep#1", 0, 100), x("ProfilerStep#2", 100, 100)]
+    for t in (0, 100):
+        events += [x("forward", t, 40), x("backward", t + 40, 50)]
+        events += [x("fsdp::all_gather_copy_in", t + 1, 2, "cpu_op"), x("FSDP::all_gather_copy_out (blocks.0)", t + 10, 3)]
+        events += [x("fsdp::all_gather_copy_in", t + 41, 4, "cpu_op"), x("FSDP::all_gather_copy_out (head)", t + 50, 5)]
+        events += [x("aten::copy_", t + 60, 7, "cpu_op")]  # an ordinary copy: not FSDP2's
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    # Per step: forward 2 + 3 µs, backward 4 + 5 µs.
+    assert copy_us_per_step(load_trace(path)) == {"forward": 5.0, "backward": 9.0, "optimizer": 0.0}

@@ -102,7 +102,8 @@ def _backward_cuts(step_busy: iv.Union, backward: iv.Union, launches: list[float
         return None
     edges = [float(backward[0][0]), *launches, float(backward[1][-1])]
     parts = [iv.length(iv.clip(step_busy, a, b)) for a, b in zip(edges, edges[1:])]
-    parts[-2] += parts.pop()  # after the last launch: the tail of unit 0's backward
+    tail = parts.pop()  # after the last launch: the tail of unit 0's backward (one launch: the only unit's)
+    parts[-1] += tail
     return tuple(reversed(parts))
 
 

@@ -110,7 +110,7 @@ def _env(states: dict[int, layout.RankState], result: TraceAnalysis, world: int)
 def write_record(job_dir: Path, metrics: RunMetrics, result: TraceAnalysis, *, final: bool) -> None:
     """metrics.json and timeline.json (what the Overlap tab reads); at the end also the report, the
     record's TensorBoard files and status.json succeeded. During the job, status.json says running."""
-    write_json_atomic(job_dir / METRICS_JSON, metrics.to_json())
+    metrics.write(job_dir / METRICS_JSON)
     write_json_atomic(job_dir / TIMELINE_JSON, timeline_record({layout.JOB_MODE: result}))
     if not final:
         status.write(job_dir, "running")

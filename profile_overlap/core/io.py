@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from profile_overlap.core.errors import UserError
+
 
 def replace_atomically(path: Path, write: Callable[[Path], None]) -> Path:
     """Call `write(tmp)` on a temporary path beside `path`, then rename it to `path`."""
@@ -32,6 +34,18 @@ def write_text_atomic(path: Path, text: str) -> Path:
     return replace_atomically(path, write)
 
 
-def write_json_atomic(path: Path, data: Any, *, indent: int = 2) -> Path:
-    """Strict JSON (NaN and infinity are refused: other tools read these files)."""
-    return write_text_atomic(path, json.dumps(data, indent=indent, allow_nan=False) + "\n")
+def write_json_atomic(path: Path, data: Any, *, indent: int | None = 2) -> Path:
+    """Strict JSON (NaN and infinity are refused: other tools read these files); indent None: one line."""
+    separators = (",", ":") if indent is None else None
+    return write_text_atomic(path, json.dumps(data, indent=indent, separators=separators, allow_nan=False) + "\n")
+
+
+def ensure_writable_dir(out: Path) -> Path:
+    """Create `out` (an --out folder) if needed; a one-line error when that cannot work."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot create --out {out}: {err.strerror}; pick a writable folder") from None
+    if not os.access(out, os.W_OK):
+        raise UserError(f"--out {out} is not writable; pick a writable folder")
+    return out

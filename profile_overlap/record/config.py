@@ -39,9 +39,11 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
     gzip: bool = True
     lr: float = 1e-3
     bucket_cap_mb: float = 25.0
+    first_bucket_mb: float | None = None
     reshard_after_forward: str = "true"
     fsdp_prefetch: int = 0
     split_prefetch: int = 0
+    fsdp_group: int = 1
     backend: str = "auto"
     out: str = "runs"
     name: str | None = None

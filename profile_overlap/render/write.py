@@ -8,9 +8,9 @@ from functools import partial
 from pathlib import Path
 
 from profile_overlap.core.files import REPORT_HTML, REPORT_JSON, REPORT_MD, TIMELINE_PNG
-from profile_overlap.core.io import replace_atomically, write_json_atomic, write_text_atomic
+from profile_overlap.core.io import ensure_writable_dir, replace_atomically, write_json_atomic, write_text_atomic
 from profile_overlap.record.folder import Run, load_run
-from profile_overlap.record.metrics import RunMetrics, ensure_writable_dir
+from profile_overlap.record.metrics import RunMetrics
 from profile_overlap.render.compare import build_compare, compare_record
 from profile_overlap.render.document import Picture
 from profile_overlap.render.report import build

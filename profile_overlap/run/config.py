@@ -160,6 +160,9 @@ class Config(JobSection):
     """Adam learning rate."""
     bucket_cap_mb: float = flag(25.0, metavar="MiB", group=ENGINE)
     """ddp: DistributedDataParallel's gradient bucket size."""
+    first_bucket_mb: float | None = flag(None, metavar="MiB", group=ENGINE)
+    """ddp: the first bucket's size (the gradients ready first, the model's last parameters), the others'
+    --bucket-cap-mb: DistributedDataParallel(bucket_cap_mb_list=[first, cap]) (default: the same as the others)."""
     reshard_after_forward: Literal["true", "false"] = flag("true", group=ENGINE)
     """fsdp2: free each block's gathered parameters after forward and gather them again in backward."""
     fsdp_prefetch: int = flag(0, metavar="N", group=ENGINE)
@@ -167,6 +170,9 @@ class Config(JobSection):
     (set_modules_to_forward_prefetch / set_modules_to_backward_prefetch); 0: FSDP2's own implicit prefetch."""
     split_prefetch: int = flag(0, metavar="N", group=WORKLOAD)
     """split: before unit k's forward, wait for the all_gathers of units k to k+N (0: unit k's only, just before it runs)."""
+    fsdp_group: int = flag(1, metavar="N", group=ENGINE)
+    """fsdp2: communication units per fully_shard call, fully_shard(units[k:k+N]): one all_gather and one
+    reduce_scatter for N consecutive units (1: one per unit; the number of units: the whole model at once)."""
     job: JobConfig = field(default_factory=JobConfig)
     """The job flags (distributed and output)."""
 
@@ -210,6 +216,7 @@ class Config(JobSection):
                 )
         if self.bucket_cap_mb <= 0:
             raise ValueError(f"--bucket-cap-mb must be positive, got {self.bucket_cap_mb:g}")
+        self._check_engine_shape()
         if self.dtype == "float16" and set(self.modes) & set(ENGINE_MODES):
             raise ValueError(
                 "--dtype float16 with ddp or fsdp2: torch.optim.Adam keeps its moments in float16, where they flush to zero; "
@@ -217,6 +224,32 @@ class Config(JobSection):
             )
         if self.profile and self.profile_steps == 0:
             raise ValueError("--profile-steps 0 records nothing: give 1 or more, or pass --no-profile")
+
+    def _check_engine_shape(self) -> None:
+        """--first-bucket-mb and --fsdp-group: in range, and only with the mode they change."""
+        if self.first_bucket_mb is not None:
+            if self.first_bucket_mb <= 0:
+                raise ValueError(f"--first-bucket-mb must be positive, got {self.first_bucket_mb:g}")
+            if "ddp" not in self.modes:
+                raise ValueError("--first-bucket-mb sets a ddp bucket: add ddp to the modes (--mode ddp) or drop it")
+        if not 1 <= self.fsdp_group <= self.num_units:
+            raise ValueError(
+                f"--fsdp-group {self.fsdp_group} is out of range: this model has {self.num_units} communication units, "
+                f"so a fully_shard call can take 1 to {self.num_units} of them"
+            )
+        if self.fsdp_group > 1:
+            if "fsdp2" not in self.modes:
+                raise ValueError("--fsdp-group sets fsdp2's units: add fsdp2 to the modes (--mode fsdp2) or drop it")
+            if self.fsdp_prefetch >= self.fsdp_units:
+                raise ValueError(
+                    f"--fsdp-prefetch {self.fsdp_prefetch} is out of range with --fsdp-group {self.fsdp_group}: "
+                    f"fsdp2 has {self.fsdp_units} units, so a unit can prefetch 0 to {self.fsdp_units - 1} units ahead"
+                )
+
+    @property
+    def fsdp_units(self) -> int:
+        """fsdp2's units: fully_shard calls of --fsdp-group consecutive communication units each."""
+        return -(-self.num_units // self.fsdp_group)
 
     @property
     def modes(self) -> tuple[str, ...]:

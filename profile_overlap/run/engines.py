@@ -1,9 +1,9 @@
 """torch's own engines on the same model, data and initial weights as our pipelines.
 
-- ddp: DistributedDataParallel (`--bucket-cap-mb`): autograd hooks all-reduce gradient buckets
+- ddp: DistributedDataParallel (`--bucket-cap-mb`, `--first-bucket-mb`): autograd hooks all-reduce gradient buckets
   asynchronously during backward, and the step waits for them before it returns from backward.
-- fsdp2: `fully_shard` on each communication unit and on the root (`--reshard-after-forward`):
-  each unit's parameters are all-gathered before its forward (prefetching the next), gathered
+- fsdp2: `fully_shard` on each group of `--fsdp-group` consecutive communication units and on
+  the root (`--reshard-after-forward`): each group's parameters are all-gathered before its forward (prefetching the next), gathered
   again in backward when they were resharded after forward, and its gradients are
   reduce-scattered in backward; Adam then updates this rank's shards (DTensors).
 
@@ -87,19 +87,24 @@ def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.
     if engine == "DistributedDataParallel":
         from torch.nn.parallel import DistributedDataParallel
 
-        model = DistributedDataParallel(
-            net, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=config.bucket_cap_mb
-        )
+        caps = {"bucket_cap_mb": config.bucket_cap_mb}
+        if config.first_bucket_mb is not None:
+            # torch applies the list in gradient-ready order (at the rebuild after the first step),
+            # the last cap to every later bucket.
+            caps = {"bucket_cap_mb_list": [config.first_bucket_mb, config.bucket_cap_mb]}
+        model = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None, **caps)
     elif engine == "fully_shard":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
         mesh = init_device_mesh(device.type, (world_size,))
-        for unit in units:
-            fully_shard(unit, mesh=mesh, reshard_after_forward=config.reshard)
+        n = config.fsdp_group
+        groups = [units[k : k + n] for k in range(0, len(units), n)]
+        for group in groups:
+            fully_shard(group if len(group) > 1 else group[0], mesh=mesh, reshard_after_forward=config.reshard)
         fully_shard(net, mesh=mesh)
         model = net  # fully_shard shards in place: the same module, its class now also an FSDPModule
-        set_prefetch(units, config.fsdp_prefetch)
+        set_prefetch([g[0] for g in groups], config.fsdp_prefetch)
     else:
         raise ValueError(f"not an engine: {mode}")
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=ADAM_BETAS, eps=ADAM_EPS)
@@ -118,7 +123,8 @@ def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.
 
 
 def set_prefetch(units: list[nn.Module], distance: int) -> None:
-    """`--fsdp-prefetch N`: unit k's forward issues the all_gathers of units k+1..k+N, its backward
+    """`--fsdp-prefetch N` on fsdp2's units (the first module of each fully_shard group): unit k's
+    forward issues the all_gathers of units k+1..k+N, its backward
     those of units k-1..k-N (0: leave FSDP2's implicit prefetch alone)."""
     if distance <= 0:
         return

@@ -245,7 +245,7 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
             # Before any report is rendered, so that no report can claim success.
             run_status.write(run_dir, "failed", reason="verification failed: " + "; ".join(c.describe() for c in failed))
         rank_output.say("  writing metrics.json, the report and TensorBoard files")
-        write_json_atomic(run_dir / METRICS_JSON, metrics.to_json())
+        metrics.write(run_dir / METRICS_JSON)
         if any(analyses.values()):
             write_json_atomic(run_dir / TIMELINE_JSON, timeline_record(analyses))
         outputs.render_all(run_dir, metrics)

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from profile_overlap.core import rank_output
 from profile_overlap.core import status as run_status
 from profile_overlap.core.errors import UserError
-from profile_overlap.record.metrics import ensure_writable_dir
+from profile_overlap.core.io import ensure_writable_dir
 from profile_overlap.run.config import JobSection
 from profile_overlap.run.teardown import release_group_defaults
 

@@ -55,7 +55,7 @@ def write_plugin_data(out_dir: Path, result: TraceAnalysis) -> Path:
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out_dir / METRICS_JSON, plugin_metrics(result, out_dir=out_dir).to_json())
+        plugin_metrics(result, out_dir=out_dir).write(out_dir / METRICS_JSON)
         write_json_atomic(out_dir / TIMELINE_JSON, timeline_record({FOREIGN_MODE: result}))
     except OSError as err:
         raise UserError(

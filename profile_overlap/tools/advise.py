@@ -126,12 +126,12 @@ def cause_items(name: str, m: ModeMetrics, summary) -> list[AdviceItem]:
     return out
 
 
-def _valid(cfg: RunConfig, change: dict) -> bool:
-    """The run's own checks accept the changed config (run/config.py)."""
+def _valid(cfg: RunConfig, mode: str, change: dict) -> bool:
+    """The run's own checks accept the changed config of `mode` (run/config.py)."""
     from profile_overlap.run.config import Config
 
     try:
-        Config(**{**{k: v for k, v in cfg.items() if k != "nproc_per_node"}, **change, "compare_modes": None})
+        Config(**replay.rerun_values(cfg, mode, change))
     except (ValueError, TypeError):
         return False
     return True
@@ -147,25 +147,29 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
     units = replay.units_of(params, whatif.find_units(measured, []))
     if not units.measured_cuts:
         notes.append("per-unit compute split by the units' bytes (no split or split-blocking traces to cut the backward at)")
-    replayed = {m: replay.replay_as_run(measured[m], units, cfg, world) for m in modes}
+    overlaps = {name: x.overlap_pct for name, x in summary_of(metrics).modes.items()}
+    replayed = {m: replay.replay_as_run(measured[m], units, cfg, world, overlap_pct=overlaps.get(m)) for m in modes}
     errors = {}
     for m, r in replayed.items():
         if r.profiled_ms:
             errors[m] = 100 * abs(r.step_us / 1e3 - r.profiled_ms) / r.profiled_ms
     candidates = list(replay.schedule(replayed))
     if "ddp" in replayed:
-        candidates += replay.ddp(replayed["ddp"], params, cfg, replay.all_reduce_cost(measured, world))
+        candidates += replay.ddp(replayed["ddp"], params, cfg, replay.collective_cost(measured, world))
     if "fsdp2" in replayed:
-        candidates += replay.fsdp2(replayed["fsdp2"], cfg)
+        candidates += replay.fsdp2(replayed["fsdp2"], cfg, backward_copies_us=replay.backward_copies_us(run.dir / "fsdp2"))
+        fits = {k: replay.collective_cost(measured, world, k, "fsdp2") for k in ("all_gather", "reduce_scatter")}
+        residual = max(replay.fit_residual(measured, k, "fsdp2", fit) for k, fit in fits.items())
+        candidates += replay.fsdp2_groups(replayed["fsdp2"], units, cfg, lambda kind, n: fits[kind](n), residual=residual)
     if "split" in replayed:
         candidates += replay.split(replayed["split"], cfg)
     out = []
     for c in candidates:
-        if not _valid(cfg, c.config):
+        if not _valid(cfg, c.mode, c.config):
             continue
         mode = metrics.modes[c.mode]
         base, gain, n = mode.step_time.median_ms, c.gain_us / 1e3, noise_ms(mode)
-        spread = errors.get(c.mode, 0.0) / 100 * abs(gain) + n
+        spread = errors.get(c.mode, 0.0) / 100 * abs(gain) + n + c.fit_error_us / 1e3
         out.append(
             AdviceItem(
                 kind=c.kind,
@@ -208,7 +212,9 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
 
 _CAUSES = {
     "ddp-bucket": "transfer: the gradient all_reduce starts only when its bucket fills (one bucket: at the end of backward)",
+    "ddp-first-bucket": "transfer: the first bucket's all_reduce waits until the bucket fills (at the cap or the end of backward)",
     "fsdp2-reshard": "transfer: the backward all_gathers of resharded parameters",
+    "fsdp2-group": "transfer: one all_gather and one reduce_scatter per fully_shard unit (each pays the collective's latency)",
     "fsdp2-prefetch": "transfer: each all_gather is issued just before its unit needs it",
     "split-prefetch": "transfer: the forward waits for the all_gathers",
     "schedule": "transfer: the schedule's collectives and what they overlap",

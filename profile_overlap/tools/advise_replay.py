@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from profile_overlap.record.config import RunConfig
 from profile_overlap.tools import whatif
@@ -33,6 +35,9 @@ class Candidate:
     """The run flags it sets (empty when no flag sets it)."""
     gain_us: float
     """replay(as run) − replay(changed), per step."""
+    fit_error_us: float = 0.0
+    """What the cost fit adds to the uncertainty: its relative residual on the run's calls times the
+    change in the step's collective time it predicts (0 where the replay uses measured durations)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,19 @@ class Replayed:
     step_us: float
     """The replay of the run as it ran (its knobs as configured or calibrated)."""
     profiled_ms: float | None
+
+
+def rerun_values(cfg: RunConfig, mode: str, change: dict) -> dict:
+    """The run's flags for one mode with `change` applied, as a verification run takes them: a flag of
+    another mode's engine (--first-bucket-mb, --fsdp-group) back at its default."""
+    values = {k: v for k, v in cfg.items() if k != "nproc_per_node"}
+    values.update(compare_modes=None, mode=mode)
+    values.update(change)
+    if values["mode"] != "ddp":
+        values["first_bucket_mb"] = None
+    if values["mode"] != "fsdp2":
+        values["fsdp_group"] = 1
+    return values
 
 
 def unit_params(cfg: RunConfig) -> list[tuple[int, int]]:
@@ -59,6 +77,19 @@ def unit_params(cfg: RunConfig) -> list[tuple[int, int]]:
     return [(u, p.numel() * p.element_size()) for u, unit in enumerate(net.units()) for p in unit.parameters()]
 
 
+def group_units(units: whatif.Units, size: int) -> whatif.Units:
+    """`units` merged into fsdp2's fully_shard groups of `size` consecutive units (`--fsdp-group`)."""
+    if size <= 1:
+        return units
+    idx = [range(k, min(k + size, len(units.nbytes))) for k in range(0, len(units.nbytes), size)]
+    return whatif.Units(
+        nbytes=tuple(sum(units.nbytes[u] for u in g) for g in idx),
+        backward_share=tuple(sum(units.backward_share[u] for u in g) for g in idx),
+        optimizer_share=tuple(sum(units.optimizer_share[u] for u in g) for g in idx),
+        measured_cuts=units.measured_cuts,
+    )
+
+
 def units_of(params: list[tuple[int, int]], found: whatif.Units) -> whatif.Units:
     """The model's units: the measured per-unit backward cuts when the run had them, else shares by bytes."""
     num = max(u for u, _ in params) + 1
@@ -69,10 +100,18 @@ def units_of(params: list[tuple[int, int]], found: whatif.Units) -> whatif.Units
     return whatif.Units(nbytes=nbytes, backward_share=by_bytes, optimizer_share=by_bytes, measured_cuts=False)
 
 
-def replay_as_run(m: whatif.Measured, units: whatif.Units, cfg: RunConfig, world: int) -> Replayed:
-    """The mode's graph with its measured collectives and the knobs it ran with. FSDP2's implicit
-    prefetch (--fsdp-prefetch 0) is calibrated: the distances (0 or 1, forward and backward) whose
-    replay comes closest to the measured profiled step."""
+SERIAL_OVERLAP_PCT = 5.0
+"""fsdp2 measured with less of its communication overlapped than this (%) is replayed serial: its
+collectives ran beside no compute, so no schedule change can hide them (README "What to change")."""
+
+
+def replay_as_run(m: whatif.Measured, units: whatif.Units, cfg: RunConfig, world: int, *, overlap_pct: float | None = None) -> Replayed:
+    """The mode's graph with its measured collectives and the knobs it ran with (fsdp2: on its
+    fully_shard groups, serial when its measured overlap is under SERIAL_OVERLAP_PCT). FSDP2's
+    implicit prefetch (--fsdp-prefetch 0) is calibrated: the distances (0 or 1, forward and
+    backward) whose replay comes closest to the measured profiled step."""
+    if m.mode == "fsdp2":
+        units = group_units(units, cfg.fsdp_group)
     graph = whatif.step_graph(m, units, durations=lambda c, n: c.dur_us, world_size=world, measured_world=world, compute_scale=1.0)
     if m.mode in ("split", "split-blocking"):
         graph = dataclasses.replace(graph, knobs=model.Knobs(split_prefetch=cfg.split_prefetch))
@@ -81,8 +120,10 @@ def replay_as_run(m: whatif.Measured, units: whatif.Units, cfg: RunConfig, world
         options = [(n, n)] if n else [(f, b) for f in (0, 1) for b in (0, 1)]
         target = (m.profiled_ms or 0) * 1e3
 
+        serial = overlap_pct is not None and overlap_pct < SERIAL_OVERLAP_PCT
+
         def knobs(fb):
-            return model.Knobs(fsdp_forward_ahead=fb[0], fsdp_backward_ahead=fb[1])
+            return model.Knobs(fsdp_forward_ahead=fb[0], fsdp_backward_ahead=fb[1], serial=serial)
 
         best = min(options, key=lambda fb: abs(model.simulate(dataclasses.replace(graph, knobs=knobs(fb))).step_us - target))
         graph = dataclasses.replace(graph, knobs=knobs(best))
@@ -93,25 +134,42 @@ def _gain(r: Replayed, graph: model.StepGraph) -> float:
     return r.step_us - model.simulate(graph).step_us
 
 
-def all_reduce_cost(measured: dict[str, whatif.Measured], world: int) -> Callable[[int], float]:
-    """µs of one all_reduce of n bytes: the α-β fit to the run's all_reduces of several sizes; with
-    one size, its time per byte (α = 0)."""
-    samples = [("all_reduce", world, c.nbytes, c.dur_us) for m in measured.values() for c in m.calls if c.kind == "all_reduce" and c.nbytes]
+def collective_cost(
+    measured: dict[str, whatif.Measured], world: int, kind: str = "all_reduce", mode: str | None = None
+) -> Callable[[int], float]:
+    """µs of one `kind` collective of n bytes: the α-β fit to the run's calls of that kind (of `mode`'s
+    when given) of several sizes; with one size, its time per byte (α = 0)."""
+    samples = [
+        (kind, world, c.nbytes, c.dur_us)
+        for name, m in measured.items()
+        if mode in (None, name)
+        for c in m.calls
+        if c.kind == kind and c.nbytes and c.dur_us > 0
+    ]
     if len({s[2] for s in samples}) > 1:
         alpha, gbps = model.fit_alpha_beta(samples, latency_us=0.0)
     else:
-        alpha, gbps = 0.0, sum(s[2] * model.bus_factor("all_reduce", world) for s in samples) / max(sum(s[3] for s in samples), 1e-9) / 1e3
-    return lambda n: model.ring_cost_us("all_reduce", n, world, latency_us=alpha, link_gbps=gbps)
+        alpha, gbps = 0.0, sum(s[2] * model.bus_factor(kind, world) for s in samples) / max(sum(s[3] for s in samples), 1e-9) / 1e3
+    return lambda n: model.ring_cost_us(kind, n, world, latency_us=alpha, link_gbps=max(gbps, 1e-9))
+
+
+def fit_residual(measured: dict[str, whatif.Measured], kind: str, mode: str, cost: Callable[[int], float]) -> float:
+    """The root-mean-square relative error of `cost` on `mode`'s measured calls of `kind`."""
+    calls = [c for c in measured[mode].calls if c.kind == kind and c.nbytes and c.dur_us > 0] if mode in measured else []
+    if not calls:
+        return 0.0
+    return math.sqrt(statistics.fmean(((cost(c.nbytes or 0) - c.dur_us) / c.dur_us) ** 2 for c in calls))
 
 
 def ddp(r: Replayed, params: list[tuple[int, int]], cfg: RunConfig, cost: Callable[[int], float]) -> Iterator[Candidate]:
     """Bucket caps that cut the gradients into 2..K buckets (one that splits nothing is left out)."""
-    now = model.ddp_buckets(params, cfg.bucket_cap_mb * MIB)
+    first = cfg.first_bucket_mb * MIB if cfg.first_bucket_mb is not None else None
+    now = model.ddp_buckets(params, cfg.bucket_cap_mb * MIB, first)
     total = sum(n for _, n in params)
     seen = {now}
     for count in range(2, len(r.graph.forward_us) + 1):
         cap_mb = math.ceil(total / count / MIB * 10) / 10
-        buckets = model.ddp_buckets(params, cap_mb * MIB)
+        buckets = model.ddp_buckets(params, cap_mb * MIB, first)
         if len(buckets) < 2 or buckets in seen:
             continue
         seen.add(buckets)
@@ -125,20 +183,72 @@ def ddp(r: Replayed, params: list[tuple[int, int]], cfg: RunConfig, cost: Callab
             config={"bucket_cap_mb": cap_mb},
             gain_us=_gain(r, model.rebucket(r.graph, buckets, cost)),
         )
+    yield from ddp_first_bucket(r, params, cfg, cost, now)
 
 
-def fsdp2(r: Replayed, cfg: RunConfig) -> Iterator[Candidate]:
+def ddp_first_bucket(
+    r: Replayed, params: list[tuple[int, int]], cfg: RunConfig, cost: Callable[[int], float], now: tuple[tuple[int, int], ...]
+) -> Iterator[Candidate]:
+    """A first bucket (the gradients ready first) that closes when each of the last units' backward
+    ends, the others at the run's --bucket-cap-mb: its all_reduce starts under the rest of backward."""
+    num, seen = max(u for u, _ in params) + 1, {now}
+    for last in range(num - 1, 0, -1):
+        first_mb = math.floor(sum(n for u, n in params if u >= last) / MIB * 100) / 100
+        if first_mb <= 0 or first_mb == cfg.first_bucket_mb or first_mb >= cfg.bucket_cap_mb:
+            continue
+        buckets = model.ddp_buckets(params, cfg.bucket_cap_mb * MIB, first_mb * MIB)
+        if len(buckets) < 2 or buckets in seen:
+            continue
+        seen.add(buckets)
+        yield Candidate(
+            kind="ddp-first-bucket",
+            mode="ddp",
+            change=f"a first gradient bucket of {first_mb:g} MiB ({buckets[0][1] / MIB:.3g} MiB, all_reduced when unit "
+            f"{buckets[0][0]}'s backward ends), the others at most {cfg.bucket_cap_mb:g} MiB: {len(buckets)} all_reduces",
+            flag=f"--first-bucket-mb {first_mb:g}",
+            code=f"DistributedDataParallel(model, bucket_cap_mb_list=[{first_mb:g}, {cfg.bucket_cap_mb:g}])",
+            config={"first_bucket_mb": first_mb},
+            gain_us=_gain(r, model.rebucket(r.graph, buckets, cost)),
+        )
+
+
+def backward_copies_us(folder: Path) -> float:
+    """µs per step of FSDP2's gather copies in backward (analysis/fsdp_copies.py): the median over the
+    mode's trace files (ranks); 0 without traces."""
+    from profile_overlap.analysis.folder import find_trace_files
+    from profile_overlap.analysis.fsdp_copies import copy_us_per_step
+    from profile_overlap.analysis.trace import load_trace
+
+    per_file = [copy_us_per_step(load_trace(f)).get("backward", 0.0) for f in find_trace_files(folder)] if folder.is_dir() else []
+    return statistics.median(per_file) if per_file else 0.0
+
+
+def fsdp2(r: Replayed, cfg: RunConfig, *, backward_copies_us: float = 0.0) -> Iterator[Candidate]:
+    """Resharding (its gain: the backward gathers in the replay, and their copies, measured) and
+    explicit prefetch distances."""
     knobs = r.graph.knobs
     num_units = len(r.graph.forward_us)
+    why = (
+        f" (replayed serial: the run overlapped under {SERIAL_OVERLAP_PCT:g}% of its communication, so its all_gathers "
+        "ran beside no compute and moving them earlier hides nothing)"
+        if knobs.serial
+        else ""
+    )
     if cfg.reshard_after_forward == "true":
         yield Candidate(
             kind="fsdp2-reshard",
             mode="fsdp2",
-            change="keep each unit's gathered parameters from forward to backward: no all_gather in backward (more memory)",
+            change="keep each unit's gathered parameters from forward to backward: no all_gather in backward (more memory)"
+            + (
+                f": their whole time comes off the step (the run overlapped under {SERIAL_OVERLAP_PCT:g}% of its communication)"
+                if knobs.serial
+                else ""
+            )
+            + f", and no copy in or out of them ({backward_copies_us / 1e3:.3g} ms per step measured)",
             flag="--reshard-after-forward false",
             code="fully_shard(unit, reshard_after_forward=False)",
             config={"reshard_after_forward": "false"},
-            gain_us=_gain(r, dataclasses.replace(r.graph, knobs=dataclasses.replace(knobs, reshard=False))),
+            gain_us=_gain(r, dataclasses.replace(r.graph, knobs=dataclasses.replace(knobs, reshard=False))) + backward_copies_us,
         )
     for n in range(1, num_units):
         if n == cfg.fsdp_prefetch:
@@ -147,11 +257,49 @@ def fsdp2(r: Replayed, cfg: RunConfig) -> Iterator[Candidate]:
         yield Candidate(
             kind="fsdp2-prefetch",
             mode="fsdp2",
-            change=f"prefetch the next {n} unit{'s' if n > 1 else ''}' all_gathers explicitly in forward and backward",
+            change=f"prefetch the next {n} unit{'s' if n > 1 else ''}' all_gathers explicitly in forward and backward{why}",
             flag=f"--fsdp-prefetch {n}",
             code=f"units[k].set_modules_to_forward_prefetch(units[k + 1 : k + {n + 1}]) (and backward: units[k - {n} : k])",
             config={"fsdp_prefetch": n},
             gain_us=_gain(r, dataclasses.replace(r.graph, knobs=changed)),
+        )
+
+
+def fsdp2_groups(
+    r: Replayed, units: whatif.Units, cfg: RunConfig, cost: Callable[[str, int], float], *, residual: float = 0.0
+) -> Iterator[Candidate]:
+    """Other fully_shard groupings (`--fsdp-group N`): the run's step on per-unit compute, its
+    collectives one per group of the group's bytes, costed by the run's α-β fit; the gain against
+    the run's own grouping costed the same way (so the fit's error mostly cancels)."""
+    g, total = r.graph, sum(units.nbytes)
+    per_unit = dataclasses.replace(  # regroup takes the collectives' kinds and phases from it
+        g,
+        forward_us=tuple(sum(g.forward_us) * x for x in units.backward_share),
+        backward_us=tuple(sum(g.backward_us) * x for x in units.backward_share),
+        optimizer_us=tuple(sum(g.optimizer_us) * x for x in units.optimizer_share),
+    )
+    now = model.regroup(per_unit, units.nbytes, cfg.fsdp_group, cost)
+    base = model.simulate(now).step_us
+    for n in range(1, len(units.nbytes) + 1):
+        if n == cfg.fsdp_group or total == 0:
+            continue
+        changed = model.regroup(per_unit, units.nbytes, n, cost)
+        calls, before = -(-len(units.nbytes) // n), -(-len(units.nbytes) // cfg.fsdp_group)
+        what = "the whole model in one call" if calls == 1 else f"{n} consecutive units per call"
+        trade = (
+            "fewer, larger calls: less latency, each unit waits for a larger gather"
+            if n > cfg.fsdp_group
+            else ("more, smaller calls: more latency, each gather hides under less compute")
+        )
+        yield Candidate(
+            kind="fsdp2-group",
+            mode="fsdp2",
+            change=f"fully_shard {what}: {calls} all_gather{'s' if calls > 1 else ''} per pass instead of {before} ({trade})",
+            flag=f"--fsdp-group {n}",
+            code=f"for k in range(0, len(units), {n}): fully_shard(units[k : k + {n}])",
+            config={"fsdp_group": n},
+            gain_us=base - model.simulate(changed).step_us,
+            fit_error_us=residual * abs(sum(c.dur_us for c in changed.comms) - sum(c.dur_us for c in now.comms)),
         )
 
 

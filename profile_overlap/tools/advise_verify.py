@@ -33,12 +33,11 @@ which in one run with --repeats only the first block does."""
 
 def _config(cfg: RunConfig, item: AdviceItem, *, changed: bool, profile: bool, out: Path, name: str):
     from profile_overlap.run.config import Config
+    from profile_overlap.tools.advise_replay import rerun_values
 
-    change = dict(_change(item)) if changed else {}
-    values = {k: v for k, v in cfg.items() if k != "nproc_per_node"}
-    values.update(mode=item.mode, compare_modes=None, repeats=1, profile=profile, out=str(out), name=name)
+    values = rerun_values(cfg, item.mode, dict(_change(item)) if changed else {})
+    values.update(repeats=1, profile=profile, out=str(out), name=name)
     values["warmup_steps"] = max(values["warmup_steps"], WARMUP_STEPS)
-    values.update(change)
     return Config(**values)
 
 

@@ -14,7 +14,8 @@ into the tasks of the replay (tools/whatif_replay.py), with the waits where the 
   the optimizer waits for all of them.
 - fsdp2: unit k's all_gather is issued d units ahead (prefetch: as F(k−d) starts) and F_k waits
   for it; with resharding the backward gathers again d units ahead (as B(k+d) starts); unit k's reduce_scatter starts when B_k
-  ends; the optimizer waits for all of them.
+  ends; the optimizer waits for all of them. Serial (Knobs.serial): every collective holds the
+  compute stream, in issue order.
 """
 
 from __future__ import annotations
@@ -84,6 +85,9 @@ class Knobs:
     reshard: bool | None = None
     """fsdp2: True: the backward gathers every unit again (`--reshard-after-forward`), at the forward
     gathers' cost when the run did not; False: no backward gathers; None: as measured."""
+    serial: bool = False
+    """fsdp2: its collectives run beside no compute (each holds the compute stream while it runs), as
+    measured where FSDP2's copies and waits serialise them (CPU, gloo): prefetch then moves nothing."""
 
 
 @dataclass(frozen=True)
@@ -104,15 +108,17 @@ class StepGraph:
         return len(self.forward_us)
 
 
-def ddp_buckets(params: Sequence[tuple[int, int]], cap_bytes: float) -> tuple[tuple[int, int], ...]:
+def ddp_buckets(params: Sequence[tuple[int, int]], cap_bytes: float, first_cap_bytes: float | None = None) -> tuple[tuple[int, int], ...]:
     """DDP's gradient buckets for `params` = (unit, nbytes) in forward (model.parameters()) order: the
-    Reducer fills buckets in reverse order and closes one when it holds `cap_bytes` or more. Returns
-    (unit whose backward fills it: the unit of its last parameter, bucket nbytes), in backward order."""
+    Reducer fills buckets in reverse order and closes one when it holds its cap or more: the first
+    bucket's `first_cap_bytes` when given (`bucket_cap_mb_list=[first, cap]`), every later one's
+    `cap_bytes`. Returns (unit whose backward fills it: the unit of its last parameter, bucket
+    nbytes), in backward order."""
     out: list[tuple[int, int]] = []
     size, unit = 0, -1
     for u, nbytes in reversed(params):
         size, unit = size + nbytes, u
-        if size >= cap_bytes:
+        if size >= (first_cap_bytes if first_cap_bytes is not None and not out else cap_bytes):
             out.append((unit, size))
             size = 0
     if size:
@@ -126,6 +132,33 @@ def rebucket(graph: StepGraph, buckets: Sequence[tuple[int, int]], cost: Callabl
     keep = tuple(c for c in graph.comms if c.phase != "backward")
     new = tuple(Comm(kind="all_reduce", nbytes=n, phase="backward", unit=u, dur_us=cost(n)) for u, n in buckets)
     return dataclasses.replace(graph, comms=new + keep)
+
+
+def regroup(graph: StepGraph, nbytes: Sequence[int], size: int, cost: Callable[[str, int], float]) -> StepGraph:
+    """`graph` (fsdp2, one unit per communication unit, of `nbytes` each) with its units merged into
+    fully_shard groups of `size` consecutive units (`--fsdp-group`): each group's compute is its
+    units' sum, and each of the graph's per-unit collectives becomes one per group, of the group's
+    bytes, costing cost(kind, nbytes) µs."""
+    assert graph.mode == "fsdp2", graph.mode
+    groups = [range(k, min(k + size, graph.num_units)) for k in range(0, graph.num_units, size)]
+
+    def merged(xs: tuple[float, ...]) -> tuple[float, ...]:
+        return tuple(sum(xs[u] for u in g) for g in groups)
+
+    kinds = list(dict.fromkeys((c.phase, c.kind) for c in graph.comms))
+    comms = []
+    for phase, kind in kinds:
+        order = range(len(groups)) if phase == "forward" else reversed(range(len(groups)))
+        for g in order:
+            n = sum(nbytes[u] for u in groups[g])
+            comms.append(Comm(kind=kind, nbytes=n, phase=phase, unit=g, dur_us=cost(kind, n)))
+    return dataclasses.replace(
+        graph,
+        forward_us=merged(graph.forward_us),
+        backward_us=merged(graph.backward_us),
+        optimizer_us=merged(graph.optimizer_us),
+        comms=tuple(comms),
+    )
 
 
 def tasks(graph: StepGraph, *, num_steps: int = 3) -> list[Task]:
@@ -230,22 +263,23 @@ def _fsdp2(graph: StepGraph, out: list[Task], step: int, carry: dict) -> None:
         bwd = (bwd or fwd) if knobs.reshard else {}
     rs_of = {c.unit: c for c in _comms(graph, "backward", "reduce_scatter")}
     K, df, db = graph.num_units, knobs.fsdp_forward_ahead, knobs.fsdp_backward_ahead
+    comm = COMPUTE if knobs.serial else COMM
     last = _add(out, "pre", COMPUTE, graph.pre_us, (), step)
     ag: dict[int, int] = {}
     for k in range(K):
         for j in range(k, k + df + 1) if k == 0 else (k + df,):
             if j in fwd and j < K:
-                ag[j] = _add(out, f"AG{j}", COMM, fwd[j].dur_us, (last,), step)
+                ag[j] = _add(out, f"AG{j}", comm, fwd[j].dur_us, (last,), step)
         last = _add(out, f"F{k}", COMPUTE, graph.forward_us[k], (ag.get(k),), step)
     gb: dict[int, int] = {}
     rs: list[int] = []
     for k in reversed(range(K)):
         for j in range(k, k - db - 1, -1) if k == K - 1 else (k - db,):
             if j in bwd and j >= 0:
-                gb[j] = _add(out, f"AGb{j}", COMM, bwd[j].dur_us, (last,), step)
+                gb[j] = _add(out, f"AGb{j}", comm, bwd[j].dur_us, (last,), step)
         last = _add(out, f"B{k}", COMPUTE, graph.backward_us[k], (gb.get(k),), step)
         if k in rs_of:
-            rs.append(_add(out, f"RS{k}", COMM, rs_of[k].dur_us, (last,), step))
+            rs.append(_add(out, f"RS{k}", comm, rs_of[k].dur_us, (last,), step))
     _optimizer(graph, out, step, tuple(rs[-1:]))
 
 

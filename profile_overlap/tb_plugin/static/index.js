@@ -178,12 +178,14 @@ function hiddenBar(max) {
 function explain(n) {
   // Rank r holds n consecutive numbers r·n+1 … r·n+n. These are the definitions of the
   // collectives applied to that example, not measurements.
-  const inputs = Array.from({ length: n }, (_, r) => Array.from({ length: n }, (_, j) => r * n + j + 1));
-  const sums = inputs[0].map((_, j) => inputs.reduce((acc, row) => acc + row[j], 0));
-  const vec = (v) => (v.length <= 8 ? `[${v.join(", ")}]` : `[${v.slice(0, 3).join(", ")}, …, ${v[v.length - 1]}]`);
-  const shown = n <= 8 ? inputs.map((_, r) => r) : [0, 1, 2, null, n - 1];
+  // Only the shown rows and entries are built: the whole example is n × n numbers (a million at 1,024 ranks).
+  const input = (r, j) => r * n + j + 1;
+  const sum = (j) => n * (j + 1) + n * n * (n - 1) / 2; // Σ_r (r·n + j + 1)
+  const vec = (len, at) => (len <= 8 ? `[${Array.from({ length: len }, (_, j) => at(j)).join(", ")}]`
+    : `[${at(0)}, ${at(1)}, ${at(2)}, …, ${at(len - 1)}]`);
+  const shown = n <= 8 ? Array.from({ length: n }, (_, r) => r) : [0, 1, 2, null, n - 1];
   const rows = shown.map((r) => (r === null ? ["…", "…", "…", "…", "…"]
-    : [r, vec(inputs[r]), vec(sums), vec([sums[r]]), vec(sums)]));
+    : [r, vec(n, (j) => input(r, j)), vec(n, sum), vec(1, () => sum(r)), vec(n, sum)]));
   const traffic = 2 * (n - 1) / n;
   return el("section", { class: "po-explain" },
     el("h3", { text: `Explain: all_reduce = all_gather(reduce_scatter), with this run's ${n} ranks` }),
