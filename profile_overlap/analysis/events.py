@@ -132,9 +132,7 @@ def extract(trace: Trace) -> FileEvents:
             )
     phases = phase_windows(trace, main, steps, kernel_times)
     del kernel_times  # 24 bytes a kernel, not needed past here
-    times = [a for a in (comm.start, comm.end, compute.start, compute.end) if a.size] + [np.array([t for _, s, e in steps for t in (s, e)])]
-    lows = np.array([a.min() for a in times if a.size])
-    highs = np.array([a.max() for a in times if a.size])
+    t_min, t_max = _bounds(comm.start, comm.end, compute.start, compute.end, np.array([t for _, s, e in steps for t in (s, e)]))
     return FileEvents(
         path=str(trace.path),
         rank=trace.rank,
@@ -151,8 +149,8 @@ def extract(trace: Trace) -> FileEvents:
         calls=calls,
         exclude=exclude,
         phases=phases,
-        t_min=float(lows.min()) if lows.size else 0.0,
-        t_max=float(highs.max()) if highs.size else 0.0,
+        t_min=t_min,
+        t_max=t_max,
         facts=file_facts(
             trace,
             comm_rows=comm_rows,
@@ -163,6 +161,14 @@ def extract(trace: Trace) -> FileEvents:
             calls=calls,
         ),
     )
+
+
+def _bounds(*times: np.ndarray) -> tuple[float, float]:
+    """The earliest and latest of all the times (0, 0 without any), without copying them into one array."""
+    parts = [a for a in times if a.size]
+    if not parts:
+        return 0.0, 0.0
+    return float(np.min([a.min() for a in parts])), float(np.max([a.max() for a in parts]))
 
 
 def _gpu_events(trace: Trace, labeller: Labeller) -> tuple[EventIntervals, EventIntervals, Calls, np.ndarray, np.ndarray]:
