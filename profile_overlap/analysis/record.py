@@ -185,7 +185,7 @@ def integrity_record(analysis: TraceAnalysis) -> IntegrityRecord:
     )
 
 
-def _rank(r: RankAnalysis, w: RankWait | None) -> RankRecord:
+def _rank(r: RankAnalysis, w: RankWait | None, *, replay: bool) -> RankRecord:
     return RankRecord(
         rank=r.rank,
         device=r.device,
@@ -227,7 +227,7 @@ def _rank(r: RankAnalysis, w: RankWait | None) -> RankRecord:
         transfer_us=_num(w.transfer_us) if w else None,
         last_arrivals=w.last_arrivals if w else None,
         last_arrival_pct=_num(w.last_arrival_pct) if w else None,
-        replay=tuple(_replay(s) for s in r.replay),
+        replay=tuple(_replay(s) for s in r.replay) if replay else (),
     )
 
 
@@ -241,10 +241,11 @@ def _replay(s: ReplayStep) -> ReplayStepRecord:
     )
 
 
-def analysis_record(analysis: TraceAnalysis) -> AnalysisRecord:
-    """The typed `analyze --json` record (schema in the README, "Output"; record/analysis.py)."""
+def analysis_record(analysis: TraceAnalysis, *, replay: bool = True) -> AnalysisRecord:
+    """The typed `analyze --json` record (schema in the README, "Output"; record/analysis.py).
+    replay=False: without the ranks' replay steps (`streamed_json` adds them as it writes)."""
     waits = {w.rank: w for w in analysis.waits}
-    ranks = tuple(_rank(r, waits.get(r.rank)) for r in analysis.ranks)
+    ranks = tuple(_rank(r, waits.get(r.rank), replay=replay) for r in analysis.ranks)
     return AnalysisRecord(
         ranks=ranks,
         world_size=analysis.world_size,
@@ -271,6 +272,25 @@ def traced_record(
     verification; `run_dir` defaults to the folder the traces came from."""
     modes = {mode: ModeMetrics(mode=mode, step_time=step_time, memory=(), checks=(), trace_dir=trace_dir, analysis=analysis_record(result))}
     return build_record(run_dir=run_dir or facts.source, config=config, env=env, modes=modes, job=facts)
+
+
+def streamed_json(analysis: TraceAnalysis, record: AnalysisRecord) -> dict[str, Any]:
+    """`record` (analysis_record(analysis, replay=False)) as JSON has it, each rank's replay steps
+    left as they are for `replay_default` to turn into JSON one step at a time as the file is
+    written (json.dump(..., default=replay_default)). A multi-GB trace has a replay entry per
+    collective call: as structs and dicts all at once they take more memory than its analysis."""
+    plain: dict[str, Any] = as_json(record)
+    for rank, r in zip(plain["ranks"], analysis.ranks, strict=True):
+        assert rank["rank"] == r.rank and rank["replay"] == []
+        rank["replay"] = r.replay
+    return plain
+
+
+def replay_default(step: object) -> Any:
+    """json.dump's `default` for `streamed_json`: one replay step as JSON has it."""
+    if not isinstance(step, ReplayStep):
+        raise TypeError(f"{type(step).__name__} is not JSON serializable")
+    return as_json(_replay(step))
 
 
 def to_json(analysis: TraceAnalysis) -> dict[str, Any]:

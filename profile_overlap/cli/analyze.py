@@ -74,8 +74,7 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from profile_overlap.analysis.folder import analyze_dir
-    from profile_overlap.analysis.record import analysis_record
-    from profile_overlap.record.analysis import as_json
+    from profile_overlap.analysis.record import analysis_record, replay_default, streamed_json
     from profile_overlap.render import analysis_console
     from profile_overlap.render.rank_tables import csv_paths, write_tables
 
@@ -98,14 +97,14 @@ def main(args: argparse.Namespace) -> int:
             return 0
     else:
         analysis = analyze_dir(args.dir, warn=warn, **options)
-    record = analysis_record(analysis)
+    record = analysis_record(analysis, replay=False)  # the --json file gets the replay steps as it is written
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 140))
     tables = "in {} and {}".format(*csv_paths(args.json)) + ", or pass --per-rank" if args.json else ""
     analysis_console.render(analysis, Console(width=width, highlight=False), record=record, per_rank=args.per_rank, tables=tables)
     if args.json:
         try:
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(args.json, as_json(record), indent=1)
+            write_json_atomic(args.json, streamed_json(analysis, record), indent=1, default=replay_default)
             ranks_csv, steps_csv = write_tables(record, args.json)
         except OSError as err:
             raise UserError(f"cannot write {args.json}: {err.strerror}; pick a writable path for --json") from None

@@ -34,17 +34,18 @@ def write_text_atomic(path: Path, text: str) -> Path:
     return replace_atomically(path, write)
 
 
-def write_json_atomic(path: Path, data: Any, *, indent: int | None = 2) -> Path:
-    """Strict JSON (NaN and infinity are refused: other tools read these files); indent None: one line."""
+def write_json_atomic(path: Path, data: Any, *, indent: int | None = 2, default: Callable[[Any], Any] | None = None) -> Path:
+    """Strict JSON (NaN and infinity are refused: other tools read these files); indent None: one
+    line; default: json's hook for objects it does not know (turned into JSON as they are written)."""
     if indent is None:  # json.dumps's C encoder: fast, and one line holds no more than the text
-        return write_text_atomic(path, json.dumps(data, separators=(",", ":"), allow_nan=False) + "\n")
+        return write_text_atomic(path, json.dumps(data, separators=(",", ":"), allow_nan=False, default=default) + "\n")
 
     def write(tmp: Path) -> None:
         # Indented JSON is encoded in Python either way; json.dump streams its pieces to the file
         # where json.dumps would first hold them all (millions of small strings for the record of
         # a multi-GB trace, several times the text).
         with tmp.open("w", encoding="utf-8") as f:
-            json.dump(data, f, indent=indent, allow_nan=False)
+            json.dump(data, f, indent=indent, allow_nan=False, default=default)
             f.write("\n")
 
     return replace_atomically(path, write)
