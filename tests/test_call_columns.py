@@ -1,7 +1,9 @@
 """Collective calls kept as columns (analysis/call_columns.py): numbered and summed as the objects
-they replace, and no Python object per call left in a rank's analysis."""
+they replace, no Python object per call left in a rank's analysis, and `analyze --json` writing
+every replayed call though it no longer holds them all as objects."""
 
 import gc
+import json
 from types import FunctionType, ModuleType, SimpleNamespace
 
 import numpy as np
@@ -12,8 +14,11 @@ from profile_overlap.analysis.clocks import ClockAlignment
 from profile_overlap.analysis.collectives import CollectiveCall, CollectiveInstance
 from profile_overlap.analysis.cross_rank import _call_keys, _last_arrivals
 from profile_overlap.analysis.events import extract
+from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.analysis.per_rank import finish_rank
+from profile_overlap.analysis.record import to_json
 from profile_overlap.analysis.trace import load_trace
+from profile_overlap.cli.main import main
 
 
 def calls(kind, pg, start, *, nbytes=None, group=None, hint=None, issued=None):
@@ -114,3 +119,17 @@ def test_a_ranks_analysis_keeps_no_python_object_per_collective_call(tmp_path):
     calls_large, kept_large = kept_objects(tmp_path / "large.pt.trace.json")
     assert calls_large - calls_small > 1000
     assert kept_large - kept_small < (calls_large - calls_small) / 2, (kept_small, kept_large, calls_small, calls_large)
+
+
+def test_analyze_json_writes_every_replayed_call_as_the_record_has_it(tmp_path, capsys):
+    # The command writes the replay steps one at a time (analysis/record.py, streamed_json).
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for r in range(2):
+        write_large_trace(traces / f"rank{r}.pt.trace.json", target_bytes=600_000, rank=r, world_size=2, layers_per_step=20)
+    out = tmp_path / "analysis.json"
+    assert main(["analyze", str(traces), "--json", str(out)]) == 0
+    written = json.loads(out.read_text())
+    assert written == to_json(analyze_dir(traces))
+    calls = [c for r in written["ranks"] for s in r["replay"] for c in s["calls"]]
+    assert len(calls) > 100 and {c["kind"] for c in calls} == {"all_reduce"}
