@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
+
 from profile_overlap.record.config import RunConfig
 from profile_overlap.tools import advise_replay, whatif
 from profile_overlap.tools import whatif_model as model
@@ -182,3 +184,16 @@ def test_fsdp2s_gather_copies_are_counted_per_step_in_the_phase_they_start_in(tm
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
     # Per step: forward 2 + 3 µs, backward 4 + 5 µs.
     assert copy_us_per_step(load_trace(path)) == {"forward": 5.0, "backward": 9.0, "optimizer": 0.0}
+
+
+def test_a_schedule_switch_the_run_timed_is_predicted_from_its_timed_medians_not_the_replay():
+    # The replay of the profiled steps has split 3 ms faster; the run's timed steps have it 31.5 ms slower.
+    r = {
+        m: advise_replay.Replayed(mode=m, graph=None, step_us=us, profiled_ms=us / 1e3) for m, us in (("sequential", 50e3), ("split", 47e3))
+    }  # type: ignore[arg-type]
+    (c,) = advise_replay.schedule(r, {"sequential": 21.3, "split": 52.8})
+    assert (c.mode, c.flag, c.timed) == ("split", "--mode sequential", True) and c.gain_us == pytest.approx(31_500)
+    assert "timed split at 52.8 ms and sequential at 21.3 ms per step (the replay of the profiled steps gives -3 ms)" in c.change
+    # Without timed steps of both, the replay decides.
+    (c,) = advise_replay.schedule(r, {"sequential": None, "split": 52.8})
+    assert (c.mode, c.flag, c.timed) == ("sequential", "--mode split", False) and c.gain_us == pytest.approx(3_000)

@@ -13,6 +13,7 @@ causes' items and the code lines to try; `advise --verify` runs our runs' top it
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 
@@ -153,7 +154,7 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
     for m, r in replayed.items():
         if r.profiled_ms:
             errors[m] = 100 * abs(r.step_us / 1e3 - r.profiled_ms) / r.profiled_ms
-    candidates = list(replay.schedule(replayed))
+    candidates = list(replay.schedule(replayed, {m: metrics.modes[m].step_time.median_ms for m in modes}))
     if "ddp" in replayed:
         candidates += replay.ddp(replayed["ddp"], params, cfg, replay.collective_cost(measured, world))
     if "fsdp2" in replayed:
@@ -170,6 +171,9 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
         mode = metrics.modes[c.mode]
         base, gain, n = mode.step_time.median_ms, c.gain_us / 1e3, noise_ms(mode)
         spread = errors.get(c.mode, 0.0) / 100 * abs(gain) + n + c.fit_error_us / 1e3
+        if c.timed:  # two measured medians: their noises add (no replay in it)
+            n = math.hypot(n, noise_ms(metrics.modes[c.config["mode"]]))
+            spread = n
         out.append(
             AdviceItem(
                 kind=c.kind,

@@ -38,6 +38,8 @@ class Candidate:
     fit_error_us: float = 0.0
     """What the cost fit adds to the uncertainty: its relative residual on the run's calls times the
     change in the step's collective time it predicts (0 where the replay uses measured durations)."""
+    timed: bool = False
+    """The gain is the run's own timed difference between two modes (the schedule), not a replay."""
 
 
 @dataclass(frozen=True)
@@ -318,18 +320,32 @@ def split(r: Replayed, cfg: RunConfig) -> Iterator[Candidate]:
         )
 
 
-def schedule(replayed: dict[str, Replayed]) -> Iterator[Candidate]:
-    """sequential -> split, or the reverse, when the run measured both (the replay of each)."""
+def schedule(replayed: dict[str, Replayed], medians: dict[str, float | None]) -> Iterator[Candidate]:
+    """sequential -> split, or the reverse, when the run measured both. When the run timed both, the gain
+    is what its timed steps measured (median against median: the direct evidence; the replay of the
+    profiled steps leaves out what overlap costs compute, e.g. gloo's threads on the cores); else the replay's."""
     if not {"sequential", "split"} <= set(replayed):
         return
-    gain = replayed["sequential"].step_us - replayed["split"].step_us
+    replay_gain = replayed["sequential"].step_us - replayed["split"].step_us
+    seq, spl = medians.get("sequential"), medians.get("split")
+    timed = seq is not None and spl is not None
+    gain = (seq - spl) * 1e3 if seq is not None and spl is not None else replay_gain
     src, dst = ("sequential", "split") if gain > 0 else ("split", "sequential")
+    change = f"train with the {dst} schedule instead of {src}"
+    if seq is not None and spl is not None:
+        times = {"sequential": seq, "split": spl}
+        replayed_gain = replay_gain if src == "sequential" else -replay_gain
+        change += (
+            f": this run timed {src} at {times[src]:.3g} ms and {dst} at {times[dst]:.3g} ms per step "
+            f"(the replay of the profiled steps gives {replayed_gain / 1e3:.3g} ms)"
+        )
     yield Candidate(
         kind="schedule",
         mode=src,
-        change=f"train with the {dst} schedule instead of {src}",
+        change=change,
         flag=f"--mode {dst}",
         code=None,
         config={"mode": dst},
         gain_us=abs(gain),
+        timed=timed,
     )
