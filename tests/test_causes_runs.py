@@ -51,7 +51,9 @@ def test_a_planted_slow_rank_is_named_late_with_backward_as_its_cause(tmp_path):
         exposed = exposed_of(run_dir, mode)
         first = exposed.stragglers[0]
         assert (first.rank, first.phase) == (1, "backward"), (mode, exposed.stragglers)
-        assert abs(first.extra_ms - SLOW_MS) <= 0.2 * SLOW_MS, (mode, first)
+        # The planted delay is found, once: load on a shared machine moves it, mostly up (73.7 ms for 60 planted, seen
+        # in a fresh-clone CI run), so the bound above is loose and the one below tight.
+        assert 0.8 * SLOW_MS <= first.extra_ms <= 2 * SLOW_MS, (mode, first)
         assert exposed.top[0].late_rank == 1, (mode, exposed.top[0])
         assert exposed.ranks[0].wait_us > exposed.ranks[1].wait_us  # rank 0 is the one kept waiting
 
