@@ -327,13 +327,12 @@ def schedule(replayed: dict[str, Replayed], medians: dict[str, float | None]) ->
     if not {"sequential", "split"} <= set(replayed):
         return
     replay_gain = replayed["sequential"].step_us - replayed["split"].step_us
-    seq, spl = medians.get("sequential"), medians.get("split")
-    timed = seq is not None and spl is not None
-    gain = (seq - spl) * 1e3 if seq is not None and spl is not None else replay_gain
+    times = {m: t for m in ("sequential", "split") if (t := medians.get(m)) is not None}
+    timed = len(times) == 2
+    gain = (times["sequential"] - times["split"]) * 1e3 if timed else replay_gain
     src, dst = ("sequential", "split") if gain > 0 else ("split", "sequential")
     change = f"train with the {dst} schedule instead of {src}"
-    if seq is not None and spl is not None:
-        times = {"sequential": seq, "split": spl}
+    if timed:
         replayed_gain = replay_gain if src == "sequential" else -replay_gain
         change += (
             f": this run timed {src} at {times[src]:.3g} ms and {dst} at {times[dst]:.3g} ms per step "
