@@ -197,3 +197,54 @@ def test_a_schedule_switch_the_run_timed_is_predicted_from_its_timed_medians_not
     # Without timed steps of both, the replay decides.
     (c,) = advise_replay.schedule(r, {"sequential": None, "split": 52.8})
     assert (c.mode, c.flag, c.timed) == ("sequential", "--mode split", False) and c.gain_us == pytest.approx(3_000)
+
+
+def test_fsdp2s_cost_per_unit_is_the_busy_time_in_the_ranges_naming_it_less_its_waits(tmp_path):
+    from profile_overlap.analysis.fsdp_units import unit_busy_us
+    from profile_overlap.analysis.trace import load_trace
+
+    def x(name: str, ts: float, dur: float, cat: str = "user_annotation", tid: int = 1) -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+    events = [x("ProfilerStep#1", 0, 100), x("ProfilerStep#2", 100, 100)]
+    for t in (0, 100):
+        events += [x("aten::mm", t, 10, "cpu_op")]  # the model's own compute: no unit's
+        # blocks.0: a 20 µs pre_forward that waits 10 µs for its gather (gloo's worker thread, nothing
+        # else running), then a 5 µs prefetch range naming it: 15 µs busy.
+        events += [x("FSDP::pre_forward (blocks.0)", t + 10, 20), x("aten::copy_", t + 12, 4, "cpu_op")]
+        events += [x("gloo:all_gather", t + 18, 10, tid=2), x("FSDP::backward_prefetch for blocks.0", t + 40, 5)]
+        # head: 8 µs, its gather runs 4 µs of which 2 beside an operator: 2 µs waited, 6 busy.
+        events += [x("FSDP::pre_forward (head)", t + 50, 8), x("gloo:all_gather", t + 52, 4, tid=2), x("aten::add", t + 52, 2, "cpu_op")]
+        events += [x("FSDP::root_post_backward_callback", t + 70, 9)]  # names no unit
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    assert unit_busy_us(load_trace(path)) == {"blocks.0": 15.0, "head": 6.0}
+
+
+def test_the_robust_line_is_not_tilted_by_one_call_that_waited_and_adds_up_to_the_measured_total():
+    # y = 2x + 1 but the last call waited 89 µs more: 6 of the 10 slopes are 2, the median 2; the
+    # intercept puts the line through the mean: (1 + 1 + 1 + 1 + 90) / 5.
+    a, b = model.robust_line([(1, 3), (2, 5), (3, 7), (4, 9), (5, 100)])
+    assert b == 2 and a == pytest.approx(94 / 5)
+    # Falling with size: held at slope 0 (the mean). Sizes closer than 10%: no slope between them.
+    assert model.robust_line([(1, 5), (2, 4), (3, 3)]) == (4, 0)
+    assert model.robust_line([(100, 1), (105, 50)]) == (25.5, 0)
+
+
+def test_merging_fsdp2_units_saves_each_dropped_units_own_cost_beside_its_calls_latency():
+    units = whatif.Units(nbytes=(8, 8), backward_share=(3 / 7, 4 / 7), optimizer_share=(0.5, 0.5), measured_cuts=True)
+    cfg = RunConfig(mode="fsdp2", model="mlp", layers=2)
+    serial = advise_replay.replay_as_run(_measured_fsdp2(), units, cfg, 2, overlap_pct=0.0)
+    assert serial.step_us == 15  # AG 1 + 3, F 3, B 7, RS 0, Adam 1: all on the compute stream
+
+    def cost(kind: str, n: int) -> float:
+        return 1.0 if kind == "all_gather" else 0.0  # a gather costs its latency, whatever its size
+
+    # As run (2 units, each paying 2 µs of its own in F + B = 10): compute 6 + 2 · 2, AG 2 · 1, Adam 1: 13.
+    # One unit: compute 6 + 2, one AG 1, Adam 1: 10. The gain, 3 µs: one unit's 2 and one gather's 1.
+    (c,) = advise_replay.fsdp2_groups(serial, units, cfg, cost, unit_us=2.0)
+    assert c.config == {"fsdp_group": 2} and c.gain_us == pytest.approx(3.0)
+    assert "0.002 ms of FSDP2 hook work per unit measured" in c.change
+    # Without a cost of its own per unit, only the latency.
+    (c,) = advise_replay.fsdp2_groups(serial, units, cfg, cost)
+    assert c.gain_us == pytest.approx(1.0)

@@ -82,7 +82,7 @@ def _short_name(name: str) -> str:
     return name[:80]
 
 
-def _main_tid(trace: Trace) -> int | None:
+def main_tid(trace: Trace) -> int | None:
     """The thread holding the ProfilerStep annotations; else the one whose tid is the pid."""
     cpu = trace.cpu
     step_codes = [i for i, n in enumerate(cpu.names) if PROFILER_STEP_RE.match(n)]
@@ -95,7 +95,7 @@ def _main_tid(trace: Trace) -> int | None:
 def extract(trace: Trace) -> FileEvents:
     """Classify one trace's events into comm and compute intervals, steps and collective calls."""
     cpu, kernels = trace.cpu, trace.kernels
-    main = _main_tid(trace)
+    main = main_tid(trace)
     labeller = Labeller(trace)
 
     steps = (

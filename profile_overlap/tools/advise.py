@@ -158,10 +158,12 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
     if "ddp" in replayed:
         candidates += replay.ddp(replayed["ddp"], params, cfg, replay.collective_cost(measured, world))
     if "fsdp2" in replayed:
-        candidates += replay.fsdp2(replayed["fsdp2"], cfg, backward_copies_us=replay.backward_copies_us(run.dir / "fsdp2"))
+        costs = replay.fsdp_costs(run.dir / "fsdp2")
+        candidates += replay.fsdp2(replayed["fsdp2"], cfg, backward_copies_us=costs.backward_copies_us)
         fits = {k: replay.collective_cost(measured, world, k, "fsdp2") for k in ("all_gather", "reduce_scatter")}
         residual = max(replay.fit_residual(measured, k, "fsdp2", fit) for k, fit in fits.items())
-        candidates += replay.fsdp2_groups(replayed["fsdp2"], units, cfg, lambda kind, n: fits[kind](n), residual=residual)
+        unit_us = replay.unit_cost_us(units, cfg, costs.unit_busy_us)
+        candidates += replay.fsdp2_groups(replayed["fsdp2"], units, cfg, lambda kind, n: fits[kind](n), residual=residual, unit_us=unit_us)
     if "split" in replayed:
         candidates += replay.split(replayed["split"], cfg)
     out = []

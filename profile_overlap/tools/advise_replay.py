@@ -139,28 +139,31 @@ def _gain(r: Replayed, graph: model.StepGraph) -> float:
 def collective_cost(
     measured: dict[str, whatif.Measured], world: int, kind: str = "all_reduce", mode: str | None = None
 ) -> Callable[[int], float]:
-    """µs of one `kind` collective of n bytes: the α-β fit to the run's calls of that kind (of `mode`'s
-    when given) of several sizes; with one size, its time per byte (α = 0)."""
+    """µs of one `kind` collective of n bytes, fitted to the run's calls of that kind (of `mode`'s when
+    given): of several sizes, the Theil–Sen line t = a + b·n (model.robust_line: a call that waited
+    for a late rank does not tilt it); of one size, its time per byte (a = 0: latency cannot be told
+    from bandwidth with one size)."""
     samples = [
-        (kind, world, c.nbytes, c.dur_us)
+        (c.nbytes, c.dur_us)
         for name, m in measured.items()
         if mode in (None, name)
         for c in m.calls
         if c.kind == kind and c.nbytes and c.dur_us > 0
     ]
-    if len({s[2] for s in samples}) > 1:
-        alpha, gbps = model.fit_alpha_beta(samples, latency_us=0.0)
+    if samples and model.apart(min(n for n, _ in samples), max(n for n, _ in samples)):
+        a, b = model.robust_line(samples)
     else:
-        alpha, gbps = 0.0, sum(s[2] * model.bus_factor(kind, world) for s in samples) / max(sum(s[3] for s in samples), 1e-9) / 1e3
-    return lambda n: model.ring_cost_us(kind, n, world, latency_us=alpha, link_gbps=max(gbps, 1e-9))
+        a, b = 0.0, sum(t for _, t in samples) / max(sum(n for n, _ in samples), 1)
+    return lambda n: a + b * n
 
 
 def fit_residual(measured: dict[str, whatif.Measured], kind: str, mode: str, cost: Callable[[int], float]) -> float:
-    """The root-mean-square relative error of `cost` on `mode`'s measured calls of `kind`."""
+    """The median relative error of `cost` on `mode`'s measured calls of `kind` (the median: the calls
+    that waited for a late rank are what the robust fit leaves out)."""
     calls = [c for c in measured[mode].calls if c.kind == kind and c.nbytes and c.dur_us > 0] if mode in measured else []
     if not calls:
         return 0.0
-    return math.sqrt(statistics.fmean(((cost(c.nbytes or 0) - c.dur_us) / c.dur_us) ** 2 for c in calls))
+    return statistics.median(abs(cost(c.nbytes or 0) - c.dur_us) / c.dur_us for c in calls)
 
 
 def ddp(r: Replayed, params: list[tuple[int, int]], cfg: RunConfig, cost: Callable[[int], float]) -> Iterator[Candidate]:
@@ -214,15 +217,34 @@ def ddp_first_bucket(
         )
 
 
-def backward_copies_us(folder: Path) -> float:
-    """µs per step of FSDP2's gather copies in backward (analysis/fsdp_copies.py): the median over the
-    mode's trace files (ranks); 0 without traces."""
+@dataclass(frozen=True)
+class FsdpCosts:
+    """What FSDP2 costs on the training thread besides its collectives, from the mode's traces."""
+
+    backward_copies_us: float = 0.0
+    """µs per step of the gather copies in backward (analysis/fsdp_copies.py): the median over ranks."""
+    unit_busy_us: tuple[float, ...] = ()
+    """Per fully_shard unit of the run (forward order), µs per step of busy time in the FSDP:: ranges
+    naming it (analysis/fsdp_units.py): the median over ranks; empty on GPU or without them."""
+
+
+def fsdp_costs(folder: Path) -> FsdpCosts:
+    """The mode's FsdpCosts from its trace files (each read once); zeros without traces."""
     from profile_overlap.analysis.folder import find_trace_files
     from profile_overlap.analysis.fsdp_copies import copy_us_per_step
+    from profile_overlap.analysis.fsdp_units import unit_busy_us
     from profile_overlap.analysis.trace import load_trace
 
-    per_file = [copy_us_per_step(load_trace(f)).get("backward", 0.0) for f in find_trace_files(folder)] if folder.is_dir() else []
-    return statistics.median(per_file) if per_file else 0.0
+    copies, busy = [], []
+    for f in find_trace_files(folder) if folder.is_dir() else []:
+        trace = load_trace(f)
+        copies.append(copy_us_per_step(trace).get("backward", 0.0))
+        busy.append(tuple(unit_busy_us(trace).values()))
+    same = busy and len({len(b) for b in busy}) == 1
+    return FsdpCosts(
+        backward_copies_us=statistics.median(copies) if copies else 0.0,
+        unit_busy_us=tuple(statistics.median(b[k] for b in busy) for k in range(len(busy[0]))) if same else (),
+    )
 
 
 def fsdp2(r: Replayed, cfg: RunConfig, *, backward_copies_us: float = 0.0) -> Iterator[Candidate]:
@@ -267,36 +289,58 @@ def fsdp2(r: Replayed, cfg: RunConfig, *, backward_copies_us: float = 0.0) -> It
         )
 
 
+def unit_cost_us(units: whatif.Units, cfg: RunConfig, busy: tuple[float, ...]) -> float:
+    """µs each fully_shard unit costs whatever its size: a of the Theil–Sen line busy = a + b·bytes
+    through the run's units (FsdpCosts.unit_busy_us); 0 when the trace did not give one per unit."""
+    nbytes = group_units(units, cfg.fsdp_group).nbytes
+    return model.robust_line(list(zip(nbytes, busy)))[0] if busy and len(busy) == len(nbytes) else 0.0
+
+
+def _with_unit_cost(g: model.StepGraph, us: float) -> model.StepGraph:
+    """`g` with `us` more compute in each unit, split between its forward and backward as theirs is."""
+    f, b = g.forward_us, g.backward_us
+    share = [x / (x + y) if x + y > 0 else 0.5 for x, y in zip(f, b)]
+    return dataclasses.replace(
+        g, forward_us=tuple(x + us * s for x, s in zip(f, share)), backward_us=tuple(y + us * (1 - s) for y, s in zip(b, share))
+    )
+
+
 def fsdp2_groups(
-    r: Replayed, units: whatif.Units, cfg: RunConfig, cost: Callable[[str, int], float], *, residual: float = 0.0
+    r: Replayed, units: whatif.Units, cfg: RunConfig, cost: Callable[[str, int], float], *, residual: float = 0.0, unit_us: float = 0.0
 ) -> Iterator[Candidate]:
     """Other fully_shard groupings (`--fsdp-group N`): the run's step on per-unit compute, its
-    collectives one per group of the group's bytes, costed by the run's α-β fit; the gain against
-    the run's own grouping costed the same way (so the fit's error mostly cancels)."""
+    collectives one per group of the group's bytes, costed by the run's fit; each group pays
+    `unit_us` (unit_cost_us: FSDP2's hooks), which the run paid once per unit it had. The gain is
+    against the run's own grouping costed the same way (so the fit's error mostly cancels)."""
     g, total = r.graph, sum(units.nbytes)
+    before = -(-len(units.nbytes) // cfg.fsdp_group)
+    body = sum(g.forward_us) + sum(g.backward_us)
+    unit_us = min(unit_us, body / before) if body > 0 else 0.0
+    keep = 1 - unit_us * before / body if body > 0 else 1.0  # the compute without the run's per-unit cost
     per_unit = dataclasses.replace(  # regroup takes the collectives' kinds and phases from it
         g,
-        forward_us=tuple(sum(g.forward_us) * x for x in units.backward_share),
-        backward_us=tuple(sum(g.backward_us) * x for x in units.backward_share),
+        forward_us=tuple(sum(g.forward_us) * keep * x for x in units.backward_share),
+        backward_us=tuple(sum(g.backward_us) * keep * x for x in units.backward_share),
         optimizer_us=tuple(sum(g.optimizer_us) * x for x in units.optimizer_share),
     )
-    now = model.regroup(per_unit, units.nbytes, cfg.fsdp_group, cost)
+    now = _with_unit_cost(model.regroup(per_unit, units.nbytes, cfg.fsdp_group, cost), unit_us)
     base = model.simulate(now).step_us
     for n in range(1, len(units.nbytes) + 1):
         if n == cfg.fsdp_group or total == 0:
             continue
-        changed = model.regroup(per_unit, units.nbytes, n, cost)
-        calls, before = -(-len(units.nbytes) // n), -(-len(units.nbytes) // cfg.fsdp_group)
+        changed = _with_unit_cost(model.regroup(per_unit, units.nbytes, n, cost), unit_us)
+        calls = -(-len(units.nbytes) // n)
         what = "the whole model in one call" if calls == 1 else f"{n} consecutive units per call"
         trade = (
-            "fewer, larger calls: less latency, each unit waits for a larger gather"
+            "fewer, larger calls: less latency and hook work, each unit waits for a larger gather"
             if n > cfg.fsdp_group
-            else ("more, smaller calls: more latency, each gather hides under less compute")
+            else ("more, smaller calls: more latency and hook work, each gather hides under less compute")
         )
         yield Candidate(
             kind="fsdp2-group",
             mode="fsdp2",
-            change=f"fully_shard {what}: {calls} all_gather{'s' if calls > 1 else ''} per pass instead of {before} ({trade})",
+            change=f"fully_shard {what}: {calls} all_gather{'s' if calls > 1 else ''} per pass instead of {before} ({trade}; "
+            f"{unit_us / 1e3:.3g} ms of FSDP2 hook work per unit measured)",
             flag=f"--fsdp-group {n}",
             code=f"for k in range(0, len(units), {n}): fully_shard(units[k : k + {n}])",
             config={"fsdp_group": n},

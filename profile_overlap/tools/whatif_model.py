@@ -21,6 +21,7 @@ into the tasks of the replay (tools/whatif_replay.py), with the waits where the 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -310,6 +311,24 @@ def crossover(values: Sequence[float], speedups: Sequence[float | None]) -> str:
 
 def _fmt(x: float) -> str:
     return f"{x:g}"
+
+
+def apart(x1: float, x2: float) -> bool:
+    """Two sizes far enough apart for a slope between them: by 10% of the larger or more (closer, the
+    slope is the two points' noise divided by almost nothing)."""
+    return abs(x2 - x1) >= 0.1 * max(abs(x1), abs(x2))
+
+
+def robust_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(a, b) of y = a + b·x: b by Theil–Sen, the median slope between two points whose x are apart
+    (0 where none are), held at 0 or more, so that one point far off the line (a call that waited
+    for a late rank) does not tilt it; a puts the line through the points' mean, held at 0 or more,
+    so that it adds up to their measured total (what was waited for once is waited for again)."""
+    if not points:
+        raise ValueError("no points to fit")
+    slopes = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(points) for x2, y2 in points[i + 1 :] if apart(x1, x2)]
+    b = max(statistics.median(slopes), 0.0) if slopes else 0.0
+    return max(statistics.fmean(y - b * x for x, y in points), 0.0), b
 
 
 def fit_alpha_beta(samples: Sequence[tuple[str, int, float, float]], *, latency_us: float) -> tuple[float, float]:
