@@ -127,3 +127,30 @@ def test_verify_on_ddp_at_the_default_bucket_runs_a_smaller_bucket_that_overlaps
     assert v["gain_low_ms"] <= v["measured_gain_ms"] <= v["gain_high_ms"]
     assert v["hit"] == (v["gain_low_ms"] <= top["predicted_gain_ms"] <= v["gain_high_ms"])
     assert "verified:" in proc.stdout and "measured" in (run_dir / "report.md").read_text()
+
+
+def test_profiled_steps_unlike_the_timed_ones_get_a_note_and_a_wider_interval(engine_run_2, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(engine_run_2[0], run_dir)
+    assert _advise(run_dir).returncode == 0
+    before = {(i["kind"], i["mode"]): i for i in json.loads((run_dir / "advice.json").read_text())["items"]}
+    # The timed steps of ddp a tenth of what they were: its profiled steps now took about 10x them.
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    st = metrics["modes"]["ddp"]["step_time"]
+    for key in ("median_ms", "p10_ms", "p90_ms", "mean_ms", "min_ms", "max_ms"):
+        st[key] /= 10
+    st["times_ms"] = [t / 10 for t in st["times_ms"]]
+    st["blocks_ms"] = [[t / 10 for t in b] for b in st["blocks_ms"]] if st.get("blocks_ms") else st.get("blocks_ms")
+    (run_dir / "metrics.json").write_text(json.dumps(metrics))
+    proc = _advise(run_dir)
+    assert proc.returncode == 0, proc.stderr
+    advice = json.loads((run_dir / "advice.json").read_text())
+    (note,) = [n for n in advice["notes"] if n.startswith("ddp's profiled steps took")]
+    assert "rerun with more --profile-steps" in note and "note: ddp's profiled steps took" in proc.stdout.replace("\n", " ")
+    assert float(re.search(r"took ([0-9.]+)x", note).group(1)) >= 5
+    after = {(i["kind"], i["mode"]): i for i in advice["items"]}
+    # The same replay, its interval at least p · |gain| either side (p = profiled / timed − 1 >= 4); fsdp2 as it was.
+    a, b = after[("ddp-bucket", "ddp")], before[("ddp-bucket", "ddp")]
+    assert a["predicted_gain_ms"] == pytest.approx(b["predicted_gain_ms"])
+    assert (a["gain_high_ms"] - a["gain_low_ms"]) / 2 >= 4 * abs(a["predicted_gain_ms"])
+    assert after[("fsdp2-reshard", "fsdp2")] == before[("fsdp2-reshard", "fsdp2")]

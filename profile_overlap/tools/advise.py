@@ -150,10 +150,18 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
         notes.append("per-unit compute split by the units' bytes (no split or split-blocking traces to cut the backward at)")
     overlaps = {name: x.overlap_pct for name, x in summary_of(metrics).modes.items()}
     replayed = {m: replay.replay_as_run(measured[m], units, cfg, world, overlap_pct=overlaps.get(m)) for m in modes}
-    errors = {}
+    errors, drift = {}, {}
     for m, r in replayed.items():
         if r.profiled_ms:
             errors[m] = 100 * abs(r.step_us / 1e3 - r.profiled_ms) / r.profiled_ms
+        timed = metrics.modes[m].step_time.median_ms
+        if r.profiled_ms and timed:
+            drift[m] = abs(r.profiled_ms / timed - 1)
+            if not 2 / 3 <= r.profiled_ms / timed <= 3 / 2:
+                notes.append(
+                    f"{m}'s profiled steps took {r.profiled_ms / timed:.2g}x its timed steps ({r.profiled_ms:.3g} ms against "
+                    f"{timed:.3g} ms): its replayed gains rest on steps unlike the others; rerun with more --profile-steps"
+                )
     candidates = list(replay.schedule(replayed, {m: metrics.modes[m].step_time.median_ms for m in modes}))
     if "ddp" in replayed:
         candidates += replay.ddp(replayed["ddp"], params, cfg, replay.collective_cost(measured, world))
@@ -172,7 +180,7 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
             continue
         mode = metrics.modes[c.mode]
         base, gain, n = mode.step_time.median_ms, c.gain_us / 1e3, noise_ms(mode)
-        spread = errors.get(c.mode, 0.0) / 100 * abs(gain) + n + c.fit_error_us / 1e3
+        spread = (errors.get(c.mode, 0.0) / 100 + drift.get(c.mode, 0.0)) * abs(gain) + n + c.fit_error_us / 1e3
         if c.timed:  # two measured medians: their noises add (no replay in it)
             n = math.hypot(n, noise_ms(metrics.modes[c.config["mode"]]))
             spread = n
