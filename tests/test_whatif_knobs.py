@@ -167,23 +167,31 @@ def test_fsdp2_measured_without_overlap_is_replayed_serial_and_prefetch_predicts
     assert abs(fetch.gain_us) < 1e-9 and "replayed serial" in fetch.change
 
 
-def test_fsdp2s_gather_copies_are_counted_per_step_in_the_phase_they_start_in(tmp_path):
-    from profile_overlap.analysis.fsdp_copies import copy_us_per_step
+def test_the_backward_gathers_work_is_their_ranges_busy_time_in_the_backward_window(tmp_path):
+    from profile_overlap.analysis.fsdp_units import fsdp_busy
     from profile_overlap.analysis.trace import load_trace
 
-    def x(name: str, ts: float, dur: float, cat: str = "user_annotation") -> dict:
-        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+    def x(name: str, ts: float, dur: float, cat: str = "user_annotation", tid: int = 1) -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
 
     events = [x("ProfilerStep#1", 0, 100), x("ProfilerStep#2", 100, 100)]
     for t in (0, 100):
         events += [x("forward", t, 40), x("backward", t + 40, 50)]
-        events += [x("fsdp::all_gather_copy_in", t + 1, 2, "cpu_op"), x("FSDP::all_gather_copy_out (blocks.0)", t + 10, 3)]
-        events += [x("fsdp::all_gather_copy_in", t + 41, 4, "cpu_op"), x("FSDP::all_gather_copy_out (head)", t + 50, 5)]
-        events += [x("aten::copy_", t + 60, 7, "cpu_op")]  # an ordinary copy: not FSDP2's
+        # Forward: a gather's work, not counted (a run without resharding still does it).
+        events += [x("FSDP::all_gather (blocks.0)", t + 1, 5), x("fsdp::all_gather_copy_in", t + 2, 2, "cpu_op")]
+        # Backward: a prefetch range of 6 µs holding the issue of a gather (3 µs, its copy-in inside)
+        # and the gather itself running 4 µs on gloo's thread with nothing on the training thread:
+        # 6 - 4 = 2 µs busy; then the copy-out, 5 µs; an ordinary copy and the unit's other hooks: not counted.
+        events += [x("FSDP::backward_prefetch for blocks.0", t + 41, 6), x("FSDP::all_gather (blocks.0)", t + 41, 1)]
+        events += [x("fsdp::all_gather_copy_in", t + 41.5, 0.5, "cpu_op"), x("gloo:all_gather", t + 42, 4, tid=2)]
+        events += [x("FSDP::all_gather_copy_out (blocks.0)", t + 50, 5), x("aten::copy_", t + 60, 7, "cpu_op")]
+        events += [x("FSDP::post_backward_reduce (blocks.0)", t + 70, 3)]
     path = tmp_path / "rank0.pt.trace.json"
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
-    # Per step: forward 2 + 3 µs, backward 4 + 5 µs.
-    assert copy_us_per_step(load_trace(path)) == {"forward": 5.0, "backward": 9.0, "optimizer": 0.0}
+    busy = fsdp_busy(load_trace(path))
+    assert busy.backward_gathers_us == 7.0  # per step: 2 + 5
+    # The unit's own cost counts every range naming it, forward and backward: 5 + 2 + 5 + 3.
+    assert busy.units == {"blocks.0": 15.0}
 
 
 def test_a_schedule_switch_the_run_timed_is_predicted_from_its_timed_medians_not_the_replay():
@@ -200,7 +208,7 @@ def test_a_schedule_switch_the_run_timed_is_predicted_from_its_timed_medians_not
 
 
 def test_fsdp2s_cost_per_unit_is_the_busy_time_in_the_ranges_naming_it_less_its_waits(tmp_path):
-    from profile_overlap.analysis.fsdp_units import unit_busy_us
+    from profile_overlap.analysis.fsdp_units import fsdp_busy
     from profile_overlap.analysis.trace import load_trace
 
     def x(name: str, ts: float, dur: float, cat: str = "user_annotation", tid: int = 1) -> dict:
@@ -218,7 +226,7 @@ def test_fsdp2s_cost_per_unit_is_the_busy_time_in_the_ranges_naming_it_less_its_
         events += [x("FSDP::root_post_backward_callback", t + 70, 9)]  # names no unit
     path = tmp_path / "rank0.pt.trace.json"
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
-    assert unit_busy_us(load_trace(path)) == {"blocks.0": 15.0, "head": 6.0}
+    assert fsdp_busy(load_trace(path)).units == {"blocks.0": 15.0, "head": 6.0}
 
 
 def test_the_robust_line_is_not_tilted_by_one_call_that_waited_and_adds_up_to_the_measured_total():

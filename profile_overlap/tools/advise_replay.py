@@ -219,36 +219,32 @@ def ddp_first_bucket(
 
 @dataclass(frozen=True)
 class FsdpCosts:
-    """What FSDP2 costs on the training thread besides its collectives, from the mode's traces."""
+    """What FSDP2 costs on the training thread besides its collectives (analysis/fsdp_units.py): the
+    median over the mode's trace files (ranks); zeros and empty on GPU or without traces."""
 
-    backward_copies_us: float = 0.0
-    """µs per step of the gather copies in backward (analysis/fsdp_copies.py): the median over ranks."""
+    backward_gathers_us: float = 0.0
+    """µs per step of the backward gathers' own work: issuing, prefetching and copying them."""
     unit_busy_us: tuple[float, ...] = ()
-    """Per fully_shard unit of the run (forward order), µs per step of busy time in the FSDP:: ranges
-    naming it (analysis/fsdp_units.py): the median over ranks; empty on GPU or without them."""
+    """Per fully_shard unit of the run (forward order), µs per step of busy time in the FSDP:: ranges naming it."""
 
 
 def fsdp_costs(folder: Path) -> FsdpCosts:
-    """The mode's FsdpCosts from its trace files (each read once); zeros without traces."""
+    """The mode's FsdpCosts from its trace files (each read once)."""
     from profile_overlap.analysis.folder import find_trace_files
-    from profile_overlap.analysis.fsdp_copies import copy_us_per_step
-    from profile_overlap.analysis.fsdp_units import unit_busy_us
+    from profile_overlap.analysis.fsdp_units import fsdp_busy
     from profile_overlap.analysis.trace import load_trace
 
-    copies, busy = [], []
-    for f in find_trace_files(folder) if folder.is_dir() else []:
-        trace = load_trace(f)
-        copies.append(copy_us_per_step(trace).get("backward", 0.0))
-        busy.append(tuple(unit_busy_us(trace).values()))
-    same = busy and len({len(b) for b in busy}) == 1
+    found = [fsdp_busy(load_trace(f)) for f in (find_trace_files(folder) if folder.is_dir() else [])]
+    busy = [tuple(x.units.values()) for x in found]
+    same = bool(busy) and len({len(b) for b in busy}) == 1
     return FsdpCosts(
-        backward_copies_us=statistics.median(copies) if copies else 0.0,
+        backward_gathers_us=statistics.median(x.backward_gathers_us for x in found) if found else 0.0,
         unit_busy_us=tuple(statistics.median(b[k] for b in busy) for k in range(len(busy[0]))) if same else (),
     )
 
 
-def fsdp2(r: Replayed, cfg: RunConfig, *, backward_copies_us: float = 0.0) -> Iterator[Candidate]:
-    """Resharding (its gain: the backward gathers in the replay, and their copies, measured) and
+def fsdp2(r: Replayed, cfg: RunConfig, *, backward_gathers_us: float = 0.0) -> Iterator[Candidate]:
+    """Resharding (its gain: the backward gathers in the replay, and their work on the training thread, measured) and
     explicit prefetch distances."""
     knobs = r.graph.knobs
     num_units = len(r.graph.forward_us)
@@ -268,11 +264,11 @@ def fsdp2(r: Replayed, cfg: RunConfig, *, backward_copies_us: float = 0.0) -> It
                 if knobs.serial
                 else ""
             )
-            + f", and no copy in or out of them ({backward_copies_us / 1e3:.3g} ms per step measured)",
+            + f", and none of FSDP2's work for them: issuing, prefetching, copying ({backward_gathers_us / 1e3:.3g} ms per step measured)",
             flag="--reshard-after-forward false",
             code="fully_shard(unit, reshard_after_forward=False)",
             config={"reshard_after_forward": "false"},
-            gain_us=_gain(r, dataclasses.replace(r.graph, knobs=dataclasses.replace(knobs, reshard=False))) + backward_copies_us,
+            gain_us=_gain(r, dataclasses.replace(r.graph, knobs=dataclasses.replace(knobs, reshard=False))) + backward_gathers_us,
         )
     for n in range(1, num_units):
         if n == cfg.fsdp_prefetch:
