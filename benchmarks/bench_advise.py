@@ -8,6 +8,12 @@ smaller buckets and its first bucket's cap, fsdp2 its resharding, prefetch and u
 one unit per fully_shard call, once at two), the compare its schedule and the split's wait-ahead.
 
 Runs one job at a time (the machine may be shared). Results: benchmarks/README.md, "advise".
+
+    python benchmarks/bench_advise.py --reevaluate /tmp/bench_advise2 /tmp/bench_advise3 ...
+
+advises each earlier series' runs again with today's code (on a copy, without verifying) and scores
+its predictions against the gains those series measured: a model change tried on every measured
+item without running anything.
 """
 
 from __future__ import annotations
@@ -15,8 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 TINY = ["--model", "transformer", "--layers", "2", "--dim", "64", "--heads", "4", "--seq-len", "16", "--batch", "4"]
@@ -36,14 +44,51 @@ def po(*args: str) -> None:
         sys.exit(f"failed: profile_overlap {' '.join(args)}: {proc.stderr.strip().splitlines()[-1:]}")
 
 
+def reevaluate(series: list[Path]) -> None:
+    """Today's predictions against each series' measured gains (matched by flag)."""
+    print("series | run | flag | predicted gain ms now [interval] | predicted then | measured gain ms [95%] | hit now | hit then")
+    hits = then = total = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for folder in series:
+            got = 0
+            for name in RUNS:
+                src = folder / name
+                if not (src / "advice.json").is_file():
+                    continue
+                copy = Path(tmp) / folder.name / name
+                shutil.copytree(src, copy, ignore=shutil.ignore_patterns("verify"))
+                po("advise", str(copy))
+                now = {i["flag"]: i for i in json.loads((copy / "advice.json").read_text())["items"] if i["flag"]}
+                for item in json.loads((src / "advice.json").read_text())["items"]:
+                    v, new = item["verification"], now.get(item["flag"])
+                    if not v or new is None or new["predicted_gain_ms"] is None:
+                        continue
+                    low, high = v["gain_low_ms"], v["gain_high_ms"]
+                    hit = low <= new["predicted_gain_ms"] <= high
+                    hits, then, total, got = hits + hit, then + v["hit"], total + 1, got + hit
+                    print(
+                        f"{folder.name} | {name} | `{item['flag']}` | {new['predicted_gain_ms']:.2f} [{new['gain_low_ms']:.2f}, "
+                        f"{new['gain_high_ms']:.2f}] | {item['predicted_gain_ms']:.2f} | "
+                        f"{v['measured_gain_ms']:.2f} [{low:.2f}, {high:.2f}] | {hit} | {v['hit']}",
+                        flush=True,
+                    )
+            print(f"{folder.name}: {got} hits now")
+    print(f"hit rate now: {hits} of {total} (then: {then})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--reevaluate", type=Path, nargs="+", metavar="SERIES_DIR", help="score today's predictions on earlier series")
+    parser.add_argument("--out", type=Path)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--items", type=int, default=None, help="verify at most N items per run (default: each run's own count)")
     parser.add_argument("--runs", default=",".join(RUNS))
     parser.add_argument("--steps", type=int, default=15, help="timed steps per block (each block's median is what pairs up)")
     args = parser.parse_args()
+    if args.reevaluate:
+        return reevaluate(args.reevaluate)
+    if args.out is None:
+        parser.error("--out is required (or --reevaluate SERIES_DIR ...)")
     print(f"load average at start: {os.getloadavg()[0]:.1f}", flush=True)
     print("run | item | flag | predicted gain ms [interval] | measured gain ms [95%] | hit | sign agrees | overlap with the change")
     hits = total = 0
