@@ -228,7 +228,7 @@ _CAUSES = {
     "ddp-bucket": "transfer: the gradient all_reduce starts only when its bucket fills (one bucket: at the end of backward)",
     "ddp-first-bucket": "transfer: the first bucket's all_reduce waits until the bucket fills (at the cap or the end of backward)",
     "fsdp2-reshard": "transfer: the backward all_gathers of resharded parameters",
-    "fsdp2-group": "transfer: one all_gather and one reduce_scatter per fully_shard unit (each pays the collective's latency)",
+    "fsdp2-group": "transfer and hooks: per fully_shard unit one all_gather, one reduce_scatter (each pays its latency) and FSDP2's hooks",
     "fsdp2-prefetch": "transfer: each all_gather is issued just before its unit needs it",
     "split-prefetch": "transfer: the forward waits for the all_gathers",
     "schedule": "transfer: the schedule's collectives and what they overlap",
