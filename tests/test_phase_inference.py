@@ -168,7 +168,7 @@ def test_our_modes_without_labels_give_the_labelled_phases(tmp_path):
     """sequential, split, ddp and fsdp2 run with PROFILE_OVERLAP_PHASE_LABELS=hidden: each trace is
     analysed as it is (no labels: phases found) and with its labels restored (the truth), so both
     describe the same steps. Each phase's window, comm, compute, hidden and exposed comm agree
-    within 2% of the step (the median over a rank's profiled steps: a rank descheduled for
+    within 2% of the step (a forward found from the step's start: its window 4%) (the median over a rank's profiled steps: a rank descheduled for
     milliseconds leaves an idle gap where a labelled phase has ended and the next not begun, which
     nothing can place), and every collective lands in the same phase."""
     proc = torchrun(
@@ -198,6 +198,11 @@ def test_our_modes_without_labels_give_the_labelled_phases(tmp_path):
                         a, b = ({p.phase: getattr(p, number) for p in s.phases}.get(phase, 0.0) for s in (fs, ts))
                         errors.append(100 * abs(a - b) / ts.step_us)
                     worst[(phase, number)] = statistics.median(errors)
+            # A forward found from the step starts at the step's start, so its window also holds the work
+            # before the labelled forward (the batch): 0.6 to 1.1 % of the step in quiet runs, 2.8 % once
+            # in a CI run under load. It gets 4 %; every other number 2 %.
+            if expected_sources[mode]["forward"] == ("step",):
+                assert worst.pop(("forward", "window_us")) <= 4.0, (mode, f.rank)
             assert max(worst.values()) <= 2.0, (mode, f.rank, {k: round(v, 2) for k, v in worst.items() if v > 1})
             assert {(c.phase, c.kind): c.count for c in f.phase_collectives} == {(c.phase, c.kind): c.count for c in t.phase_collectives}
     # The run's own record and report say where the phases came from.
