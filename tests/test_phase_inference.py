@@ -168,9 +168,10 @@ def test_our_modes_without_labels_give_the_labelled_phases(tmp_path):
     """sequential, split, ddp and fsdp2 run with PROFILE_OVERLAP_PHASE_LABELS=hidden: each trace is
     analysed as it is (no labels: phases found) and with its labels restored (the truth), so both
     describe the same steps. Each phase's window, comm, compute, hidden and exposed comm agree
-    within 2% of the step (a forward found from the step's start: its window 4%) (the median over a rank's profiled steps: a rank descheduled for
-    milliseconds leaves an idle gap where a labelled phase has ended and the next not begun, which
-    nothing can place), and every collective lands in the same phase."""
+    within 2% of the step, a forward found from the step's start its window within 4% (the median
+    over a rank's profiled steps: a rank descheduled for milliseconds leaves an idle gap where a
+    labelled phase has ended and the next not begun, which nothing can place), and every collective
+    lands in the same phase."""
     proc = torchrun(
         ["--mode", "compare", "--modes", ",".join(ENGINE_MODES), "--out", str(tmp_path / "run"), *MEDIUM, *STEPS],
         nproc=2,
