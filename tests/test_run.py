@@ -163,6 +163,20 @@ def test_self_launch_without_torchrun(tmp_path):
     assert env["world_size"] == 2
 
 
+@pytest.mark.parametrize("chosen", [None, "2"])
+def test_self_launched_ranks_get_one_intra_op_thread_as_under_torchrun_unless_chosen(tmp_path, chosen):
+    """Two threads per CPU rank made a rank's numbers depend on timing (README, "Console")."""
+    code = (
+        "import types, threads_probe; from profile_overlap.run.launch import launch_or_run; "
+        f"launch_or_run(types.SimpleNamespace(nproc_per_node=2, out={str(tmp_path)!r}), entry=threads_probe.report)"
+    )
+    env = {k: v for k, v in clean_env().items() if k != "OMP_NUM_THREADS"} | ({"OMP_NUM_THREADS": chosen} if chosen else {})
+    env["PYTHONPATH"] = str(REPO / "tests" / "helpers")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [(tmp_path / f"rank{r}").read_text() for r in (0, 1)] == [chosen or "1"] * 2
+
+
 def test_two_nodes_through_c10d_rendezvous(tmp_path):
     """Two torchrun agents on this machine form one 4-rank job (2 ranks each)."""
     args = ["--mode", "split", "--no-profile", "--out", str(tmp_path), "--name", "twonodes", *SMALL]

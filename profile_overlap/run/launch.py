@@ -83,6 +83,11 @@ def launch_or_run(config: Any, *, entry: Callable[[Any], int] = run_rank, comman
 
     nproc = config.nproc_per_node or default_nproc()
     os.environ["PROFILE_OVERLAP_SELF_LAUNCHED"] = "1"  # inherited by the ranks: env.json's launcher
+    if nproc > 1:
+        # One intra-op thread per rank unless the user chose, as torchrun gives its ranks. Two threads
+        # per rank made a CPU rank's numbers depend on timing: 7 of 79 compare runs trained their first
+        # mode 4e-5 away from the others and failed their own verification (0 of 38 with one thread).
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     if not rank_output.verbose():
         # The launcher runs in this process: its own logging (a traceback per failed rank) would
         # bury our one line; the failure it reports reaches us as ChildFailedError below.
