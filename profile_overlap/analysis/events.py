@@ -74,6 +74,11 @@ class FileEvents:
     facts: FileFacts
     """What the integrity checks need beyond the metrics (analysis/facts.py)."""
 
+    def comm_and_compute(self) -> tuple[iv.Union, iv.Union]:
+        """The union of communication and of compute, `exclude` taken out of compute (one file's
+        rank_pool.busy)."""
+        return iv.union(self.comm.start, self.comm.end), iv.difference(iv.union(self.compute.start, self.compute.end), self.exclude)
+
 
 def _short_name(name: str) -> str:
     name = name.removeprefix("void ")

@@ -50,9 +50,7 @@ def fsdp_busy(trace: Trace) -> FsdpBusy:
     if events.device != "cpu" or not events.step_num.size or main is None:
         return FsdpBusy()
     cpu = trace.cpu
-    exposed = iv.difference(
-        iv.union(events.comm.start, events.comm.end), iv.difference(iv.union(events.compute.start, events.compute.end), events.exclude)
-    )
+    exposed = iv.difference(*events.comm_and_compute())
     lo, hi = float(events.step_start.min()), float(events.step_end.max())
     steps = events.step_num.size
 

@@ -109,8 +109,7 @@ def _backward_cuts(step_busy: iv.Union, backward: iv.Union, launches: list[float
 
 def replay_steps(f: FileEvents) -> Iterator[ReplayStep]:
     """Per ProfilerStep window of one file, what whatif replays."""
-    comm = iv.union(f.comm.start, f.comm.end)
-    compute = iv.difference(iv.union(f.compute.start, f.compute.end), f.exclude)
+    comm, compute = f.comm_and_compute()
     calls = f.calls
     shares = stream_shares(calls.start_us, calls.start_us + calls.dur_us)
     # The calls in issue order (stable: ties keep the file's order), so that each step takes its

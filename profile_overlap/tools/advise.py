@@ -156,10 +156,11 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
             errors[m] = 100 * abs(r.step_us / 1e3 - r.profiled_ms) / r.profiled_ms
         timed = metrics.modes[m].step_time.median_ms
         if r.profiled_ms and timed:
-            drift[m] = abs(r.profiled_ms / timed - 1)
-            if not 2 / 3 <= r.profiled_ms / timed <= 3 / 2:
+            ratio = r.profiled_ms / timed
+            drift[m] = abs(ratio - 1)
+            if not 2 / 3 <= ratio <= 3 / 2:
                 notes.append(
-                    f"{m}'s profiled steps took {r.profiled_ms / timed:.2g}x its timed steps ({r.profiled_ms:.3g} ms against "
+                    f"{m}'s profiled steps took {ratio:.2g}x its timed steps ({r.profiled_ms:.3g} ms against "
                     f"{timed:.3g} ms): its replayed gains rest on steps unlike the others; rerun with more --profile-steps"
                 )
     candidates = list(replay.schedule(replayed, {m: metrics.modes[m].step_time.median_ms for m in modes}))
