@@ -40,8 +40,10 @@ from profile_overlap.core import status
 from profile_overlap.core.errors import UserError
 from profile_overlap.run.teardown import hold_default_group, release_group_defaults
 
-CLOSE_GRACE_S = 300.0
-"""How long, beyond rank 0's wait for the other ranks, the process waits at exit for its worker."""
+CLOSE_GRACE_S = 30.0
+"""How long, beyond rank 0's wait for the other ranks (PROFILE_OVERLAP_JOB_WAIT_S), the process
+waits at exit for its worker. A job's record that takes longer (traces of many GB) is left to
+`python -m profile_overlap report <job folder>`; the worker is stopped, its traces are put in place."""
 
 
 class LogDirError(UserError, ValueError):
@@ -147,8 +149,15 @@ class TraceHandler:
         self.closed = True
         atexit.unregister(self.close)
         self.finish()
-        if self._worker is not None and not self._worker.close(timeout_s=layout.wait_s() + CLOSE_GRACE_S):
-            warnings.warn(f"profile_overlap: rank {self.rank}'s background worker failed or timed out", RuntimeWarning, stacklevel=2)
+        limit_s = layout.wait_s() + CLOSE_GRACE_S
+        if self._worker is not None and not self._worker.close(timeout_s=limit_s):
+            later = f"python -m profile_overlap report {self.job_dir}" if self.rank == 0 else "the traces are in place"
+            warnings.warn(
+                f"profile_overlap: rank {self.rank}'s background worker failed or did not finish within {limit_s:.0f} s "
+                f"and was stopped; {later}" + (" writes the job's record and report" if self.rank == 0 else ""),
+                RuntimeWarning,
+                stacklevel=2,
+            )
         # Whatever the worker left (it died, or timed out): traces are never lost for its sake.
         for partial in sorted(self.job_dir.glob(f"{layout.PARTIAL_PREFIX}{self.worker_name}.*.pt.trace.json.part")):
             name = partial.name[len(layout.PARTIAL_PREFIX) : -len(".part")]
