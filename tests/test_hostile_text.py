@@ -77,6 +77,7 @@ def test_every_string_the_console_renders_is_printable(capsys):
         ("a\x1b[1;31mb\x1b[0mc", "abc"),
         ("tab\tand\nnewline\rcr\x00nul\x85nel", "tab\tand\nnewlinecrnulnel"),
         ("all_reduce µs ✓", "all_reduce µs ✓"),
+        ("ms\u202e41.0 \u2066x\u2069", "ms41.0 x"),  # a right-to-left override would show "0.14" and reorder the line
     ],
 )
 def test_printable_strips_escape_sequences_and_control_characters(text, shown):

@@ -10,8 +10,9 @@ _ESCAPE_SEQUENCE = re.compile(
     r"|\x1b[\]PX^_][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC, DCS, SOS, PM, APC: window titles, hyperlinks, up to BEL or ST
     r"|\x1b[ -/]*[0-~]"  # any other two-character escape (charset switches, RIS reset)
 )
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-"""C0 but tab and newline (our own lines hold those), DEL and C1 (the 8-bit CSI, OSC and ST among them)."""
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+"""C0 but tab and newline (our own lines hold those), DEL and C1 (the 8-bit CSI, OSC and ST among
+them), and the bidirectional embeddings, overrides and isolates, which reorder the rest of a line."""
 
 
 def printable(text: str) -> str:
