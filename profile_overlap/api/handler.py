@@ -40,8 +40,10 @@ from profile_overlap.core import status
 from profile_overlap.core.errors import UserError
 from profile_overlap.run.teardown import hold_default_group, release_group_defaults
 
-CLOSE_GRACE_S = 300.0
-"""How long, beyond rank 0's wait for the other ranks, the process waits at exit for its worker."""
+CLOSE_GRACE_S = 30.0
+"""How long, beyond rank 0's wait for the other ranks (PROFILE_OVERLAP_JOB_WAIT_S), the process
+waits at exit for its worker. A job's record that takes longer (traces of many GB) is left to
+`python -m profile_overlap report <job folder>`; the worker is stopped, its traces are put in place."""
 
 
 class LogDirError(UserError, ValueError):
@@ -75,6 +77,7 @@ class TraceHandler:
         """Profiling sessions ended (finish() calls that had new traces, or the first)."""
         self._finished_at: int | None = None
         self.closed = False
+        self._write_warned = False
         self._worker: Worker | None = None
         if analyze:
             config = {"job_dir": str(self.job_dir), "rank": self.rank, "world_size": self.world_size, "worker": self.worker_name}
@@ -113,8 +116,9 @@ class TraceHandler:
             self._drop(final.name[: -len(".gz")], step, err)
 
     def _drop(self, name: str, step: int | None, err: BaseException) -> None:
-        layout.remove_partials(self.job_dir, name)
+        self._guarded("cleaning up the dropped trace", layout.remove_partials, self.job_dir, name)
         reason = getattr(err, "strerror", None) or str(err)
+        self._write_warned = True  # this warning says it: the marks that fail after it need not
         layout.record_drop(self.job_dir, self.rank, name=name + ".gz", step=step, reason=reason)
         warnings.warn(
             f"profile_overlap: dropped the trace of rank {self.rank} at step {step}: writing it into {self.job_dir} failed "
@@ -133,7 +137,22 @@ class TraceHandler:
         self.sessions += 1
         task = {"op": "done", "traces": self.num_traces, "session": self.sessions, "finalize": self.rank == 0}
         if self._worker is None or not self._worker.send(task):
-            layout.mark_done(self.job_dir, self.rank, traces=self.num_traces, session=self.sessions)
+            self._guarded("the rank's done mark", layout.mark_done, self.job_dir, self.rank, traces=self.num_traces, session=self.sessions)
+
+    def _guarded(self, what: str, write, *args, **kwargs) -> None:
+        """A write the training process makes for us: on failure (a full disk) one warning per
+        handler, and training goes on (the record then counts this rank as missing)."""
+        try:
+            write(*args, **kwargs)
+        except OSError as err:
+            if not self._write_warned:
+                warnings.warn(
+                    f"profile_overlap: writing {what} of rank {self.rank} into {self.job_dir} failed ({err.strerror or err}; "
+                    "most likely the disk is full): free disk space or pick another log_dir. Training goes on.",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+            self._write_warned = True
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until the worker has done everything sent so far (traces in place, scalars written,
@@ -147,8 +166,15 @@ class TraceHandler:
         self.closed = True
         atexit.unregister(self.close)
         self.finish()
-        if self._worker is not None and not self._worker.close(timeout_s=layout.wait_s() + CLOSE_GRACE_S):
-            warnings.warn(f"profile_overlap: rank {self.rank}'s background worker failed or timed out", RuntimeWarning, stacklevel=2)
+        limit_s = layout.wait_s() + CLOSE_GRACE_S
+        if self._worker is not None and not self._worker.close(timeout_s=limit_s):
+            later = f"python -m profile_overlap report {self.job_dir}" if self.rank == 0 else "the traces are in place"
+            warnings.warn(
+                f"profile_overlap: rank {self.rank}'s background worker failed or did not finish within {limit_s:.0f} s "
+                f"and was stopped; {later}" + (" writes the job's record and report" if self.rank == 0 else ""),
+                RuntimeWarning,
+                stacklevel=2,
+            )
         # Whatever the worker left (it died, or timed out): traces are never lost for its sake.
         for partial in sorted(self.job_dir.glob(f"{layout.PARTIAL_PREFIX}{self.worker_name}.*.pt.trace.json.part")):
             name = partial.name[len(layout.PARTIAL_PREFIX) : -len(".part")]

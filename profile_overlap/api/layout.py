@@ -92,7 +92,7 @@ def done_path(job_dir: Path, rank: int) -> Path:
 def write_state(job_dir: Path, rank: int, state: dict) -> None:
     path = state_path(job_dir, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps(state, indent=1))
+    write_text_atomic(path, json.dumps(state, indent=1), durable=True)
 
 
 class RankState(msgspec.Struct, frozen=True, kw_only=True):
@@ -134,7 +134,7 @@ def read_states(job_dir: Path) -> dict[int, RankState]:
 def mark_done(job_dir: Path, rank: int, *, traces: int, session: int) -> None:
     """Rank `rank` ended its `session`-th profiling session (1, 2, ...; a job may stop and start its profiler)."""
     done_path(job_dir, rank).parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(done_path(job_dir, rank), json.dumps({"traces": traces, "session": session}))
+    write_text_atomic(done_path(job_dir, rank), json.dumps({"traces": traces, "session": session}), durable=True)
 
 
 def record_drop(job_dir: Path, rank: int, *, name: str, step: int | None, reason: str) -> None:

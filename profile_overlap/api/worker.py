@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 GZIP_LEVEL = 1
 """The worker shares the training's cores: on a 1.6 MB CPU trace, level 1 takes 5.5 ms for 9.5% of
 the size, level 6 (our runs' level) 14.5 ms for 6.4%; the analysis of the trace takes 24 ms."""
+FINAL_WORKERS = 2
+"""Parser processes of rank 0's end-of-job analysis (forked, so at the worker's nice 19): the node
+may still be training, and each parser holds a whole trace in memory (analyze uses one per CPU)."""
 LIVE_WAIT_S = 10.0
 """How long rank 0 waits for the other ranks' trace of a cycle before it updates the live record."""
 LIVE_SHARE = 0.05
@@ -149,7 +152,7 @@ class RankWorker:
             time.sleep(0.2)
         left_out: list[str] = []
         try:
-            metrics = job.finish_job(self.job_dir, warn=left_out.append)
+            metrics = job.finish_job(self.job_dir, warn=left_out.append, max_workers=FINAL_WORKERS)
         except UserError as err:
             reason = f"{left_out[0]}{f' (and {len(left_out) - 1} more files)' if len(left_out) > 1 else ''}" if left_out else str(err)
             if not left_out and layout.num_dropped(self.job_dir):

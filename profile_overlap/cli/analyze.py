@@ -20,6 +20,7 @@ from pathlib import Path
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import write_json_atomic
+from profile_overlap.core.terminal import printable
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,15 +72,14 @@ def parse_steps(text: str) -> tuple[int | None, int | None]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from profile_overlap.analysis.folder import analyze_dir
     from profile_overlap.analysis.record import analysis_record, replay_default, streamed_json
     from profile_overlap.render import analysis_console
+    from profile_overlap.render.console import make_console
     from profile_overlap.render.rank_tables import csv_paths, write_tables
 
     def warn(message: str) -> None:
-        print(f"warning: {message}", file=sys.stderr)
+        print(f"warning: {printable(message)}", file=sys.stderr)
 
     from profile_overlap.analysis import cluster
 
@@ -100,7 +100,8 @@ def main(args: argparse.Namespace) -> int:
     record = analysis_record(analysis, replay=False)  # the --json file gets the replay steps as it is written
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 140))
     tables = "in {} and {}".format(*csv_paths(args.json)) + ", or pass --per-rank" if args.json else ""
-    analysis_console.render(analysis, Console(width=width, highlight=False), record=record, per_rank=args.per_rank, tables=tables)
+    console = make_console(file=sys.stdout, width=width, highlight=False)
+    analysis_console.render(analysis, console, record=record, per_rank=args.per_rank, tables=tables)
     if args.json:
         try:
             args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,7 @@ def main(args: argparse.Namespace) -> int:
     inputs, total, shards, gathered = worked_example(n)
     equal = bool((total == gathered).all())
     console = make_console()
-    console.print(f"[bold]AllReduce(X) == AllGather(ReduceScatter(X)), with {n} ranks[/bold]\n")
+    console.print(f"AllReduce(X) == AllGather(ReduceScatter(X)), with {n} ranks\n", style="bold")
 
     table = Table(box=box.SIMPLE_HEAVY)
     for header in ("rank", "input X_r", "all_reduce", "reduce_scatter shard", "all_gather of shards"):
@@ -42,12 +42,12 @@ def main(args: argparse.Namespace) -> int:
     for r in range(n):
         table.add_row(str(r), as_text(inputs[r]), as_text(total), as_text(shards[r]), as_text(gathered))
     console.print(table)
-    verdict = "[green]equal[/green]" if equal else "[red]NOT equal[/red]"
-    console.print(f"all_reduce result {as_text(total)} vs all_gather(reduce_scatter) {as_text(gathered)}: {verdict}\n")
+    verdict = ("equal", "green") if equal else ("NOT equal", "red")
+    console.print(Text.assemble(f"all_reduce result {as_text(total)} vs all_gather(reduce_scatter) {as_text(gathered)}: ", verdict, "\n"))
 
     traffic = 2 * (n - 1) / n
+    console.print("Why split it?", style="bold")
     console.print(
-        "[bold]Why split it?[/bold]\n"
         f"- Overlap: after the reduce_scatter each rank already holds its 1/{n} of the sum and can update it\n"
         "  (an optimizer step on its shard); the all_gather that follows runs asynchronously, hidden\n"
         "  behind the next compute, such as the next forward pass.\n"

@@ -24,6 +24,7 @@ from typing import TextIO
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import LOGS_DIR
+from profile_overlap.core.terminal import printable
 
 VERBOSE_ENV = "PROFILE_OVERLAP_VERBOSE"
 
@@ -147,7 +148,7 @@ def report_user_error(command: str, error: UserError) -> None:
     """One line on the terminal's stderr. Under torchrun every rank usually hits the same error,
     so only each node's local rank 0 prints it; every rank hands it to torchrun's agent, which
     repeats it as the root cause at the bottom of its failure summary."""
-    line = f"profile_overlap {command}: error: {error}"
+    line = f"profile_overlap {command}: error: {printable(str(error))}"
     # A rank that this process's own launcher started leaves the printing to the launcher, which
     # prints the first failure's line once, last.
     self_launched_rank = "RANK" in os.environ and os.environ.get("PROFILE_OVERLAP_SELF_LAUNCHED")

@@ -7,9 +7,11 @@ from pathlib import Path
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from profile_overlap.core import rank_output
 from profile_overlap.core.files import REPORT_HTML
+from profile_overlap.core.terminal import printable
 from profile_overlap.record.config import RunConfig
 from profile_overlap.record.metrics import RunMetrics
 from profile_overlap.record.summary import summary_of
@@ -150,11 +152,27 @@ def workload_text(cfg: RunConfig) -> str:
     return f"K={cfg.layers} layers of {cfg.dim}x{cfg.dim} {cfg.dtype}, batch {cfg.batch}"
 
 
-def make_console() -> Console:
-    """A console that does not squeeze tables to 80 columns when output goes to a file or pipe."""
-    console = Console(file=rank_output.out())
-    if not console.is_terminal:
-        console = Console(file=rank_output.out(), width=160)
+class TraceConsole(Console):
+    """The console of every command: names read from traces reach the terminal as text. Markup and
+    emoji codes are off (a kernel named `[/x]` or `:fire:` is shown, not parsed: `[/x]` used to end
+    `analyze` with a MarkupError), and every string it renders, table cells and titles included,
+    goes through core.terminal.printable (escape sequences and control characters stripped). Our own
+    styling is given as style= or Text, never as markup."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(markup=False, emoji=False, **kwargs)
+
+    def render_str(self, text: str, **kwargs) -> Text:
+        return super().render_str(printable(text), **kwargs)
+
+
+def make_console(*, file=None, width: int | None = None, highlight: bool = True) -> Console:
+    """A TraceConsole on our output (`file`: rank_output.out()), that does not squeeze tables to
+    80 columns when output goes to a file or pipe (`width`, default 160 there)."""
+    file = file or rank_output.out()
+    console = TraceConsole(file=file, width=width, highlight=highlight)
+    if width is None and not console.is_terminal:
+        console = TraceConsole(file=file, width=160, highlight=highlight)
     return console
 
 
@@ -162,7 +180,7 @@ def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> No
     console = console or make_console()
     cfg, env = metrics.config, metrics.env
     where = f"{env.world_size} ranks, {env.backend} ({env.device_type})"
-    console.print(f"[bold]profile_overlap[/bold] {cfg.mode} on {where}, {workload_text(cfg)}")
+    console.print(Text.assemble(("profile_overlap", "bold"), f" {cfg.mode} on {where}, {workload_text(cfg)}"))
     console.print(summary_table(metrics))
 
     busbw = [
@@ -175,7 +193,7 @@ def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> No
     if metrics.speedup:
         sp = metrics.speedup
         predicted = f"; ideal from the sequential mode's comm and compute: {sp.predicted:.2f}x" if sp.predicted else ""
-        console.print(f"split speedup over sequential (median step time): [bold]{sp.measured:.2f}x[/bold]{predicted}")
+        console.print(Text.assemble("split speedup over sequential (median step time): ", (f"{sp.measured:.2f}x", "bold"), predicted))
     line = noise_line(metrics)
     if line:
         console.print(line)
@@ -191,7 +209,7 @@ def print_run_summary(metrics: RunMetrics, console: Console | None = None) -> No
         console.print(line, highlight=False, markup=False)
     for check in metrics.all_checks():
         colour = "green" if check.passed else "red"
-        console.print(f"[{colour}]{check.describe()}[/{colour}]")
+        console.print(check.describe(), style=colour)
     integrity.print_console(metrics, console)
     console.print(f"run folder: {metrics.run_dir}")
     run_dir = Path(metrics.run_dir)

@@ -13,6 +13,8 @@ from profile_overlap.render.document import Code, Figure, Items, Paragraph, Pict
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|~])")
 _EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 _ENTITY_LIKE = re.compile(r"&(?=[#A-Za-z])")
+_LINE_ENDING = re.compile(r"\r\n?|\n")
+"""CommonMark's line endings: a lone carriage return ends a line as a newline does."""
 
 
 def escape(text: str) -> str:
@@ -22,7 +24,19 @@ def escape(text: str) -> str:
     text = _MD_SPECIAL.sub(r"\\\1", text)
     # Intraword underscores (all_reduce) never make emphasis; only those at a word's edge can.
     text = _EDGE_UNDERSCORE.sub(r"\\_", text)
-    return text.replace("\n", " ")
+    # Inline text stays on its line: a line ending would let a name start a heading, list or table row.
+    return _LINE_ENDING.sub(" ", text)
+
+
+def code_span(text: str, *, table: bool = False) -> str:
+    """`text` as an inline code span that shows it verbatim on one line: delimited by one backtick
+    more than its longest run of them, its line endings spaces; in a table cell (`table`) its pipes
+    escaped (GFM takes `\\|` as a pipe even inside a code span there, and a bare one ends the cell)."""
+    text = _LINE_ENDING.sub(" ", str(text))
+    text = text.replace("|", "\\|") if table else text
+    fence = "`" * (1 + max((len(r) for r in re.findall(r"`+", text)), default=0))
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _block_start(text: str) -> str:

@@ -34,6 +34,7 @@ from profile_overlap.record.metrics import ModeMetrics, RunMetrics
 from profile_overlap.record.summary import summary_of
 from profile_overlap.record.timeline import Timeline, load_timeline
 from profile_overlap.render import console
+from profile_overlap.render import markdown as report_md
 from profile_overlap.render.advice import tensorboard_text
 
 EVENT_SUFFIX = ".profile_overlap"
@@ -271,11 +272,12 @@ def _custom_scalars_layout() -> summary_pb2.Summary:
     )
 
 
-def _md_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], *, left: int = 1) -> str:
-    """`left` columns of text, then right-aligned numbers."""
+def _md_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], *, left: int = 1, escape: bool = True) -> str:
+    """`left` columns of text, then right-aligned numbers; each cell escaped (cells may hold trace
+    text) unless `escape` is False (cells written as Markdown already: code spans)."""
     align = ["---" if i < left else "---:" for i in range(len(header))]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(report_md.escape(c) if escape else c for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
@@ -293,8 +295,9 @@ def summary_markdown(metrics: RunMetrics) -> str:
         text += "\n\ncommunication per phase (ms per profiled step, mean over ranks)\n\n" + _md_table(console.PHASE_COLUMNS, phases, left=2)
     attribution = console.attribution_lines(metrics)
     if attribution:
-        items = "\n".join(f"- {line.strip()}" for line in attribution if line.startswith("  "))
-        text += "\n\n".join(["", attribution[0], items, *(line for line in attribution[1:] if not line.startswith("  "))])
+        items = "\n".join(f"- {report_md.escape(line.strip())}" for line in attribution if line.startswith("  "))
+        rest = (report_md.escape(line) for line in attribution[1:] if not line.startswith("  "))
+        text += "\n\n".join(["", report_md.escape(attribution[0]), items, *rest])
     line = console.yield_line(metrics)
     if line:
         text += f"\n\n{line}"
@@ -308,6 +311,5 @@ def verification_markdown(metrics: RunMetrics) -> str:
 
 def configuration_markdown(metrics: RunMetrics) -> str:
     env = {k: v for k, v in as_json(metrics.env).items() if k != "ranks"}
-    rows = [(f"`{k}`", f"`{v}`") for k, v in metrics.config.items()]
-    rows += [(f"`{k}`", f"`{v}`") for k, v in env.items()]
-    return f"run folder `{metrics.run_dir}`\n\n" + _md_table(("setting", "value"), rows)
+    rows = [(report_md.code_span(k, table=True), report_md.code_span(v, table=True)) for k, v in [*metrics.config.items(), *env.items()]]
+    return f"run folder {report_md.code_span(metrics.run_dir)}\n\n" + _md_table(("setting", "value"), rows, escape=False)

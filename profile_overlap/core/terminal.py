@@ -1,0 +1,20 @@
+"""Text from a trace (event, kernel, host and file names) made safe for a terminal: a name must show
+as text, never move the cursor, retitle the window, clear the screen or ring the bell."""
+
+from __future__ import annotations
+
+import re
+
+_ESCAPE_SEQUENCE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, clear screen
+    r"|\x1b[\]PX^_][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC, DCS, SOS, PM, APC: window titles, hyperlinks, up to BEL or ST
+    r"|\x1b[ -/]*[0-~]"  # any other two-character escape (charset switches, RIS reset)
+)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+"""C0 but tab and newline (our own lines hold those), DEL and C1 (the 8-bit CSI, OSC and ST among
+them), and the bidirectional embeddings, overrides and isolates, which reorder the rest of a line."""
+
+
+def printable(text: str) -> str:
+    """`text` without escape sequences and control characters (tab and newline kept)."""
+    return _CONTROL.sub("", _ESCAPE_SEQUENCE.sub("", str(text)))
