@@ -14,7 +14,8 @@ timeline.json is optional. Routes, under /data/plugin/profile_overlap/:
     metrics?run=R                   R/metrics.json, byte for byte
     timeline?run=R&mode=M           one mode of R/timeline.json (each rank's steps, spans and, where
                                     the file has them, phase windows); &max_spans=K merges each rank's
-                                    spans of each kind down to K (the reply says how many it merged)
+                                    spans of each kind down to K (rounded down to a power of two,
+                                    16 to 65536; the reply says which, and how many it merged)
     heatmap?run=R&mode=M            the mode's rank x time heatmap (record/heatmap.py: at most
                                     MAX_ROWS x BINS cells per layer), or 404 when the timeline has none
     perfetto?run=R                  R/perfetto.json.gz byte for byte, as a download, where
