@@ -146,13 +146,14 @@ def test_whatif_console_shows_each_predicted_point_and_where_the_split_wins():
 
 
 def test_the_overlap_tab_lists_a_recorded_run_and_serves_its_timeline_within_the_span_budget(tmp_path):
+    from profile_overlap.record.timeline import load_timeline
     from profile_overlap.tb_plugin.plugin import describe_run, find_runs, timeline_replies
 
     run_dir = shutil.copytree(GOLDEN_RUN, tmp_path / "logdir" / "golden", ignore=shutil.ignore_patterns("expected"))
     assert find_runs(tmp_path / "logdir") == [run_dir]
     row = describe_run(tmp_path / "logdir", run_dir)
     assert row["run"] == "golden" and row["modes"] == ["sequential", "split"] and row["has_timeline"] and row["error"] is None
-    replies = {mode: json.loads(body) for mode, body in timeline_replies(run_dir / TIMELINE_JSON, max_spans=3).items()}
+    replies = {mode: json.loads(body) for mode, body in timeline_replies(load_timeline(run_dir / TIMELINE_JSON), max_spans=3).items()}
     assert list(replies) == ["sequential", "split"]
     for reply in replies.values():
         assert reply["num_spans_served"] < reply["num_spans_in_file"]

@@ -6,6 +6,7 @@ from trace_handler. The browser half is tests/test_perfetto_browser.py."""
 from __future__ import annotations
 
 import gzip
+import http.client
 import json
 import os
 import shutil
@@ -249,3 +250,43 @@ def test_report_writes_it_when_asked_and_the_report_and_the_tab_offer_it(compare
     assert reply.status_code == 200 and reply.data == (logdir / "with" / "perfetto.json.gz").read_bytes()
     missing = Client(apps["/perfetto"]).get("/perfetto?run=without")
     assert missing.status_code == 404 and "profile_overlap perfetto RUN writes it" in json.loads(missing.data)["error"]
+
+
+def test_the_perfetto_server_answers_only_requests_addressed_to_it(tmp_path):
+    from profile_overlap.tools.perfetto_serve import start
+
+    trace = tmp_path / "perfetto.json.gz"
+    trace.write_bytes(b"the merged trace")
+    (tmp_path / "ui").mkdir()
+    (tmp_path / "ui" / "index.html").write_text("<title>ui</title>")
+    server, url = start(trace, tmp_path / "ui")
+    port = server.server_address[1]
+
+    def ask(host: str | None, path: str = "/localtrace", method: str = "GET") -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            conn.putrequest(method, path, skip_host=True)
+            if host is not None:
+                conn.putheader("Host", host)
+            conn.endheaders()
+            reply = conn.getresponse()
+            return reply.status, reply.read()
+        finally:
+            conn.close()
+
+    try:
+        assert url == f"http://127.0.0.1:{port}/"
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LocalHost:{port}"):
+            assert ask(host) == (200, b"the merged trace"), host
+        assert ask(f"127.0.0.1:{port}", "/index.html")[0] == 200
+        # DNS rebinding: a page of evil.example that resolves its name to 127.0.0.1 sends its own Host.
+        for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1:{port + 1}", "127.0.0.1", None):
+            for method, path in (("GET", "/localtrace"), ("GET", "/index.html"), ("HEAD", "/index.html")):
+                status, body = ask(host, path, method)
+                assert status == 403, (host, method, path)
+                assert b"the merged trace" not in body and b"<title>" not in body
+        status, body = ask("evil.example:80")
+        assert body.decode().count("\n") == 1 and body.startswith(b"refused: Host 'evil.example:80' is not this server")
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -8,16 +8,22 @@ Skipped where /usr/bin/chromium (or $CHROMIUM) is absent: `apt-get install -y ch
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import os
 import shutil
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
-from test_tb_plugin import tb_logdir, tensorboard  # noqa: F401  (shared session fixtures)
+from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.tb_plugin.export import write_plugin_data
+
+from conftest import DATA
+from test_tb_plugin import serve_tensorboard, tb_logdir, tensorboard  # noqa: F401  (shared session fixtures)
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 pytestmark = [
@@ -317,3 +323,67 @@ def test_the_heatmap_of_every_mode_draws_and_hover_names_the_rank_time_and_what_
     frame.js("""(() => { const t = document.querySelector('.po-heatmap[data-mode="split"] select');
         t.value = 'flight'; t.dispatchEvent(new Event('change')); })()""")
     assert before == 0 and frame.js(purple) > 0
+
+
+HOSTILE = "gloo:<img src=x onerror=document.title='pwned'>"
+"""A gloo event name of a hostile trace: live markup wherever a page inserts it as HTML."""
+
+
+@pytest.fixture(scope="module")
+def hostile_logdir(tmp_path_factory) -> Path:
+    """logdir/hostile: `analyze --tensorboard` of the checked-in gloo traces with their all_reduce
+    renamed HOSTILE (the gloo event, and the range around it; its c10d op dropped, so the kind is the
+    event's name), and logdir/broken: a run whose metrics.json nests deeper than msgspec decodes."""
+    root = tmp_path_factory.mktemp("hostile")
+    traces = root / "traces"
+    traces.mkdir()
+    for path in (DATA / "gloo_2rank").glob("*.pt.trace.json.gz"):
+        trace = json.loads(gzip.decompress(path.read_bytes()))
+        events = [e for e in trace["traceEvents"] if e.get("name") != "c10d::allreduce_"]
+        for e in events:
+            if e.get("name") in ("gloo:all_reduce", "sequential/all_reduce"):
+                e["name"] = HOSTILE
+        trace["traceEvents"] = events
+        (traces / path.name).write_bytes(gzip.compress(json.dumps(trace).encode()))
+    logdir = root / "logdir"
+    write_plugin_data(logdir / "hostile", analyze_dir(traces))
+    kinds = {
+        c["kind"]
+        for r in json.loads((logdir / "hostile" / "metrics.json").read_text())["modes"]["trace"]["analysis"]["ranks"]
+        for c in r["collectives"]
+    }
+    assert HOSTILE in kinds, kinds
+    (logdir / "broken").mkdir()
+    (logdir / "broken" / "metrics.json").write_text('{"schema_version": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    return logdir
+
+
+@pytest.fixture(scope="module")
+def hostile_tensorboard(hostile_logdir):
+    yield from serve_tensorboard(hostile_logdir)
+
+
+def test_a_hostile_event_name_shows_as_text_in_the_tooltip_and_a_broken_run_is_listed(browser, hostile_tensorboard):
+    browser.page("Page.navigate", url=f"{hostile_tensorboard}/#{'profile_overlap'}")
+    frame = plugin_frame(browser)
+    # The broken run is listed with its one-line reason; the hostile one renders.
+    assert frame.js("[...document.querySelectorAll('#po-broken li')].map(li => li.dataset.run)") == ["broken"]
+    assert "nests deeper than any metrics record" in frame.js("document.querySelector('#po-broken li').innerText")
+    assert frame.js("[...document.getElementById('po-run').options].map(o => o.text)") == ["hostile"]
+    # Hover every lane position of the panel until a tooltip names the hostile collective.
+    tip = frame.js(f"""(() => {{
+        const c = document.querySelector('canvas[data-mode="trace"]'), tip = c.parentNode.querySelector('.po-tip');
+        const box = c.getBoundingClientRect();
+        for (let y = 22; y < box.height; y += 2) for (let x = 70; x < box.width; x += 3) {{
+            c.dispatchEvent(new MouseEvent('mousemove', {{clientX: box.left + x, clientY: box.top + y, bubbles: true}}));
+            if (tip.style.display === 'block' && tip.textContent.includes({json.dumps(HOSTILE)}) && tip.textContent.includes('all ')) {{
+                return {{text: tip.innerText, elements: [...tip.querySelectorAll('*')].map(e => e.tagName)}};
+            }}
+        }}
+        return null; }})()""")
+    assert tip is not None, "no tooltip named the hostile collective"
+    # The label (the tooltip's title) and the collective's kind both show literally, as text.
+    assert tip["text"].startswith(HOSTILE + "\n") and f"{HOSTILE} on rank " in tip["text"], tip
+    assert "IMG" not in tip["elements"] and set(tip["elements"]) <= {"B", "DIV"}, tip
+    assert frame.js("document.querySelectorAll('img').length") == 0
+    assert frame.js("document.title") != "pwned"

@@ -258,3 +258,48 @@ def test_write_run_again_replaces_our_event_files_only(compare_run_2, tmp_path):
     assert sorted(p.name for p in (run_dir / "split").iterdir() if "tfevents" not in p.name) == traces
     with pytest.raises(UserError, match="metrics.json not found"):
         tb.write_run(tmp_path)
+
+
+@pytest.fixture()
+def no_exec(monkeypatch):
+    """The command's exec into TensorBoard, refused: these tests must stop before it."""
+
+    def refuse(*args):
+        raise AssertionError(f"the command would have started TensorBoard: {args}")
+
+    monkeypatch.setattr("profile_overlap.cli.tensorboard.os.execv", refuse)
+
+
+@pytest.mark.parametrize("host", ["nonexistent.invalid", "bad..name", "999.1.1.1"])
+def test_a_host_that_does_not_resolve_is_one_line_and_exit_2(host, tmp_path, capsys, no_exec):
+    from profile_overlap.cli.main import main as cli_main
+
+    assert cli_main(["tensorboard", str(tmp_path), "--host", host]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert f"--host {host}: cannot resolve it" in err and "pass an address of this machine" in err
+
+
+def test_a_port_that_cannot_be_bound_is_one_line_and_exit_2(tmp_path, capsys, no_exec):
+    import socket
+
+    from profile_overlap.cli.main import main as cli_main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli_main(["tensorboard", str(tmp_path), "--port", str(port)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert f"cannot listen on 127.0.0.1 port {port}: Address already in use; pick another --port" in err
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "http"])
+def test_a_port_out_of_range_is_refused_by_the_parser(port, tmp_path, capsys, no_exec):
+    from profile_overlap.cli.main import main as cli_main
+
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["tensorboard", str(tmp_path), "--port", port])
+    assert exit_.value.code == 2
+    assert "is not a port number: pass 1 to 65535" in capsys.readouterr().err

@@ -36,13 +36,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it to the network)"
     )
-    parser.add_argument("--port", type=int, default=None, help="port (default: a free one)")
+    parser.add_argument("--port", type=port_number, default=0, help="port (default: a free one)")
 
 
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def port_number(text: str) -> int:
+    """--port: a TCP port, 0 to 65535 (0: a free one)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number: pass 1 to 65535, or leave --port out for a free one") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number: pass 1 to 65535, or leave --port out for a free one")
+    return port
+
+
+def bindable_port(host: str, port: int) -> int:
+    """`port` (a free one for 0) once a socket has been bound to it on `host`, as TensorBoard will
+    bind it; UserError (one line) where the host does not resolve or the port cannot be bound."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as err:  # UnicodeError: a name no IDNA encoding takes
+        raise UserError(f"--host {host}: cannot resolve it ({err}); pass an address of this machine, e.g. 127.0.0.1") from None
+    try:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TensorBoard's server does
+            s.bind(address)
+            return int(s.getsockname()[1])
+    except OSError as err:
+        raise UserError(
+            f"cannot listen on {host} port {port or 'any'}: {err.strerror}; pick another --port (or leave it out for a free one)"
+        ) from None
 
 
 def write_missing_events(logdir: Path) -> list[Path]:
@@ -65,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"{logdir} is not a folder; pass the folder of run folders (e.g. runs) or one run folder")
     for run_dir in write_missing_events(logdir):
         print(f"wrote TensorBoard event files for {run_dir}")
-    port = args.port if args.port is not None else free_port(args.host)
+    port = bindable_port(args.host, args.port)
     shown = "localhost" if args.host == "127.0.0.1" else args.host
     print(f"TensorBoard on http://{shown}:{port}/  (logdir {logdir}; Ctrl-C stops it)")
     print(OFFLINE_NOTE, flush=True)

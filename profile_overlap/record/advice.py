@@ -106,6 +106,17 @@ def load_advice(run_dir: Path) -> Advice | None:
     if not path.is_file():
         return None
     try:
-        return msgspec.json.decode(path.read_bytes(), type=Advice)
-    except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        data = path.read_bytes()
+    except OSError as err:
+        raise UserError(f"cannot read {path}: {err.strerror}") from None
+    return decode_advice(data, path=path)
+
+
+def decode_advice(data: bytes, *, path: Path | str) -> Advice:
+    """An advice record from its JSON bytes (read by the caller); UserError (one line) for one this version cannot read."""
+    try:
+        return msgspec.json.decode(data, type=Advice)
+    except msgspec.DecodeError as err:  # ValidationError is a DecodeError
         raise UserError(f"{path} is not an advice record this version can read ({err}): rerun `advise`") from None
+    except RecursionError:
+        raise UserError(f"{path} nests deeper than any advice record: it is not an advice.json; rerun `advise`") from None

@@ -41,6 +41,8 @@ def decode_metrics(data: bytes, *, path: Path | str) -> RunMetrics:
         ) from None
     except msgspec.DecodeError as err:
         raise UserError(f"{path} is not valid JSON ({err}): the record is damaged; rerun") from None
+    except RecursionError:  # msgspec's own depth limit, not a deep stack
+        raise UserError(f"{path} nests deeper than any metrics record: it is not a metrics.json; rerun") from None
     return upgrade(metrics)
 
 

@@ -87,10 +87,20 @@ def as_timeline(data: Timeline | dict[str, Any]) -> Timeline:
 def load_timeline(path: Path) -> Timeline:
     """timeline.json read back; one line naming the file and the field when it cannot be read."""
     try:
-        return msgspec.json.decode(Path(path).read_bytes(), type=Timeline)
+        data = Path(path).read_bytes()
     except OSError as err:
         raise UserError(f"cannot read {path}: {err.strerror}") from None
+    return decode_timeline(data, path=path)
+
+
+def decode_timeline(data: bytes, *, path: Path | str) -> Timeline:
+    """A timeline from its JSON bytes (read by the caller); UserError (one line) for one this
+    version cannot read, nesting deeper than msgspec decodes included."""
+    try:
+        return msgspec.json.decode(data, type=Timeline)
     except msgspec.ValidationError as err:
         raise UserError(f"{path}: {err}: not a timeline this version can read; rerun") from None
     except msgspec.DecodeError as err:
         raise UserError(f"{path} is not valid JSON ({err}): the run folder is damaged; rerun") from None
+    except RecursionError:
+        raise UserError(f"{path} nests deeper than any timeline: it is not a timeline.json; rerun") from None

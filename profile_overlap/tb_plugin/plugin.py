@@ -14,18 +14,25 @@ timeline.json is optional. Routes, under /data/plugin/profile_overlap/:
     metrics?run=R                   R/metrics.json, byte for byte
     timeline?run=R&mode=M           one mode of R/timeline.json (each rank's steps, spans and, where
                                     the file has them, phase windows); &max_spans=K merges each rank's
-                                    spans of each kind down to K (the reply says how many it merged)
+                                    spans of each kind down to K (rounded down to a power of two,
+                                    16 to 65536; the reply says which, and how many it merged)
     heatmap?run=R&mode=M            the mode's rank x time heatmap (record/heatmap.py: at most
                                     MAX_ROWS x BINS cells per layer), or 404 when the timeline has none
     perfetto?run=R                  R/perfetto.json.gz byte for byte, as a download, where
                                     `profile_overlap perfetto R` wrote one (the runs route's "perfetto")
 
-`run` is a path relative to the logdir; anything that resolves outside it is refused.
+`run` is a path relative to the logdir; anything that resolves outside it is refused. Only regular
+files that resolve inside the logdir are read or served: a run's metrics.json, timeline.json or
+perfetto.json.gz that is a symlink to a file outside it (or a FIFO, a device, a folder) is refused
+with a 403, and listed by the runs route as a broken run with that reason. Every error is a 4xx
+with {"error": one line}: 400 for a malformed parameter, 403 for what is not served, 404 for what
+is not there, 422 for a run file that is there but cannot be read.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -41,19 +48,29 @@ from werkzeug import wrappers
 from profile_overlap.analysis.spans import coarsen
 from profile_overlap.core import modes as registry
 from profile_overlap.core.errors import UserError
-from profile_overlap.core.files import METRICS_JSON, PERFETTO_TRACE, STATUS_JSON, TIMELINE_JSON
-from profile_overlap.record.advice import SHOWN, load_advice
+from profile_overlap.core.files import ADVICE_JSON, METRICS_JSON, PERFETTO_TRACE, STATUS_JSON, TIMELINE_JSON
+from profile_overlap.record.advice import SHOWN, decode_advice
 from profile_overlap.record.folder import RunStatus
-from profile_overlap.record.load import load_metrics
-from profile_overlap.record.timeline import TimelineRank, TimelineSpan, load_timeline
+from profile_overlap.record.load import decode_metrics
+from profile_overlap.record.timeline import Timeline, TimelineRank, TimelineSpan, decode_timeline
 from profile_overlap.render.advice import item_line
 
 PLUGIN_NAME = "profile_overlap"
 TAB_NAME = "Overlap"
 MIN_MAX_SPANS = 16
-CACHED_REPLIES = 8
-"""Timeline replies kept serialised: a 64-rank timeline.json takes seconds to parse, and the tab
-asks for each of a run's modes in turn."""
+MAX_MAX_SPANS = 1 << 16
+"""The most spans per rank and kind a reply is merged to; a larger max_spans is served as this. Each
+max_spans asked is rounded down to a power of two, so a timeline has at most 13 merged replies
+(16 ... 65536): distinct values cannot make the server merge, or cache, without bound."""
+CACHED_FILES = 4
+"""timeline.json files kept parsed, with each variant of their replies serialised: a 64-rank
+timeline.json takes seconds to parse, and the tab asks for each of a run's modes in turn."""
+HEATMAP = "heatmap"
+"""The variant of a timeline's replies that the heatmap route serves (the others: a max_spans or None)."""
+MAX_SHOWN = 100
+"""Characters of a request's parameter echoed in an error message."""
+MAX_ERROR = 600
+"""Characters of an error message, at most."""
 _STATIC = {
     "/index.js": ("index.js", "text/javascript"),
     "/timeline.js": ("timeline.js", "text/javascript"),
@@ -72,6 +89,67 @@ class RequestError(Exception):
         self.code = code
 
 
+def one_line(text: str) -> str:
+    """`text` as one line of printable characters (others as Python escapes), at most MAX_ERROR long:
+    a message may quote a trace's or a request's text."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= MAX_ERROR else text[: MAX_ERROR - 1] + "…"
+
+
+def shown(value: str) -> str:
+    """A request parameter as an error message quotes it: repr, cut to MAX_SHOWN characters."""
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN else f"{text[:MAX_SHOWN]}… ({len(value):,} characters)"
+
+
+def has_control(text: str) -> bool:
+    """Whether `text` holds a control character (C0, DEL or C1): no run or mode name does."""
+    return any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text)
+
+
+def regular_file(logdir: Path, path: Path) -> Path | None:
+    """`path` resolved, where it is a regular file inside `logdir` (which is resolved); None where
+    nothing is there; RequestError (403) where something is that we do not read: a symlink that
+    leads outside the logdir, a FIFO, a device, a folder."""
+    shown_as = path.relative_to(logdir).as_posix() if path.is_relative_to(logdir) else path.name
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError) as err:  # RuntimeError: a symlink loop, up to Python 3.12
+        raise RequestError(f"{shown_as} cannot be resolved ({err}): fix or remove it", code=403) from None
+    if not real.is_relative_to(logdir):
+        raise RequestError(f"{shown_as} leads outside the logdir (a symlink): the tab reads only files inside it", code=403)
+    try:
+        mode = real.stat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise RequestError(f"{shown_as} cannot be read: {err.strerror}", code=403) from None
+    if not stat.S_ISREG(mode):
+        raise RequestError(f"{shown_as} is not a regular file: the tab reads only regular files", code=403)
+    return real
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of `path`, a regular file that regular_file returned. Opened without following a
+    symlink swapped in since, and without blocking on a FIFO; checked again once open."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise RequestError(f"{path.name} is not a regular file: the tab reads only regular files", code=403)
+            return f.read()
+    except OSError as err:
+        raise RequestError(f"{path.name} cannot be read: {err.strerror}", code=403) from None
+
+
+def served(logdir: Path, path: Path) -> bool:
+    """Whether the routes would read `path`: a regular file inside the logdir."""
+    try:
+        return regular_file(logdir, path) is not None
+    except RequestError:
+        return False
+
+
 def find_runs(logdir: Path) -> list[Path]:
     """Every folder at or under `logdir` that holds metrics.json, sorted. Hidden folders are
     skipped, and the walk does not descend into a run (its subfolders hold traces)."""
@@ -86,34 +164,47 @@ def find_runs(logdir: Path) -> list[Path]:
 
 
 def describe_run(logdir: Path, run_dir: Path) -> dict[str, Any]:
-    """One row of the run picker, read from the run's own files."""
+    """One row of the run picker, read from the run's own files. A run whose metrics.json or
+    advice.json cannot be read has its one-line reason as "error" (the tab lists it as broken)."""
+    real_logdir = logdir.resolve()
+    real_run = run_dir.resolve()
     entry: dict[str, Any] = {
         "run": run_dir.relative_to(logdir).as_posix(),
         "modes": [],
         "mode_titles": {},
         "world_size": None,
         "status": None,
-        "has_timeline": (run_dir / TIMELINE_JSON).is_file(),
-        "perfetto": (run_dir / PERFETTO_TRACE).is_file(),
+        "has_timeline": served(real_logdir, real_run / TIMELINE_JSON),
+        "perfetto": served(real_logdir, real_run / PERFETTO_TRACE),
         "advice": [],
         "error": None,
     }
+    if has_control(entry["run"]):
+        entry["error"] = one_line(f"the folder's name {entry['run']!r} holds a control character: rename it")
+        return entry
     try:
-        record = load_metrics(run_dir / METRICS_JSON)
+        path = regular_file(real_logdir, real_run / METRICS_JSON)
+        if path is None:
+            raise RequestError(f"{METRICS_JSON} is a dangling symlink")
+        record = decode_metrics(read_regular(path), path=run_dir / METRICS_JSON)
         entry["modes"] = list(record.modes)
         entry["mode_titles"] = {mode: registry.title(mode) for mode in entry["modes"]}
         entry["world_size"] = record.env.world_size
+    except RequestError as err:
+        entry["error"] = one_line(str(err))
     except UserError as err:
-        entry["error"] = f"unreadable {METRICS_JSON}: {err}"
+        entry["error"] = one_line(f"unreadable {METRICS_JSON}: {err}")
     try:
-        advice = load_advice(run_dir)
+        path = regular_file(real_logdir, real_run / ADVICE_JSON)
+        advice = decode_advice(read_regular(path), path=run_dir / ADVICE_JSON) if path else None
         entry["advice"] = [item_line(n, i) for n, i in enumerate(advice.items[:SHOWN], 1)] if advice else []
-    except UserError as err:
-        entry["error"] = str(err)
+    except (RequestError, UserError) as err:
+        entry["error"] = one_line(str(err))
     try:
-        entry["status"] = msgspec.json.decode((run_dir / STATUS_JSON).read_bytes(), type=RunStatus).state
-    except (OSError, msgspec.DecodeError):
-        pass
+        path = regular_file(real_logdir, real_run / STATUS_JSON)
+        entry["status"] = msgspec.json.decode(read_regular(path), type=RunStatus).state if path else None
+    except (RequestError, msgspec.DecodeError, RecursionError):
+        pass  # a run without a readable status.json shows without one
     return entry
 
 
@@ -141,9 +232,9 @@ class OverlapPlugin(base_plugin.TBPlugin):
 
     def __init__(self, context: base_plugin.TBContext) -> None:
         self._logdir_flag = context.logdir
-        self._replies: OrderedDict[tuple[str, int, int, str | int | None], dict[str, bytes]] = OrderedDict()
-        """(timeline.json, its mtime and size, max_spans) -> each mode's serialised reply."""
-        self._lock = threading.Lock()  # TensorBoard serves requests from several threads
+        self._files: OrderedDict[tuple[str, int, int], PreparedTimeline] = OrderedDict()
+        """(timeline.json, its mtime and size) -> the file parsed, and its replies; CACHED_FILES at most."""
+        self._lock = threading.Lock()  # TensorBoard serves requests from several threads; held only to find an entry
 
     # ------------------------------------------------------------- TensorBoard's interface
 
@@ -176,11 +267,27 @@ class OverlapPlugin(base_plugin.TBPlugin):
         run = request.args.get("run")
         if run is None:
             raise RequestError("missing ?run=: pass a run from the runs route")
-        run_dir = (logdir / run).resolve()
+        malformed = RequestError(f"run={shown(run)} is not a folder's path: pass a run from the runs route")
+        if has_control(run):  # a NUL, a newline: no run the runs route lists
+            raise malformed
+        try:
+            run_dir = (logdir / run).resolve()
+        except (OSError, RuntimeError, ValueError):  # too long a name, a symlink loop (RuntimeError up to 3.12)
+            raise malformed from None
         if not run_dir.is_relative_to(logdir):
-            raise RequestError(f"run {run!r} is outside the logdir", code=403)
-        if not (run_dir / METRICS_JSON).is_file():
-            raise RequestError(f"run {run!r} has no {METRICS_JSON}", code=404)
+            raise RequestError(f"run {shown(run)} is outside the logdir", code=403)
+        try:
+            run_dir.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            raise RequestError(f"run {shown(run)} has no {METRICS_JSON}", code=404) from None
+        except OSError:  # a name too long
+            raise malformed from None
+        try:
+            found = regular_file(logdir, run_dir / METRICS_JSON)
+        except RequestError as err:
+            raise RequestError(f"run {shown(run)}: {err}", code=err.code) from None
+        if found is None:
+            raise RequestError(f"run {shown(run)} has no {METRICS_JSON}", code=404)
         return run_dir
 
     # ------------------------------------------------------------- routes
@@ -202,7 +309,7 @@ class OverlapPlugin(base_plugin.TBPlugin):
     def _serve_metrics(self, request):
         try:
             # Byte for byte: the tab shows the record's own numbers, never a re-serialisation.
-            content = (self._run_dir(request) / METRICS_JSON).read_bytes()
+            content = read_regular(self._run_file(request, METRICS_JSON, missing=f"{METRICS_JSON} is gone"))
         except RequestError as err:
             return _error(request, err)
         return http_util.Respond(request, content, "application/json")
@@ -210,14 +317,11 @@ class OverlapPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_perfetto(self, request):
         try:
-            path = self._run_dir(request) / PERFETTO_TRACE
-            if not path.is_file():
-                raise RequestError(
-                    f"run {request.args.get('run')!r} has no {PERFETTO_TRACE}: profile_overlap perfetto RUN writes it", code=404
-                )
+            missing = f"this run has no {PERFETTO_TRACE}: profile_overlap perfetto RUN writes it"
+            content = read_regular(self._run_file(request, PERFETTO_TRACE, missing=missing))
         except RequestError as err:
             return _error(request, err)
-        response = http_util.Respond(request, path.read_bytes(), "application/gzip")
+        response = http_util.Respond(request, content, "application/gzip")
         response.headers["Content-Disposition"] = f'attachment; filename="{PERFETTO_TRACE}"'
         return response
 
@@ -235,53 +339,99 @@ class OverlapPlugin(base_plugin.TBPlugin):
         except RequestError as err:
             return _error(request, err)
 
+    def _run_file(self, request, name: str, *, missing: str) -> Path:
+        """The run's file `name`, resolved, where it is a regular file inside the logdir (else RequestError)."""
+        run_dir = self._run_dir(request)
+        logdir = self._logdir()
+        assert logdir is not None  # _run_dir refuses a request without one
+        path = regular_file(logdir, run_dir / name)
+        if path is None:
+            raise RequestError(missing, code=404)
+        return path
+
     def _timeline(self, request, *, heatmap: bool = False) -> bytes:
         """One mode's reply, serialised; every mode of the file is prepared on the first request."""
-        run_dir = self._run_dir(request)
         mode = request.args.get("mode")
-        asked = request.args.get("max_spans") if not heatmap else None
-        max_spans: int | None = None
-        if asked is not None:
-            try:
-                max_spans = int(asked)
-            except ValueError:
-                raise RequestError(f"max_spans={asked!r} is not a whole number") from None
-            if max_spans < MIN_MAX_SPANS:
-                raise RequestError(f"max_spans={max_spans} is below {MIN_MAX_SPANS}")
-        path = run_dir / TIMELINE_JSON
+        variant = HEATMAP if heatmap else served_max_spans(request.args.get("max_spans"))
+        if mode is None:
+            raise RequestError("missing ?mode=: pass one of the run's modes (the runs route's modes)")
+        if has_control(mode):
+            raise RequestError(f"mode={shown(mode)} is not a mode's name: pass one of the run's modes (the runs route's modes)")
+        path = self._run_file(request, TIMELINE_JSON, missing=f"this run has no {TIMELINE_JSON} (it was not profiled)")
         try:
-            stat = path.stat()
+            info = path.stat()
         except OSError:
             raise RequestError(f"this run has no {TIMELINE_JSON} (it was not profiled)", code=404) from None
-        key = (str(path), stat.st_mtime_ns, stat.st_size, "heatmap" if heatmap else max_spans)
+        key = (str(path), info.st_mtime_ns, info.st_size)
         with self._lock:
-            replies = self._replies.get(key)
-            if replies is None:
-                replies = heatmap_replies(path) if heatmap else timeline_replies(path, max_spans=max_spans)
-                self._replies[key] = replies
-                while len(self._replies) > CACHED_REPLIES:
-                    self._replies.popitem(last=False)
-            self._replies.move_to_end(key)
+            prepared = self._files.get(key)
+            if prepared is None:
+                prepared = self._files[key] = PreparedTimeline(path)
+                while len(self._files) > CACHED_FILES:
+                    self._files.popitem(last=False)
+            self._files.move_to_end(key)
+        replies = prepared.replies(variant)  # parsed and merged under the file's own lock, not the plugin's
         if mode not in replies:
-            raise RequestError(f"mode {mode!r} is not in this run's timeline (it has {', '.join(replies) or 'none'})", code=404)
+            raise RequestError(f"mode {shown(mode)} is not in this run's timeline (it has {', '.join(replies) or 'none'})", code=404)
         return replies[mode]
 
 
-def heatmap_replies(path: Path) -> dict[str, bytes]:
-    """Per mode of a timeline.json that has a heatmap: the heatmap route's reply (the Heatmap itself)."""
-    try:
-        timeline = load_timeline(path)
-    except UserError as err:
-        raise RequestError(f"unreadable {TIMELINE_JSON}: {err}", code=500) from None
+def served_max_spans(asked: str | None) -> int | None:
+    """The max_spans a reply is merged to: None when not asked; else the whole number asked, at least
+    MIN_MAX_SPANS, at most MAX_MAX_SPANS, rounded down to a power of two (the reply says which)."""
+    if asked is None:
+        return None
+    if not (asked.isascii() and asked.isdigit()):
+        raise RequestError(f"max_spans={shown(asked)} is not a whole number: ask for {MIN_MAX_SPANS} to {MAX_MAX_SPANS}")
+    if len(asked) > len(str(MAX_MAX_SPANS)):  # no int() of a thousand digits
+        return MAX_MAX_SPANS
+    value = int(asked)
+    if value < MIN_MAX_SPANS:
+        raise RequestError(f"max_spans={value} is below {MIN_MAX_SPANS}: ask for {MIN_MAX_SPANS} to {MAX_MAX_SPANS}")
+    return 1 << (min(value, MAX_MAX_SPANS).bit_length() - 1)
+
+
+class PreparedTimeline:
+    """One version of one timeline.json: parsed on the first request, then each variant of its
+    replies (HEATMAP, a max_spans, or None for every span) serialised once. The variants are bounded
+    (served_max_spans), so this holds at most 15 of them."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._timeline: Timeline | None = None
+        self._failure: str | None = None
+        """Why the file cannot be read, kept: a damaged file is not parsed again on each request."""
+        self._replies: dict[str | int | None, dict[str, bytes]] = {}
+
+    def replies(self, variant: str | int | None) -> dict[str, bytes]:
+        with self._lock:
+            if variant not in self._replies:
+                timeline = self._parsed()
+                if isinstance(variant, str):  # HEATMAP
+                    self._replies[variant] = heatmap_replies(timeline)
+                else:
+                    self._replies[variant] = timeline_replies(timeline, max_spans=variant)
+            return self._replies[variant]
+
+    def _parsed(self) -> Timeline:
+        if self._timeline is None and self._failure is None:
+            try:
+                self._timeline = decode_timeline(read_regular(self.path), path=TIMELINE_JSON)
+            except UserError as err:
+                self._failure = f"unreadable {TIMELINE_JSON}: {err}"
+        if self._timeline is None:
+            raise RequestError(self._failure or f"unreadable {TIMELINE_JSON}", code=422)
+        return self._timeline
+
+
+def heatmap_replies(timeline: Timeline) -> dict[str, bytes]:
+    """Per mode of a timeline that has a heatmap: the heatmap route's reply (the Heatmap itself)."""
     return {mode: msgspec.json.encode(drawn.heatmap) for mode, drawn in timeline.modes.items() if drawn.heatmap is not None}
 
 
-def timeline_replies(path: Path, *, max_spans: int | None) -> dict[str, bytes]:
-    """Per mode of a timeline.json: the serialised reply of the timeline route."""
-    try:
-        timeline = load_timeline(path)
-    except UserError as err:
-        raise RequestError(f"unreadable {TIMELINE_JSON}: {err}", code=500) from None
+def timeline_replies(timeline: Timeline, *, max_spans: int | None) -> dict[str, bytes]:
+    """Per mode of a timeline: the serialised reply of the timeline route."""
     replies = {}
     for mode, drawn in timeline.modes.items():
         ranks = drawn.ranks
@@ -311,7 +461,7 @@ class TimelineReply(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _error(request, err: RequestError):
-    return http_util.Respond(request, {"error": str(err)}, "application/json", code=err.code)
+    return http_util.Respond(request, {"error": one_line(str(err))}, "application/json", code=err.code)
 
 
 class OverlapLoader(base_plugin.TBLoader):

@@ -35,10 +35,6 @@ export function ms(us) {
   return Math.abs(us) >= 1000 ? `${(us / 1000).toFixed(3)} ms` : `${us.toFixed(1)} µs`;
 }
 
-export function escape(s) {
-  return String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
-}
-
 export function table(headers, rows, rowClass = () => "") {
   const t = el("table", { class: "po-table" });
   t.append(el("thead", {}, el("tr", {}, ...headers.map((h) => el("th", { text: h })))));

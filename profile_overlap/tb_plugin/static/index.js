@@ -285,19 +285,29 @@ export async function render() {
   const runSelect = el("select", { id: "po-run" });
   const viewSelect = el("select", { id: "po-view" });
   const main = el("main", { class: "po-main" });
+  const brokenList = el("div", { id: "po-broken" });
   document.body.append(el("header", { class: "po-header" },
-    el("b", { text: "Overlap" }), el("label", {}, "run ", runSelect), el("label", {}, "view ", viewSelect)), main);
-  let runs;
+    el("b", { text: "Overlap" }), el("label", {}, "run ", runSelect), el("label", {}, "view ", viewSelect)), brokenList, main);
+  let runs, broken;
   try {
     const reply = await getJSON("runs");
     setPhases(reply.phases);
     runs = reply.runs.filter((r) => !r.error);
+    broken = reply.runs.filter((r) => r.error);
   } catch (err) {
     main.replaceChildren(el("p", { class: "po-error", text: String(err.message || err) }));
     return;
   }
+  // Runs whose files cannot be read: listed with the server's one-line reason, not offered.
+  if (broken.length) {
+    brokenList.append(el("details", { class: "po-broken", open: "" },
+      el("summary", { text: `${broken.length} run${broken.length > 1 ? "s" : ""} under the logdir cannot be shown` }),
+      el("ul", {}, ...broken.map((r) => el("li", { "data-run": r.run }, el("b", { text: r.run }), `: ${r.error}`)))));
+  }
   if (!runs.length) {
-    main.replaceChildren(el("p", { text: "No run folders (with metrics.json) under the logdir." }));
+    main.replaceChildren(el("p", { text: broken.length ? "No run under the logdir can be shown (the broken ones are listed above)."
+      : "No run folders (with metrics.json) under the logdir." }));
+    document.body.dataset.ready = "true";
     return;
   }
   runs.forEach((r, i) => runSelect.append(el("option", { value: String(i), text: `${r.run}${r.status ? ` (${r.status})` : ""}` })));

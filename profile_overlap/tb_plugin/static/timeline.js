@@ -3,7 +3,7 @@
 // hover. It draws the spans and phase windows of timeline.json as served and the record's numbers
 // on hover; it computes no metric.
 
-import { bytes, el, escape, fixed, ms, PHASE_COLORS, PHASE_OTHER_COLOR, PHASE_SHORT, PHASES } from "./common.js";
+import { bytes, el, fixed, ms, PHASE_COLORS, PHASE_OTHER_COLOR, PHASE_SHORT, PHASES } from "./common.js";
 import { callsPanel, drawExposure, exposureOf, legendItems } from "./exposed.js";
 
 export const COLORS = { compute: "#4e79a7", comm: "#f28e2b", overlap: "#59a14f" };
@@ -315,8 +315,8 @@ export class Timeline {
     const j = firstEnding(lane, t - slack);
     if (j >= lane.start.length || lane.start[j] > t + slack) { this.tip.style.display = "none"; return; }
     const dur = lane.end[j] - lane.start[j];
+    const title = kind === "overlap" ? "overlap (comm ∩ compute)" : lane.label[j];
     const lines = [
-      `<b>${kind === "overlap" ? "overlap (comm ∩ compute)" : escape(lane.label[j])}</b>`,
       `rank ${r.rank} · ${kind}${lane.step[j] != null ? ` · step ${lane.step[j]}` : ""}`,
       `duration ${ms(dur)} · starts at ${ms(lane.start[j] - this.t0)}`,
     ];
@@ -334,7 +334,7 @@ export class Timeline {
         lines.push("no size recorded for this collective");
       }
     }
-    this.showTip(lines, x, y);
+    this.showTip(title, lines, x, y);
   }
 
   // A phase window: its extent, and this rank's numbers for the phase in that step from the record.
@@ -343,7 +343,7 @@ export class Timeline {
     const w = r.phases.find(([, , a, b]) => a - slack <= t && t <= b + slack);
     if (!w) { this.tip.style.display = "none"; return; }
     const [step, phase, a, b] = w;
-    const lines = [`<b>${escape(phase)} phase</b>`, `rank ${r.rank} · step ${step}`,
+    const lines = [`rank ${r.rank} · step ${step}`,
       `window ${ms(b - a)} · starts at ${ms(a - this.t0)}`];
     const rankRec = (this.analysis?.ranks || []).find((q) => q.rank === r.rank);
     const rec = rankRec?.steps?.find((s) => s.step === step)?.phases?.find((p) => p.phase === phase);
@@ -351,11 +351,13 @@ export class Timeline {
       lines.push(`comm ${ms(rec.comm_us)}: hidden behind compute ${ms(rec.overlap_us)}, exposed ${ms(rec.exposed_comm_us)}`,
         `compute ${ms(rec.compute_us)} (this rank, the whole phase in step ${step})`);
     }
-    this.showTip(lines, x, y);
+    this.showTip(`${phase} phase`, lines, x, y);
   }
 
-  showTip(lines, x, y) {
-    this.tip.innerHTML = lines.join("<br>");
+  // The tooltip: a bold title, then one line each. Built of text nodes only: labels and collective
+  // kinds come from the traces (a hostile trace's event name stays text, never markup).
+  showTip(title, lines, x, y) {
+    this.tip.replaceChildren(el("b", { text: title }), ...lines.map((line) => el("div", { text: line })));
     this.tip.style.display = "block";
     const left = Math.min(x + 12, this.width - 300);
     this.tip.style.left = `${Math.max(left, 0)}px`;
