@@ -68,7 +68,13 @@ def gpu_doc(plan: RankPlan, *, rank: int, world: int, launches: bool = True) -> 
     """GPU-style: with launches=False the trace has no cuda_runtime events at all."""
     events = [{"ph": "M", "name": "thread_name", "pid": PID, "tid": PID, "args": {"name": "thread 100 (python)"}}, *_annotations(plan)]
     corr = 1
-    kernels = [(7, s, e, None, s - 1) for s, e in plan.compute] + [(c.stream, c.start, c.end, c, c.issue) for c in plan.calls]
+    # A kernel belongs to the step and phase whose range was open when it was launched, and runs
+    # in the device windows those launches span: so each compute interval is cut at the phase
+    # edges and every piece launched as it starts (the CPU never runs ahead here).
+    edges = sorted({t for _, s, e in plan.phases for t in (s, e)})
+    pieces = [(a, b) for s, e in plan.compute for a, b in zip([s, *[t for t in edges if s < t < e]], [*[t for t in edges if s < t < e], e])]
+    kernels = [(7, s, e, None, s) for s, e in pieces] + [(c.stream, c.start, c.end, c, c.issue) for c in plan.calls]
+    assert all(s >= launch for _, s, _, _, launch in kernels), "a kernel starts after its launch"
     for stream, s, e, call, launch in kernels:
         args = {"device": 0, "stream": stream, "correlation": corr, "External id": corr}
         if call is None:
@@ -117,6 +123,24 @@ class Truth:
     call_transfer: dict[int, list[int]]
 
 
+def step_windows(plan: RankPlan, style: str) -> list[tuple[int, int, int]]:
+    """(N, start, end) of each step as the analysis measures it. CPU: the ProfilerStep ranges.
+    GPU: the span of the kernels launched inside each range (a compute kernel is launched as it
+    starts, a call at its issue), a window starting no earlier than the previous one ends, and
+    an empty one at the range's start when nothing was launched in it."""
+    if style == "cpu":
+        return list(plan.steps)
+    kernels = [(s, s, e) for s, e in plan.compute] + [(c.issue, c.start, c.end) for c in plan.calls]
+    out, prev = [], -(10**9)
+    for n, lo, hi in sorted(plan.steps, key=lambda x: x[1]):
+        mine = [(s, e) for launch, s, e in kernels if lo <= launch < hi]
+        first, last = (min(s for s, _ in mine), max(e for _, e in mine)) if mine else (lo, lo)
+        start = max(first, prev)
+        prev = max(last, start)
+        out.append((n, start, prev))
+    return out
+
+
 def _mask(intervals, horizon: int) -> np.ndarray:
     m = np.zeros(horizon, bool)
     for s, e in intervals:
@@ -135,7 +159,7 @@ def truth(plans: list[RankPlan], *, style: str = "gpu") -> Truth:
         if style == "cpu":  # an operator that starts inside a c10d op runs inside it: not compute
             c10d = _mask([(c.issue, c.issue + 1) for c in p.calls], horizon)
             compute = _mask([(s, e) for s, e in p.compute if not c10d[s]], horizon) & ~c10d
-        window = _mask([(s, e) for _, s, e in p.steps], horizon) if p.steps else np.ones(horizon, bool)
+        window = _mask([(s, e) for _, s, e in step_windows(p, style)], horizon) if p.steps else np.ones(horizon, bool)
         comm = _mask([(c.start, c.end) for c in p.calls], horizon)
         exposed = comm & ~compute & window
         waiting = [_mask([(c.start, min(c.end, latest[j]))], horizon) for j, c in enumerate(p.calls)]

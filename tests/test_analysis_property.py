@@ -31,6 +31,20 @@ def covered(items, lo=0, hi=HORIZON):
     return grid
 
 
+def device_windows(items, steps):
+    """Each step's window on the device: from the first start to the last end of the kernels
+    launched (here: as they start) inside its range, starting no earlier than the previous
+    window's end; empty at the range's start when it launched none (memcpy does not count)."""
+    out, prev = [], -1
+    for n, lo, hi in steps:
+        mine = [(s, e) for _, s, e in items if lo <= s < hi]
+        first, last = (min(s for s, _ in mine), max(e for _, e in mine)) if mine else (lo, lo)
+        start = max(first, prev)
+        prev = max(last, start)
+        out.append((n, start, prev))
+    return out
+
+
 @settings(max_examples=60, deadline=None)
 @given(comm=kernels(8), compute=kernels(12), memcpy=kernels(4), split=st.integers(1, HORIZON - 1))
 def test_metrics_match_brute_force(comm, compute, memcpy, split):
@@ -47,8 +61,8 @@ def test_metrics_match_brute_force(comm, compute, memcpy, split):
     assert r.overlap_us == (c & k).sum()
     assert r.exposed_comm_us == (c & ~k).sum()
     assert r.overlap_pct == (100 * (c & k).sum() / c.sum() if c.sum() else None)
-    for step, (n, lo, hi) in zip(r.steps, steps):
-        assert step.step == n and step.step_us == hi - lo
+    for step, (n, lo, hi) in zip(r.steps, device_windows(comm + compute, steps)):
+        assert step.step == n and step.start_us == lo and step.step_us == hi - lo
         assert step.comm_us == c[lo:hi].sum()
         assert step.overlap_us == (c[lo:hi] & k[lo:hi]).sum()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from causes_traces import Call, RankPlan, truth, write_plans
+from causes_traces import Call, RankPlan, step_windows, truth, write_plans
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -120,10 +120,11 @@ def test_a_rank_idle_before_the_call_is_named_idle():
 
 def test_the_critical_path_waits_where_the_last_rank_to_finish_waited():
     path = analyse(LATE).exposed.critical_path
-    # From 400 back on rank 0 (both end the call at 200: the lower rank): idle 100, compute 100,
+    # From 300, the step's end on the device (its last kernel's: the CPU's ProfilerStep range runs
+    # on to 400), back on rank 0 (both end the call at 200: the lower rank): compute 100,
     # transfer 50, wait 50, compute 100.
-    assert path.length_us == 400
-    assert (path.compute_pct, path.transfer_pct, path.wait_pct) == (50, 12.5, 12.5)
+    assert path.length_us == 300
+    assert (path.compute_pct, path.transfer_pct, path.wait_pct) == pytest.approx((100 * 200 / 300, 100 * 50 / 300, 100 * 50 / 300))
     assert path.ranks == (0,)
 
 
@@ -132,10 +133,10 @@ def test_the_critical_path_moves_to_the_rank_whose_transfer_ends_last():
     plans[1].calls = [Call("all_reduce", issue=140, start=150, end=210, nbytes=1 << 20)]
     plans[1].compute = [(0, 150), (210, 300)]
     path = analyse(plans).exposed.critical_path
-    # Rank 0 from 400: idle 100, compute 100; at 200 its compute waited for the call, which ends
-    # on rank 1 at 210: rank 1's transfer 150-200, then its compute 0-150.
-    assert path.length_us == 400
-    assert (path.compute_pct, path.transfer_pct, path.wait_pct) == (62.5, 12.5, 0)
+    # Rank 0 from 300 (the step's end on the device): compute 100; at 200 its compute waited for
+    # the call, which ends on rank 1 at 210: rank 1's transfer 150-200, then its compute 0-150.
+    assert path.length_us == 300
+    assert (path.compute_pct, path.transfer_pct, path.wait_pct) == pytest.approx((100 * 250 / 300, 100 * 50 / 300, 0))
     assert path.ranks == (1, 0)
 
 
@@ -211,10 +212,16 @@ def check_against_truth(ps, style):
         assert split.call_wait_us.tolist() == want.call_wait[r]
         assert split.call_transfer_us.tolist() == want.call_transfer[r]
     assert sum(c.exposed_us for c in a.exposed.top) <= sum(want.exposed.values())
-    # Every rank has the same step windows and a call ends together everywhere: the path covers
-    # one whole step, split into shares that add up to at most 100%.
+    # A call ends together everywhere: the path runs from a step's latest end over the ranks back
+    # to one rank's start of that step (on CPU every rank has the same windows: one whole step),
+    # split into shares that add up to at most 100%.
     path = a.exposed.critical_path
-    assert path is not None and path.length_us in {e - s for _, s, e in ps[0].steps}
+    windows = [step_windows(p, style) for p in ps]
+    ends = {n: max(hi for w in windows for m, _, hi in w if m == n) for n, _, _ in ps[0].steps}
+    if path is None:  # GPU: the median step launched no kernel on any rank, its window is empty
+        assert style == "gpu" and any(all(hi == lo for w in windows for m, lo, hi in w if m == n) for n in ends)
+        return
+    assert path.length_us in {ends[n] - lo for w in windows for n, lo, _ in w}
     assert 0 <= path.compute_pct + path.transfer_pct + path.wait_pct <= 100 + 1e-9
 
 

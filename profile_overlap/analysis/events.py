@@ -29,6 +29,7 @@ from profile_overlap.analysis.collectives import collective_nbytes
 from profile_overlap.analysis.facts import FileFacts, cpu_unclassified, file_facts
 from profile_overlap.analysis.labels import Labeller
 from profile_overlap.analysis.phases import PhaseWindows, phase_windows
+from profile_overlap.analysis.steps import device_windows
 from profile_overlap.analysis.trace import CPU_OP, USER_ANNOTATION, Events, Trace
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
@@ -64,6 +65,10 @@ class FileEvents:
     step_num: np.ndarray
     step_start: np.ndarray
     step_end: np.ndarray
+    """The steps' windows: on CPU their `ProfilerStep#N` ranges, on GPU their device windows
+    (analysis/steps.py: the span of the kernels each step's range launched, never overlapping)."""
+    step_cpu_start: np.ndarray
+    """The start of each step's `ProfilerStep#N` range on the CPU (what --hta-compat cuts at)."""
     calls: Calls
     exclude: iv.Union
     """Time that never counts as compute (CPU: the c10d ops, with everything inside them)."""
@@ -136,8 +141,13 @@ def extract(trace: Trace) -> FileEvents:
                 "backend on CPU"
             )
     phases = phase_windows(trace, main, steps, kernel_times)
+    step_cpu_start = np.array([s for _, s, _ in steps], dtype=np.float64)
+    step_cpu_end = np.array([e for _, _, e in steps], dtype=np.float64)
+    step_start, step_end = step_cpu_start, step_cpu_end
+    if kernel_times is not None:
+        step_start, step_end = device_windows(step_start, step_end, kernel_times)
     del kernel_times  # 24 bytes a kernel, not needed past here
-    t_min, t_max = _bounds(comm.start, comm.end, compute.start, compute.end, np.array([t for _, s, e in steps for t in (s, e)]))
+    t_min, t_max = _bounds(comm.start, comm.end, compute.start, compute.end, step_cpu_start, step_cpu_end, step_start, step_end)
     return FileEvents(
         path=str(trace.path),
         rank=trace.rank,
@@ -149,8 +159,9 @@ def extract(trace: Trace) -> FileEvents:
         compute=compute,
         labels=tuple(labeller.labels),
         step_num=np.array([n for n, _, _ in steps], dtype=np.int64),
-        step_start=np.array([s for _, s, _ in steps], dtype=np.float64),
-        step_end=np.array([e for _, _, e in steps], dtype=np.float64),
+        step_start=step_start,
+        step_end=step_end,
+        step_cpu_start=step_cpu_start,
         calls=calls,
         exclude=exclude,
         phases=phases,

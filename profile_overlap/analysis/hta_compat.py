@@ -23,9 +23,8 @@ def hta_filter(
     compute: EventIntervals,
     calls: Calls,
     step_num: np.ndarray,
-    step_start: np.ndarray,
-    step_end: np.ndarray,
-) -> tuple[EventIntervals, EventIntervals, Calls, np.ndarray, np.ndarray, np.ndarray, str | None]:
+    step_cpu_start: np.ndarray,
+) -> tuple[EventIntervals, EventIntervals, Calls, np.ndarray, str | None]:
     """Holistic Trace Analysis's default (`include_last_profiler_step=False`), reproduced:
     HTA's `Trace._filter_irrelevant_gpu_kernels` keeps the CPU events that start before the
     *start* of the last ProfilerStep, then keeps only the GPU kernels whose `correlation`
@@ -35,15 +34,17 @@ def hta_filter(
     down). With these two rules we reproduce HTA's 11.81 / 20.05 (trace_filter) and 14.31
     (nccl_data); by kernel timestamps alone nccl_data gives 14.76. HTA does nothing when a rank
     has fewer than two steps. On CPU traces (which HTA does not analyse) the same cut applies to
-    the events' own start times."""
+    the events' own start times. step_cpu_start: the `ProfilerStep` ranges' starts on the CPU
+    (on GPU the step windows are on the device, but HTA cuts at the CPU's). Returns the two
+    classes and the calls filtered, which steps to keep (a mask) and a note."""
     comm, compute = hta_round(comm), hta_round(compute)
     if step_num.size < 2:
-        return comm, compute, calls, step_num, step_start, step_end, None
-    last = int(np.argmax(step_start))
-    cut = math.ceil(step_start[last])
+        return comm, compute, calls, np.ones(step_num.size, dtype=bool), None
+    last = int(np.argmax(step_cpu_start))
+    cut = math.ceil(step_cpu_start[last])
     comm = comm.take(comm.launch < cut)  # NaN (no launch event) compares False: dropped, as in HTA
     compute = compute.take(compute.launch < cut)
     calls = calls.take(np.ceil(calls.launch_us) < cut)  # NaN (no launch event): dropped, as the kernels
     keep = np.arange(step_num.size) != last
     note = f"--hta-compat: dropped the last profiler step (ProfilerStep#{int(step_num[last])}) as HTA does"
-    return comm, compute, calls, step_num[keep], step_start[keep], step_end[keep], note
+    return comm, compute, calls, keep, note

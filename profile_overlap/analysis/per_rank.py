@@ -109,7 +109,7 @@ class RankAnalysis:
     """Per phase, summed over the steps (empty without phase labels or steps)."""
     phase_collectives: tuple[PhaseCollectives, ...] = ()
     """Per (phase, kind): the collectives issued in that phase (CPU: by their c10d op's start on
-    the calling thread; GPU: by their kernel's start, in the labels' device-side ranges)."""
+    the calling thread; GPU: by their kernel's start, in the phases' device windows)."""
     phase_windows: tuple[tuple[int, str, float, float], ...] = ()
     """(step, phase, start_us, end_us) of each phase range, clipped to the timeline's steps (for the figures)."""
     replay: tuple[ReplayStep, ...] = ()

@@ -26,6 +26,7 @@ class Pooled:
     step_num: np.ndarray
     step_start: np.ndarray
     step_end: np.ndarray
+    step_cpu_start: np.ndarray
     calls: Calls
 
 
@@ -37,12 +38,14 @@ def pool(files: Sequence[FileEvents], *, hta_compat: bool, notes: list[str]) -> 
     step_num = np.concatenate([f.step_num for f in files])
     step_start = np.concatenate([f.step_start for f in files])
     step_end = np.concatenate([f.step_end for f in files])
+    step_cpu_start = np.concatenate([f.step_cpu_start for f in files])
     calls = Calls.concat([f.calls for f in files]) if len(files) > 1 else files[0].calls
     if hta_compat:
-        comm, compute, calls, step_num, step_start, step_end, note = hta_filter(comm, compute, calls, step_num, step_start, step_end)
+        comm, compute, calls, keep, note = hta_filter(comm, compute, calls, step_num, step_cpu_start)
+        step_num, step_start, step_end, step_cpu_start = step_num[keep], step_start[keep], step_end[keep], step_cpu_start[keep]
         if note:
             notes.append(note)
-    return Pooled(labels, comm, compute, step_num, step_start, step_end, calls)
+    return Pooled(labels, comm, compute, step_num, step_start, step_end, step_cpu_start, calls)
 
 
 def busy(files: Sequence[FileEvents], p: Pooled) -> tuple[iv.Union, iv.Union]:

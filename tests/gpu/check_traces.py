@@ -67,7 +67,7 @@ def main(run_dir: Path, num_gpus: int) -> int:
             problems.append(f"{mode}: no compute kernels in the traces (CUDA activity missing)")
         if any(r["device"] != "cuda" for r in ranks):
             problems.append(f"{mode}: analysis did not see a GPU trace")
-        # The phase labels' device-side ranges (gpu_user_annotation) carry the kernels.
+        # Each phase label's range holds the kernels it launched (on any thread).
         for r in ranks:
             phases = {p["phase"]: p for p in r.get("phases", [])}
             missing = [p for p in ("forward", "backward", "optimizer") if phases.get(p, {}).get("compute_us", 0) <= 0]

@@ -1,0 +1,52 @@
+"""A GPU trace's step windows on the device (the README's Metrics, "Per profiler step").
+
+On GPU the CPU runs ahead: step N's kernels run after its `ProfilerStep#N` range has closed, so
+the CPU window holds the tail of step N-1 and misses the end of step N. Each kernel therefore
+belongs to the step whose `ProfilerStep#N` range (on the main thread) was open when the CPU
+launched it (its runtime call, e.g. cudaLaunchKernel, linked by `correlation`; from any thread:
+autograd's own thread launches the backward's kernels), as Holistic Trace Analysis's iteration
+column assigns them. A step's device window runs from the start of the first kernel it launched
+to the end of the last one. Where a step's window would begin before the previous step's has
+ended, it begins at that end instead: the windows never overlap, so the time they share counts
+once, in the earlier step, and the steps' union is the same as that of the raw windows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def step_of_launch(cpu_start: np.ndarray, cpu_end: np.ndarray, launch: np.ndarray) -> np.ndarray:
+    """Per launch, the index of the step range [cpu_start, cpu_end) holding it (-1: none, or no
+    launch known: NaN). The ranges are a main thread's `ProfilerStep`s: disjoint."""
+    order = np.argsort(cpu_start, kind="stable")
+    starts = cpu_start[order]
+    i = np.searchsorted(starts, launch, side="right") - 1  # NaN sorts past every start
+    known = ~np.isnan(launch) & (i >= 0)
+    inside = np.zeros(launch.size, dtype=bool)
+    inside[known] = launch[known] < cpu_end[order][i[known]]
+    return np.where(inside, order[np.maximum(i, 0)], -1)
+
+
+def device_windows(cpu_start: np.ndarray, cpu_end: np.ndarray, kernels: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) per step, in the order of cpu_start: each step's device window (module doc).
+    kernels: (launch, start, end) of the kernels that count (communication and compute). A step
+    that launched none gets an empty window at its CPU start, or at the previous window's end if
+    later. Without any known launch (a trace without runtime events) the CPU windows stay."""
+    launch, start, end = kernels
+    if not cpu_start.size or not (~np.isnan(launch)).any():
+        return cpu_start, cpu_end
+    step = step_of_launch(cpu_start, cpu_end, launch)
+    mine = step >= 0
+    first = np.full(cpu_start.size, np.inf)
+    last = np.full(cpu_start.size, -np.inf)
+    np.minimum.at(first, step[mine], start[mine])
+    np.maximum.at(last, step[mine], end[mine])
+    lo, hi = np.empty(cpu_start.size), np.empty(cpu_start.size)
+    prev_end = -np.inf
+    for k in np.argsort(cpu_start, kind="stable").tolist():
+        a, b = (float(first[k]), float(last[k])) if np.isfinite(first[k]) else (float(cpu_start[k]),) * 2
+        lo[k] = max(a, prev_end)
+        hi[k] = max(b, lo[k])
+        prev_end = hi[k]
+    return lo, hi
