@@ -230,7 +230,7 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
     for other in trained[1:]:
         # Every mode against the first: the same steps on the same data end with equal parameters.
         name = f"{trained[0]} == {other}: final parameters"
-        cross.append(compare_params(final_params[trained[0]], final_params[other], name=name, dtype=DTYPES[config.dtype]))
+        cross.append(compare_params(final_params[trained[0]], final_params[other], name=name, dtype=DTYPES[config.dtype], device=device))
     metrics = build_record(
         run_dir=str(run_dir),
         config=config.to_dict(),
