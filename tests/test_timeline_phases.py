@@ -72,7 +72,10 @@ def test_real_compare_run_has_a_band_per_rank_in_every_mode(compare_run_2, tmp_p
             assert [n for n, *_ in want] == ["forward", "backward", "optimizer"]
             # Drawn from the same microseconds, up to the float rounding of the figure's axis (1 ns).
             assert [n for n, *_ in mine] == [n for n, *_ in want], (mode, r["rank"])
-            assert [x for _, a, b in mine for x in (a, b)] == pytest.approx([x for _, a, b in want for x in (a, b)], abs=1e-5), (mode, r["rank"])
+            assert [x for _, a, b in mine for x in (a, b)] == pytest.approx([x for _, a, b in want for x in (a, b)], abs=1e-5), (
+                mode,
+                r["rank"],
+            )
             if mode == "split":
                 # What the band is for: the reduce_scatters start under the backward band, and no
                 # all_gather runs under it (they run in the optimizer and the next forward).
