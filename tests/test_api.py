@@ -244,3 +244,25 @@ def test_rank_0_keeps_a_live_record_of_the_latest_cycle(foreign_job, tmp_path):
     assert record["modes"]["job"]["analysis"]["slowest_rank"] is not None  # calls matched across the ranks
     assert json.loads((job_dir / "status.json").read_text())["state"] == "running"
     assert (job_dir / "timeline.json").is_file() and not (job_dir / "report.html").exists()
+
+
+def test_a_rank_that_has_not_called_set_device_is_recorded_on_its_local_ranks_gpu(monkeypatch):
+    """torchrun's rank 1 runs on GPU 1 (LOCAL_RANK), but torch's current device is GPU 0 until the
+    job calls set_device: the record must name the GPU the rank uses. This machine has no GPU, so
+    torch.cuda's answers are stood in for: two GPUs of different names, current device 0."""
+    import types
+
+    import torch
+
+    from profile_overlap.api import handler
+
+    names = ["H200 at index 0", "H100 at index 1"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: names[torch.cuda.current_device() if device is None else device])
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    state = handler._state(types.SimpleNamespace(rank=1, world_size=2, worker_name="host_1"))
+    assert (state["device"], state["device_type"]) == ("H100 at index 1", "cuda")
+    monkeypatch.delenv("LOCAL_RANK")  # a job not started by torchrun: its current device
+    assert handler._state(types.SimpleNamespace(rank=0, world_size=1, worker_name="host_0"))["device"] == "H200 at index 0"

@@ -38,7 +38,7 @@ from profile_overlap.api import layout
 from profile_overlap.api.background import Worker
 from profile_overlap.core import status
 from profile_overlap.core.errors import UserError
-from profile_overlap.run.teardown import hold_default_group, release_group_defaults
+from profile_overlap.run.teardown import hold_default_group, release_group_defaults, wait_for_collectives
 
 CLOSE_GRACE_S = 30.0
 """How long, beyond rank 0's wait for the other ranks (PROFILE_OVERLAP_JOB_WAIT_S), the process
@@ -207,6 +207,7 @@ class OverlapProfile(torch.profiler.profile):
         self.handler = handler
 
     def __exit__(self, exc_type, exc_val, exc_tb):
+        _wait_before_stop()
         try:
             return super().__exit__(exc_type, exc_val, exc_tb)
         finally:
@@ -272,7 +273,7 @@ def _state(h: TraceHandler) -> dict:
         "pid": os.getpid(),
         "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
         "node_rank": int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", 0))),
-        "device": torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine(),
+        "device": torch.cuda.get_device_name(job_gpu()) if cuda else platform.processor() or platform.machine(),
         "device_type": "cuda" if cuda else "cpu",
         "backend": backend,
         "python": platform.python_version(),
@@ -283,6 +284,29 @@ def _state(h: TraceHandler) -> dict:
         "command": shlex.join([*launcher, *sys.argv]),
         "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def job_gpu() -> int | None:
+    """The GPU this rank's job runs on, whether or not it called torch.cuda.set_device yet: the
+    process group's bound device (init_process_group(device_id=...)), else LOCAL_RANK's (one rank
+    per GPU, as torchrun starts them; modulo the visible GPUs, for a job that gives each rank one),
+    else the current device. None without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    if dist.is_available() and dist.is_initialized():
+        bound = getattr(dist.group.WORLD, "bound_device_id", None)
+        if bound is not None and bound.type == "cuda" and bound.index is not None:
+            return bound.index
+    if "LOCAL_RANK" in os.environ:
+        return int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count()
+    return torch.cuda.current_device()
+
+
+def _wait_before_stop() -> None:
+    """On CUDA, let the job's last collectives end before the profiler stops (run/teardown.py)."""
+    gpu = job_gpu()
+    if gpu is not None:
+        wait_for_collectives(torch.device("cuda", gpu))
 
 
 def _inside_stop(prof) -> bool:
@@ -305,6 +329,7 @@ def _hook_stop(prof, handler: TraceHandler) -> None:
         return
 
     def stop() -> None:
+        _wait_before_stop()
         original()
         handler.finish()
 

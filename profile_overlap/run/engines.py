@@ -70,6 +70,9 @@ class EngineState:
     def finish(self) -> None:
         """Nothing stays in flight after a step: both engines wait for their collectives in it."""
 
+    def close(self) -> None:
+        """Nothing to undo: the cycle collector frees DDP's and FSDP2's hooks with the model."""
+
 
 def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t

@@ -12,6 +12,8 @@ steps: drift lands on every mode alike, and the blocks give intervals (record/no
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import socket
 import time
 from collections.abc import Callable
@@ -65,6 +67,8 @@ class ModeRun:
     checks: list[CheckResult] = field(default_factory=list)
     blocks: list[list[float]] = field(default_factory=list)
     """This rank's step times (ms) of each block of timed steps."""
+    memory: OwnPeak = field(default_factory=lambda: OwnPeak())
+    """This mode's own peak GPU allocation over its segments of steps."""
 
     @property
     def failed(self) -> bool:
@@ -72,24 +76,55 @@ class ModeRun:
         return bool(self.checks) and not self.checks[0].passed
 
 
+class OwnPeak:
+    """A mode's own peak GPU allocation (torch.cuda.max_memory_allocated), over the segments of steps
+    it runs (build and warmup, each timed block, the profiled steps and the checks after them).
+
+    Each segment resets the peak and subtracts what the other modes hold while it runs: all the
+    memory allocated at its start but this mode's own (`resident`, what the mode held at the end of
+    its last segment). With one block per mode (`--repeats 1`) the earlier modes are freed before a
+    mode starts (their parameters for the final comparison wait on the host), so the others hold
+    next to nothing; with `--repeats` R >= 2
+    every mode's state is held at once, and the others are idle between their blocks (their
+    collectives waited for), so what they hold is constant during this mode's segment and the
+    difference is this mode's own peak. None on CPU, where nothing is measured."""
+
+    def __init__(self) -> None:
+        self.peak: int | None = None
+        self.resident = 0
+
+    @contextlib.contextmanager
+    def segment(self, device: torch.device):
+        if device.type != "cuda":
+            yield
+            return
+        others = torch.cuda.memory_allocated(device) - self.resident
+        torch.cuda.reset_peak_memory_stats(device)
+        try:
+            yield
+        finally:
+            self.peak = max(self.peak or 0, torch.cuda.max_memory_allocated(device) - others)
+            self.resident = torch.cuda.memory_allocated(device) - others
+
+
 def prepare_mode(mode: str, *, config: Config, device: torch.device) -> ModeRun:
     """Build the mode's state and run its warmup steps, checking the decomposition on each."""
     rank, world = dist.get_rank(), dist.get_world_size()
     build = engines.build_state if mode in ENGINE_MODES else pipelines.build_state
-    state = build(mode, config=config, rank=rank, world_size=world, device=device, dtype=DTYPES[config.dtype])
-    run = ModeRun(mode, state, engines.engine_step if mode in ENGINE_MODES else pipelines.PIPELINES[mode])
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    # The engines reduce inside torch, where the bucket check cannot look: only our pipelines are checked.
-    checker = None
-    if isinstance(state, pipelines.State):
-        checker = DecompositionChecker(state)
-        state.check = checker.check_bucket
-    for _ in range(config.warmup_steps):
-        run.step_fn(state, run.step)
-        run.step += 1
-    if isinstance(state, pipelines.State):
-        state.check = None
+    memory = OwnPeak()
+    with memory.segment(device):
+        state = build(mode, config=config, rank=rank, world_size=world, device=device, dtype=DTYPES[config.dtype])
+        run = ModeRun(mode, state, engines.engine_step if mode in ENGINE_MODES else pipelines.PIPELINES[mode], memory=memory)
+        # The engines reduce inside torch, where the bucket check cannot look: only our pipelines are checked.
+        checker = None
+        if isinstance(state, pipelines.State):
+            checker = DecompositionChecker(state)
+            state.check = checker.check_bucket
+        for _ in range(config.warmup_steps):
+            run.step_fn(state, run.step)
+            run.step += 1
+        if isinstance(state, pipelines.State):
+            state.check = None
     run.checks = [checker.result()] if checker is not None and checker.steps else []
     return run
 
@@ -98,13 +133,14 @@ def timed_block(run: ModeRun, *, config: Config, device: torch.device, alone: bo
     """One block of `config.steps` timed steps. Unless the mode runs `alone` (one block right after its
     warmup), the block starts with one untimed step and ends by waiting for the collectives still in
     flight: another mode's block just left the caches cold and must find nothing of this mode running."""
-    if not alone:
-        run.step_fn(run.state, run.step)
-        run.step += 1
-    run.blocks.append(timed_steps(run.step_fn, run.state, first_step=run.step, num_steps=config.steps, device=device))
-    run.step += config.steps
-    if not alone:
-        run.state.finish()
+    with run.memory.segment(device):
+        if not alone:
+            run.step_fn(run.state, run.step)
+            run.step += 1
+        run.blocks.append(timed_steps(run.step_fn, run.state, first_step=run.step, num_steps=config.steps, device=device))
+        run.step += config.steps
+        if not alone:
+            run.state.finish()
 
 
 def rounds(modes: list[str], repeats: int) -> list[tuple[str, ...]]:
@@ -116,18 +152,38 @@ def rounds(modes: list[str], repeats: int) -> list[tuple[str, ...]]:
 def finish_mode(run: ModeRun, *, config: Config, device: torch.device, run_dir: Path) -> tuple[ModeMetrics, TraceAnalysis | None]:
     """Profile the mode (unless it failed or --no-profile), check that every rank agrees, build its record."""
     trace = None
-    if config.profile and not run.failed:
-        trace_dir = run_dir / run.mode
-        trace_dir.mkdir(exist_ok=True)
-        worker = f"{socket.gethostname()}_{dist.get_rank()}"
-        trace = profiled_steps(
-            run.step_fn, run.state, first_step=run.step, config=config, trace_dir=trace_dir, worker=worker, device=device
-        )
-        run.step += config.profile_steps + 1
-    run.state.finish()
-    if not run.failed:
-        run.checks.append(ranks_agree(run.state.params, name=f"{run.mode}: parameters equal on every rank", dtype=DTYPES[config.dtype]))
+    with run.memory.segment(device):
+        if config.profile and not run.failed:
+            trace_dir = run_dir / run.mode
+            trace_dir.mkdir(exist_ok=True)
+            worker = f"{socket.gethostname()}_{dist.get_rank()}"
+            trace = profiled_steps(
+                run.step_fn, run.state, first_step=run.step, config=config, trace_dir=trace_dir, worker=worker, device=device
+            )
+            run.step += config.profile_steps + 1
+        run.state.finish()
+        if not run.failed:
+            name = f"{run.mode}: parameters equal on every rank"
+            run.checks.append(ranks_agree(run.state.params, name=name, dtype=DTYPES[config.dtype]))
     return _mode_metrics(run, trace=trace, run_dir=run_dir, device=device)
+
+
+def kept_for_comparison(run: ModeRun) -> list[torch.Tensor]:
+    """What the final cross-mode comparison needs of a finished mode: its full parameters, on the
+    host (on CPU the tensors themselves, no copy), so that nothing of it stays on the GPU. The mode
+    is closed: nothing else of it is used again."""
+    params = [p.detach().to("cpu") for p in run.state.params]
+    run.state.close()
+    return params
+
+
+def release(device: torch.device) -> None:
+    """Free what finished modes held, before the next one is measured: their states are reference
+    cycles (the pipelines' hooks hold the state, DDP's reducer and FSDP2's hooks their modules), which
+    only the cycle collector frees, and the CUDA cache gives their blocks back."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _mode_metrics(run: ModeRun, *, trace, run_dir: Path, device: torch.device) -> tuple[ModeMetrics, TraceAnalysis | None]:
@@ -136,9 +192,8 @@ def _mode_metrics(run: ModeRun, *, trace, run_dir: Path, device: torch.device) -
     grows linearly with the number of ranks. On other ranks `analysis` is None (they only use the
     checks, which every rank already holds)."""
     world = dist.get_world_size()
-    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     state = run.state
-    mine = {"blocks": run.blocks, "memory": Memory(rank=state.rank, peak_allocated_bytes=peak, **state.memory_bytes())}
+    mine = {"blocks": run.blocks, "memory": Memory(rank=state.rank, peak_allocated_bytes=run.memory.peak, **state.memory_bytes())}
     gathered: list = [None] * world
     dist.all_gather_object(gathered, mine)
     combined = None
@@ -204,8 +259,10 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
             if not run.failed:
                 timed_block(run, config=config, device=device, alone=True)
             modes[mode], analyses[mode] = finish_mode(run, config=config, device=device, run_dir=run_dir)
-            final_params[mode] = run.state.params
+            final_params[mode] = kept_for_comparison(run)
             _progress(f"[{index}/{count}] {mode}", _warmup_done(run, config) + _timed_done(modes[mode], config), started)
+            del run  # the next mode is built and measured without this one's state
+            release(device)
     else:
         # Every mode's state at once, then R rounds of one block per mode, then the profiled steps.
         runs = {}
@@ -219,18 +276,21 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
             for mode in modes_in_order:
                 timed_block(runs[mode], config=config, device=device, alone=False)
             _progress(f"round {index}/{len(order)}", [f"{config.steps} timed steps of {', '.join(modes_in_order)}"], started)
-        for index, (mode, run) in enumerate(runs.items(), start=1):
+        for index, mode in enumerate(list(runs), start=1):
             started = time.perf_counter()
+            run = runs.pop(mode)
             modes[mode], analyses[mode] = finish_mode(run, config=config, device=device, run_dir=run_dir)
-            final_params[mode] = run.state.params
+            final_params[mode] = kept_for_comparison(run)
             if not run.failed:
                 _progress(f"[{index}/{count}] {mode}", _timed_done(modes[mode], config), started)
+            del run
+            release(device)
     cross = []
     trained = [m for m in config.modes if modes[m].step_time.times_ms]  # the same on every rank
     for other in trained[1:]:
         # Every mode against the first: the same steps on the same data end with equal parameters.
         name = f"{trained[0]} == {other}: final parameters"
-        cross.append(compare_params(final_params[trained[0]], final_params[other], name=name, dtype=DTYPES[config.dtype]))
+        cross.append(compare_params(final_params[trained[0]], final_params[other], name=name, dtype=DTYPES[config.dtype], device=device))
     metrics = build_record(
         run_dir=str(run_dir),
         config=config.to_dict(),

@@ -163,6 +163,8 @@ class State:
     pending_ag: dict[int, dist.Work] = field(default_factory=dict)
     ready: list[int] = field(default_factory=list)
     """Units whose reduce_scatter was started this step, in that order."""
+    hooks: list = field(default_factory=list)
+    """The split modes' hook handles (see close)."""
 
     @property
     def params(self) -> list[torch.Tensor]:
@@ -183,6 +185,14 @@ class State:
         for handle in self.pending_ag.values():
             handle.wait()
         self.pending_ag.clear()
+
+    def close(self) -> None:
+        """Remove the split hooks once the mode is done. They hold this state, and the parameters
+        hold them from C++, where the cycle collector cannot see: without this the whole mode (model,
+        optimizer state, buffers) would live until the process ends."""
+        for handle in self.hooks:
+            handle.remove()
+        self.hooks.clear()
 
 
 def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.device, dtype: torch.dtype) -> State:
@@ -335,7 +345,7 @@ def _install_split_hooks(state: State, *, blocking: bool) -> None:
                 unit_ready(unit)
 
         for p in unit.params:
-            p.register_post_accumulate_grad_hook(on_grad)
+            state.hooks.append(p.register_post_accumulate_grad_hook(on_grad))
 
         def before_forward(_module, _args, unit=unit) -> None:
             # --split-prefetch N: wait for units k..k+N here (0: unit k's only).
@@ -346,7 +356,7 @@ def _install_split_hooks(state: State, *, blocking: bool) -> None:
                     for handle in handles:
                         handle.wait()
 
-        unit.module.register_forward_pre_hook(before_forward)
+        state.hooks.append(unit.module.register_forward_pre_hook(before_forward))
 
 
 def split_step(state: State, step: int) -> None:

@@ -15,6 +15,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.run.config import Config
+from profile_overlap.run.teardown import wait_for_collectives
 from profile_overlap.run.timing import sync
 
 
@@ -74,7 +75,9 @@ def profiled_steps(step_fn, state, *, first_step: int, config: Config, trace_dir
     the next forward pass) are waited for after its ProfilerStep range closes and before the
     profiler stops: a c10d Work created while profiling holds the profiler's thread-local state,
     and if it outlives the session its destructor frees that state late and segfaults (torch
-    2.13, gloo). The analysis measures inside ProfilerStep ranges, so this wait is not counted.
+    2.13, gloo). On NCCL, waiting on a Work does not block the host, so the device is synchronized
+    and NCCL's watchdog drained as well (teardown.wait_for_collectives).
+    The analysis measures inside ProfilerStep ranges, so this wait is not counted.
     """
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     written: list[Path] = []
@@ -89,6 +92,7 @@ def profiled_steps(step_fn, state, *, first_step: int, config: Config, trace_dir
             if i == config.profile_steps:
                 _end_step_window(prof)
                 state.finish()
+                wait_for_collectives(device)  # on NCCL, finish() only made the stream wait (run/teardown.py)
             prof.step()
     sync(device)
     assert len(written) == 1, f"expected one trace for {worker}, got {written}"

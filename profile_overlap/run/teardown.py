@@ -76,6 +76,27 @@ def release_group_defaults() -> int:
     return replaced
 
 
+def wait_for_collectives(device) -> None:
+    """Before a profiler stops on a GPU: wait until every collective of the default group has
+    ended and NCCL's watchdog has let go of its Work. On NCCL, Work.wait() only makes the current
+    stream wait: the kernel may still run, and the watchdog thread keeps a copy of each Work (with
+    the profiler's record-function callback it carries) in its list until it sees the kernel done,
+    polling every 100 ms. Stopping the profiler before that lets the Work outlive the session, the
+    way a gloo Work did before run/profiler.py waited for it (a late free of the profiler's
+    thread-local state). So: synchronize the device, then ProcessGroup._wait_for_pending_works
+    (torch 2.13, NCCL only: it returns once the watchdog's lists are empty). Nothing on CPU or
+    before CUDA is initialised; on gloo, Work.wait() already blocks until the collective ends."""
+    import torch
+    import torch.distributed as dist
+
+    if device.type != "cuda" or not torch.cuda.is_initialized():
+        return
+    torch.cuda.synchronize(device)
+    group = dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
+    if group is not None and dist.get_backend() == "nccl":
+        group._wait_for_pending_works()
+
+
 def hold_default_group() -> None:
     """Keep a reference to the default gloo process group until exit (see the module docstring), so
     that it is never freed on the main thread while a gloo worker still waits for the GIL. Once per

@@ -3,7 +3,12 @@ equal final parameters between modes and across ranks.
 
 Tolerances are relative to the largest magnitude involved (at least 1), per dtype. On gloo,
 reduce_scatter runs as an all_reduce, so the float32 results are usually bit-identical; NCCL's
-ring reduce_scatter may sum in another order, which the tolerance allows for.
+ring reduce_scatter may sum in another order, and torch.optim.Adam takes its foreach path on CUDA
+(its single-tensor path on CPU, whose arithmetic our adam_ copies), so on CUDA equal final
+parameters hold within the tolerance, not bit for bit.
+
+Every tensor these checks pass to a collective lives on the device the process group serves (the
+run's device: an NCCL group has no CPU backend); only the gathered errors come back to the host.
 """
 
 from __future__ import annotations
@@ -20,19 +25,20 @@ TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}
 
 
 def _worst_over_ranks(errors: torch.Tensor, bounds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """All ranks' per-item errors and bounds, gathered to every rank: shape [world, items]."""
+    """All ranks' per-item errors and bounds, gathered to every rank on the device they were
+    computed on (the group's), then brought to the host: shape [world, items]."""
     world = dist.get_world_size()
     both = torch.stack([errors, bounds]).to(torch.float64)
     gathered = [torch.empty_like(both) for _ in range(world)]
     dist.all_gather(gathered, both)
-    stacked = torch.stack(gathered)  # [world, 2, items]
+    stacked = torch.stack(gathered).cpu()  # [world, 2, items]
     return stacked[:, 0], stacked[:, 1]
 
 
 def _reduce_check(
     name: str, errors: torch.Tensor, bounds: torch.Tensor, *, steps: list[int | None], layers: list[int | None], tolerance: float
 ) -> CheckResult:
-    all_errors, all_bounds = _worst_over_ranks(errors.cpu(), bounds.cpu())
+    all_errors, all_bounds = _worst_over_ranks(errors, bounds)
     # NaN/inf (a diverged update) fail the check; nan_to_num keeps argmax meaningful.
     finite = bool(torch.isfinite(all_errors).all())
     all_errors = torch.nan_to_num(all_errors, nan=float("inf"))
@@ -110,12 +116,19 @@ def _larger(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else max(a, b)
 
 
-def compare_params(a: list[torch.Tensor], b: list[torch.Tensor], *, name: str, dtype: torch.dtype) -> CheckResult:
-    """Max error between two parameter lists on each rank, reduced over ranks."""
+def compare_params(a: list[torch.Tensor], b: list[torch.Tensor], *, name: str, dtype: torch.dtype, device: torch.device) -> CheckResult:
+    """Max error between two parameter lists on each rank, reduced over ranks. The lists may be
+    kept on the host (the harness moves each finished mode's parameters off the GPU): each pair
+    is compared on `device`, the group's, one unit at a time."""
     tolerance = TOLERANCE[dtype]
-    errors = torch.stack([(x.float() - y.float()).abs().max() for x, y in zip(a, b)])
-    bounds = torch.stack([tolerance * x.float().abs().max().clamp(min=1.0) for x in a])
-    return _reduce_check(name, errors, bounds, steps=[None] * len(a), layers=list(range(len(a))), tolerance=tolerance)
+    errors, bounds = [], []
+    for x, y in zip(a, b):
+        x, y = x.to(device).float(), y.to(device).float()
+        errors.append((x - y).abs().max())
+        bounds.append(tolerance * x.abs().max().clamp(min=1.0))
+    return _reduce_check(
+        name, torch.stack(errors), torch.stack(bounds), steps=[None] * len(a), layers=list(range(len(a))), tolerance=tolerance
+    )
 
 
 def ranks_agree(params: list[torch.Tensor], *, name: str, dtype: torch.dtype) -> CheckResult:
