@@ -155,8 +155,8 @@ def check_run(run_dir: Path, num_gpus: int) -> list[str]:
         print(
             "world size 1: NCCL's one-rank path launches no NCCL kernel, so the NCCL and overlap columns show what "
             "ran, nothing is made up; this covers CUDA, CUDA events, the profiler's CUDA activity, the phases' "
-            "device windows (the kernels their ranges launched), the memory peaks and the DDP/FSDP2 wiring, not NCCL kernels (multi-rank NCCL traces "
-            "are checked in CI from tests/data)."
+            "device windows (the kernels their ranges launched), the memory peaks and the DDP/FSDP2 wiring, not NCCL "
+            "kernels (multi-rank NCCL traces are checked in CI from tests/data)."
         )
     checks = [c for m in metrics["modes"].values() for c in m["checks"]] + metrics["checks"]
     if not checks:
