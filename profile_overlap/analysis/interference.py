@@ -1,0 +1,226 @@
+"""Interference: how much longer compute runs while communication is in flight than when it runs
+alone, measured from the same operators seen both ways in a rank's profiled steps (README Metrics,
+"Interference"; DESIGN.md "Interference").
+
+An operator is one leaf compute event: on CPU a main-thread operator with no operator inside it,
+known by its name and `Input Dims`; on GPU a compute kernel, known by its kernel name. A call ran
+*alone* when no communication was in flight at any moment of it, *beside* communication when
+communication was in flight for the whole of it (calls partly covered are left out). For each
+operator of a phase seen both ways, its n_b beside calls pair with its alone calls:
+
+    slowdown = Σ_k n_b,k · median(beside_k) / Σ_k n_b,k · median(alone_k) − 1
+
+the beside calls' time over what the same calls take alone: a mean of the operators' ratios of
+medians weighted by the compute that ran beside communication (its alone time). A rank's figure and
+the top level sum the same terms over phases and ranks. The 95% interval is a percentile bootstrap:
+each operator's alone and beside calls resampled with replacement (at most CAP of each, drawn once
+at random: the interval can only get wider), RESAMPLES times, seeded, so a trace always gives the
+same interval; ranks and phases add their resamples term by term.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from profile_overlap.analysis.array_eq import ArrayEq
+from profile_overlap.analysis.trace import Events
+from profile_overlap.core import intervals as iv
+from profile_overlap.core.modes import PHASES
+from profile_overlap.record.interference import MIN_PAIRS, Interference, InterferenceEstimate, RankInterference
+
+RESAMPLES = 400
+CAP = 256
+SEED = 36
+OTHER = "other"
+BESIDE = 0.999
+"""A call is beside communication when communication covers this share of it or more."""
+
+
+@dataclass(frozen=True, eq=False)
+class Operators(ArrayEq):
+    """One file's leaf compute calls: when they ran and which operator each is."""
+
+    start: np.ndarray
+    end: np.ndarray
+    key: np.ndarray
+    """int32 code of the call's operator in `keys`."""
+    keys: tuple[str, ...]
+
+
+NO_OPERATORS = Operators(np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int32), ())
+
+
+def cpu_operators(cpu: Events, rows: np.ndarray) -> Operators:
+    """The leaves of the compute operators `rows` (one thread's, nested): an operator is a leaf when
+    the next one to start starts at or after its end. Known by name and `Input Dims`."""
+    if not rows.size:
+        return NO_OPERATORS
+    ts, dur = cpu.ts[rows], cpu.dur[rows]
+    order = np.lexsort((-dur, ts))  # a parent before the child that starts with it
+    rows, ts, end = rows[order], ts[order], ts[order] + dur[order]
+    leaf = np.append(ts[1:] >= end[:-1], True) & (end > ts)
+    rows = rows[leaf]
+    shape = cpu.shape[rows] if cpu.shape.size else np.full(rows.size, -1, dtype=np.int32)
+    pair = cpu.name[rows].astype(np.int64) * (len(cpu.shapes) + 1) + (shape.astype(np.int64) + 1)
+    unique, key = np.unique(pair, return_inverse=True)
+    names = [cpu.names[int(p // (len(cpu.shapes) + 1))] for p in unique.tolist()]
+    dims = [cpu.shapes[int(p % (len(cpu.shapes) + 1)) - 1] if p % (len(cpu.shapes) + 1) else "" for p in unique.tolist()]
+    return Operators(ts[leaf], end[leaf], key.astype(np.int32), tuple(f"{n} {d}" for n, d in zip(names, dims)))
+
+
+def gpu_operators(kernels: Events, rows: np.ndarray) -> Operators:
+    """The compute kernels `rows`, known by their kernel name."""
+    if not rows.size:
+        return NO_OPERATORS
+    unique, key = np.unique(kernels.name[rows], return_inverse=True)
+    ts = kernels.ts[rows]
+    return Operators(ts, ts + kernels.dur[rows], key.astype(np.int32), tuple(kernels.names[int(c)] for c in unique.tolist()))
+
+
+@dataclass(frozen=True, eq=False)
+class Sample(ArrayEq):
+    """The sums behind one figure: Σ n_b·median(beside) and Σ n_b·median(alone), measured and per resample."""
+
+    pairs: int
+    beside_us: float
+    alone_us: float
+    boot_beside_us: np.ndarray
+    boot_alone_us: np.ndarray
+
+    def __add__(self, other: Sample) -> Sample:
+        return Sample(
+            self.pairs + other.pairs,
+            self.beside_us + other.beside_us,
+            self.alone_us + other.alone_us,
+            self.boot_beside_us + other.boot_beside_us,
+            self.boot_alone_us + other.boot_alone_us,
+        )
+
+    def estimate(self) -> InterferenceEstimate:
+        """The figure in %, and its interval; None with fewer than MIN_PAIRS pairs."""
+        if self.pairs < MIN_PAIRS or self.alone_us <= 0:
+            return InterferenceEstimate(slowdown_pct=None, low_pct=None, high_pct=None, pairs=self.pairs)
+        boot = 100 * (self.boot_beside_us / self.boot_alone_us - 1)
+        low, high = np.percentile(boot, [2.5, 97.5]).tolist()
+        return InterferenceEstimate(
+            slowdown_pct=round(100 * (self.beside_us / self.alone_us - 1), 3),
+            low_pct=round(low, 3),
+            high_pct=round(high, 3),
+            pairs=self.pairs,
+        )
+
+
+EMPTY = Sample(0, 0.0, 0.0, np.zeros(RESAMPLES), np.zeros(RESAMPLES))
+
+
+@dataclass(frozen=True)
+class RankSample:
+    """One rank's samples per phase (PHASES order, then OTHER)."""
+
+    phases: tuple[tuple[str, Sample], ...]
+
+    def total(self) -> Sample:
+        out = EMPTY
+        for _, s in self.phases:
+            out = out + s
+        return out
+
+    def record(self) -> RankInterference:
+        t = self.total().estimate()
+        phases = {name: s.estimate() for name, s in self.phases}
+        return RankInterference(slowdown_pct=t.slowdown_pct, low_pct=t.low_pct, high_pct=t.high_pct, pairs=t.pairs, phases=phases)
+
+
+def measure(
+    operators: Sequence[Operators],
+    *,
+    comm: iv.Union,
+    steps: iv.Union,
+    phase: np.ndarray,
+    phase_start: np.ndarray,
+    phase_end: np.ndarray,
+    rank: int,
+) -> RankSample:
+    """One rank's interference from its files' operators, the union of its communication, its
+    profiled steps' time and its phase windows (classify.PHASES codes)."""
+    keys: dict[str, int] = {}
+    parts = []
+    for ops in operators:
+        remap = np.array([keys.setdefault(k, len(keys)) for k in ops.keys] or [0], dtype=np.int64)
+        parts.append((ops.start, ops.end, remap[ops.key] if ops.key.size else ops.key.astype(np.int64)))
+    start = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
+    end = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
+    key = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    inside = iv.covers(steps, start) & iv.covers(steps, np.nextafter(end, -np.inf))
+    start, end, key = start[inside], end[inside], key[inside]
+    dur = end - start
+    covered = _covered(comm, start, end)
+    alone, beside = covered <= 0, covered >= BESIDE * dur
+    where = np.full(start.size, len(PHASES))
+    for index in range(len(PHASES)):
+        sel = phase == index
+        if sel.any():
+            free = where == len(PHASES)
+            where[free & iv.covers(iv.union(phase_start[sel], phase_end[sel]), start)] = index
+    rng = np.random.default_rng([SEED, rank])
+    out = []
+    for index, name in enumerate((*PHASES, OTHER)):
+        mine = where == index
+        if mine.any():
+            out.append((name, _sample(key[mine], dur[mine], alone[mine], beside[mine], rng)))
+    return RankSample(tuple(out))
+
+
+def _covered(u: iv.Union, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For each [start, end), how much of it the union covers."""
+    s, e = u
+    if not s.size:
+        return np.zeros(start.size)
+    before = np.concatenate([[0.0], np.cumsum(e - s)])
+
+    def upto(t: np.ndarray) -> np.ndarray:
+        """|u ∩ (−∞, t)|."""
+        i = np.searchsorted(s, t, side="right")  # intervals started by t
+        inside = np.minimum(t - s[np.maximum(i - 1, 0)], (e - s)[np.maximum(i - 1, 0)])
+        out: np.ndarray = before[np.maximum(i - 1, 0)] + np.where(i > 0, inside, 0.0)
+        return out
+
+    covered: np.ndarray = upto(end) - upto(start)
+    return covered
+
+
+def _sample(key: np.ndarray, dur: np.ndarray, alone: np.ndarray, beside: np.ndarray, rng: np.random.Generator) -> Sample:
+    pairs, beside_us, alone_us = 0, 0.0, 0.0
+    boot_beside, boot_alone = np.zeros(RESAMPLES), np.zeros(RESAMPLES)
+    both = np.intersect1d(key[alone], key[beside])
+    for k in both.tolist():
+        a, b = dur[alone & (key == k)], dur[beside & (key == k)]
+        n = b.size
+        pairs += n
+        beside_us += n * float(np.median(b))
+        alone_us += n * float(np.median(a))
+        boot_beside += n * _resampled_medians(b, rng)
+        boot_alone += n * _resampled_medians(a, rng)
+    return Sample(pairs, beside_us, alone_us, boot_beside, boot_alone)
+
+
+def _resampled_medians(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    if x.size > CAP:
+        x = rng.choice(x, CAP, replace=False)
+    medians: np.ndarray = np.median(x[rng.integers(0, x.size, size=(RESAMPLES, x.size))], axis=1)
+    return medians
+
+
+def combine(samples: Sequence[tuple[int, RankSample]]) -> Interference | None:
+    """The top level over every rank and phase, and each rank's figures; None without ranks."""
+    if not samples:
+        return None
+    total = EMPTY
+    for _, s in samples:
+        total = total + s.total()
+    t = total.estimate()
+    ranks = {str(rank): s.record() for rank, s in sorted(samples, key=lambda x: x[0])}
+    return Interference(slowdown_pct=t.slowdown_pct, low_pct=t.low_pct, high_pct=t.high_pct, pairs=t.pairs, ranks=ranks)
