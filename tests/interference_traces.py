@@ -4,7 +4,7 @@ flight, those beside it `slowdown` longer, so the measured interference is known
 Each profiled step has a forward (OPERATORS once, nothing in flight) and a backward (OPERATORS twice:
 the first pass alone, the second with one all_reduce in flight over the whole pass). Durations carry
 a seeded jitter of ±`jitter` so medians matter. `write` writes one Kineto trace per rank, CPU-style
-(aten operators on the main thread, each leaf inside an `aten::linear` parent, gloo work on a worker
+(aten operators on the main thread, each with a short operator inside it, gloo work on a worker
 thread, the c10d op at the call's issue) or GPU-style (compute kernels on stream 7 each with its
 cudaLaunchKernel, the NCCL kernel on stream 20).
 """
@@ -62,8 +62,8 @@ def cpu_doc(p: dict, *, rank: int, world: int) -> dict:
     events += [_x("user_annotation", name, PID, s, e - s) for name, s, e in p["phases"]]
     for i, s, e in p["ops"]:
         name, dims, _ = OPERATORS[i]
-        events.append(_x("cpu_op", "aten::linear", PID, s - 1, e - s + 2, {"Input Dims": [[8, 64]]}))
         events.append(_x("cpu_op", name, PID, s, e - s, {"Input Dims": dims, "Input type": ["float", "float"]}))
+        events.append(_x("cpu_op", "aten::as_strided", PID, s + 1, 2, {"Input Dims": [[64]]}))  # inside it, not counted
     for issue, s, e in p["calls"]:
         sizes = {"Input Dims": [[1024]], "Input type": ["float"]}
         events.append(_x("cpu_op", "c10d::allreduce_", PID, issue, 1, sizes))

@@ -2,7 +2,8 @@
 alone, measured from the same operators seen both ways in a rank's profiled steps (README Metrics,
 "Interference"; DESIGN.md "Interference").
 
-An operator is one leaf compute event: on CPU a main-thread operator with no operator inside it,
+An operator is one outermost compute event: on CPU a main-thread operator inside no other compute
+operator (so each moment counts once, and an operator's own time, such as a matmul's, is in it),
 known by its name and `Input Dims`; on GPU a compute kernel, known by its kernel name. A call ran
 *alone* when no communication was in flight at any moment of it, *beside* communication when
 communication was in flight for the whole of it (calls partly covered are left out). For each
@@ -41,7 +42,7 @@ BESIDE = 0.999
 
 @dataclass(frozen=True, eq=False)
 class Operators(ArrayEq):
-    """One file's leaf compute calls: when they ran and which operator each is."""
+    """One file's outermost compute calls: when they ran and which operator each is."""
 
     start: np.ndarray
     end: np.ndarray
@@ -54,14 +55,16 @@ NO_OPERATORS = Operators(np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int32), 
 
 
 def cpu_operators(cpu: Events, rows: np.ndarray) -> Operators:
-    """The leaves of the compute operators `rows` (one thread's, nested): an operator is a leaf when
-    the next one to start starts at or after its end. Known by name and `Input Dims`."""
+    """The outermost of the compute operators `rows` (one thread's, nested): an operator is outermost
+    when it starts at or after the end of every operator that started before it. Known by name and
+    `Input Dims`."""
     if not rows.size:
         return NO_OPERATORS
     ts, dur = cpu.ts[rows], cpu.dur[rows]
     order = np.lexsort((-dur, ts))  # a parent before the child that starts with it
     rows, ts, end = rows[order], ts[order], ts[order] + dur[order]
-    leaf = np.append(ts[1:] >= end[:-1], True) & (end > ts)
+    reach = np.maximum.accumulate(end)
+    leaf = np.append(True, ts[1:] >= reach[:-1]) & (end > ts)
     rows = rows[leaf]
     shape = cpu.shape[rows] if cpu.shape.size else np.full(rows.size, -1, dtype=np.int32)
     pair = cpu.name[rows].astype(np.int64) * (len(cpu.shapes) + 1) + (shape.astype(np.int64) + 1)

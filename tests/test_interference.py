@@ -1,0 +1,111 @@
+"""Interference: compute with communication in flight against the same operators alone, on synthetic
+traces where the slowdown is planted (tests/interference_traces.py), and on a real compare run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import interference_traces
+import pytest
+
+from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.analysis.record import to_json
+from profile_overlap.cli.main import main
+from profile_overlap.record.load import load_metrics
+
+STYLES = ("cpu", "gpu")
+
+
+def _interference(folder: Path) -> dict:
+    return to_json(analyze_dir(folder, max_workers=1))["interference"]
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_compute_planted_25_percent_slower_beside_a_collective_measures_25_percent(tmp_path, style):
+    x = _interference(interference_traces.write(tmp_path, slowdown=0.25, style=style))
+    assert x["slowdown_pct"] == pytest.approx(25, abs=2)
+    assert x["low_pct"] <= x["slowdown_pct"] <= x["high_pct"]
+    # 2 ranks x 8 steps x 3 operators seen beside the all_reduce, each also seen alone.
+    assert x["pairs"] == 2 * 8 * 3
+    for rank in ("0", "1"):
+        backward = x["ranks"][rank]["phases"]["backward"]
+        assert backward["slowdown_pct"] == pytest.approx(25, abs=2) and backward["pairs"] == 8 * 3
+        # Nothing is in flight in the forward: no pairs, so no figure.
+        assert x["ranks"][rank]["phases"]["forward"] == {"slowdown_pct": None, "low_pct": None, "high_pct": None, "pairs": 0}
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_no_slowdown_planted_measures_no_interference(tmp_path, style):
+    x = _interference(interference_traces.write(tmp_path, slowdown=0.0, style=style))
+    assert x["slowdown_pct"] == pytest.approx(0, abs=2)
+    assert x["low_pct"] <= 0 <= x["high_pct"]
+
+
+def test_without_jitter_the_figure_is_exact_and_its_interval_has_no_width(tmp_path):
+    x = _interference(interference_traces.write(tmp_path, slowdown=0.25, style="cpu", jitter=0.0))
+    assert (x["slowdown_pct"], x["low_pct"], x["high_pct"]) == pytest.approx((25.0, 25.0, 25.0), abs=1e-6)
+
+
+def test_the_json_has_the_issue_s_shape_top_level_ranks_and_phases(tmp_path):
+    x = _interference(interference_traces.write(tmp_path, slowdown=0.25, style="gpu"))
+    four = {"slowdown_pct", "low_pct", "high_pct", "pairs"}
+    assert set(x) == four | {"ranks"}
+    assert set(x["ranks"]) == {"0", "1"}
+    for r in x["ranks"].values():
+        assert set(r) == four | {"phases"}
+        assert all(set(p) == four for p in r["phases"].values())
+
+
+def test_operators_of_other_shapes_are_not_paired(tmp_path):
+    """The beside pass runs only the 32x64 mm (70 µs alone) and the alone pass only the 64x64 one
+    (100 µs): by name alone they would pair and read -30%; by name and shapes nothing pairs."""
+    p = interference_traces.plan(slowdown=0.0, steps=8)
+    by_step = len(interference_traces.OPERATORS)
+    ops = []
+    for s in range(8):
+        alone, beside = p["ops"][3 * by_step * s + by_step : 3 * by_step * s + 2 * by_step], p["ops"][3 * by_step * s + 2 * by_step : 3 * by_step * (s + 1)]
+        ops += [o for o in alone if o[0] == 0] + [o for o in beside if o[0] == 2]
+    p["ops"] = ops
+    folder = tmp_path / "t"
+    folder.mkdir()
+    interference_traces.write_trace(interference_traces.cpu_doc(p, rank=0, world=1), folder / "rank0.pt.trace.json")
+    x = _interference(folder)
+    assert x["pairs"] == 0 and x["slowdown_pct"] is None
+
+
+def test_too_few_pairs_give_no_figure_and_analyze_says_so(tmp_path, capsys):
+    folder = interference_traces.write(tmp_path / "t", slowdown=0.25, style="cpu", steps=1)
+    x = _interference(folder)
+    assert x["pairs"] == 2 * 3 and x["slowdown_pct"] is None and x["low_pct"] is None
+    assert main(["analyze", str(folder)]) == 0
+    assert "Interference (compute with communication in flight vs alone, same operators): too few pairs (6 < 10)" in capsys.readouterr().out
+
+
+def test_analyze_prints_the_interference_in_one_line(tmp_path, capsys):
+    folder = interference_traces.write(tmp_path / "t", slowdown=0.25, style="gpu")
+    assert main(["analyze", str(folder), "--json", str(tmp_path / "a.json")]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Interference")]
+    x = json.loads((tmp_path / "a.json").read_text())["interference"]
+    assert lines == [
+        f"Interference (compute with communication in flight vs alone, same operators): {x['slowdown_pct']:+.1f}% "
+        f"[{x['low_pct']:+.1f}, {x['high_pct']:+.1f}] ({x['pairs']} pairs); per phase (median rank): backward "
+        f"{sorted(r['phases']['backward']['slowdown_pct'] for r in x['ranks'].values())[0]:+.1f}%"
+    ]
+
+
+def test_per_operator_and_split_vs_split_blocking_interference_agree_within_their_intervals(compare_run_2):
+    """The same quantity measured two ways on one compare run: split's operators beside its collectives
+    against the same operators alone, and split's phase compute against split-blocking's."""
+    m = load_metrics(compare_run_2 / "metrics.json")
+    split = m.modes["split"].analysis
+    assert split is not None and split.interference is not None
+    blocking = {x.phase: x for x in m.summary.interference if x.pct is not None and x.low_pct is not None}
+    compared = []
+    for phase, b in blocking.items():
+        ops = [r.phases[phase] for r in split.interference.ranks.values() if phase in r.phases and r.phases[phase].slowdown_pct is not None]
+        for e in ops:
+            # Two intervals agree when they overlap.
+            assert e.low_pct <= b.high_pct and b.low_pct <= e.high_pct, (phase, e, b)
+            compared.append(phase)
+    assert compared, "no phase had both figures"
