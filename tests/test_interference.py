@@ -10,9 +10,14 @@ import interference_traces
 import pytest
 
 from profile_overlap.analysis.folder import analyze_dir
-from profile_overlap.analysis.record import to_json
+from profile_overlap.analysis.record import analysis_record, to_json
 from profile_overlap.cli.main import main
+from profile_overlap.record.interference_used import NONE, OPERATORS, SPLIT_BLOCKING, UsedInterference, charged, used_interference
 from profile_overlap.record.load import load_metrics
+from profile_overlap.record.metrics import PhaseInterference
+from profile_overlap.tools import whatif_model as model
+from profile_overlap.tools.whatif import Measured
+from profile_overlap.tools.whatif_replay import COMM, COMPUTE, Task, replay
 
 STYLES = ("cpu", "gpu")
 
@@ -64,7 +69,10 @@ def test_operators_of_other_shapes_are_not_paired(tmp_path):
     by_step = len(interference_traces.OPERATORS)
     ops = []
     for s in range(8):
-        alone, beside = p["ops"][3 * by_step * s + by_step : 3 * by_step * s + 2 * by_step], p["ops"][3 * by_step * s + 2 * by_step : 3 * by_step * (s + 1)]
+        alone, beside = (
+            p["ops"][3 * by_step * s + by_step : 3 * by_step * s + 2 * by_step],
+            p["ops"][3 * by_step * s + 2 * by_step : 3 * by_step * (s + 1)],
+        )
         ops += [o for o in alone if o[0] == 0] + [o for o in beside if o[0] == 2]
     p["ops"] = ops
     folder = tmp_path / "t"
@@ -109,3 +117,61 @@ def test_per_operator_and_split_vs_split_blocking_interference_agree_within_thei
             assert e.low_pct <= b.high_pct and b.low_pct <= e.high_pct, (phase, e, b)
             compared.append(phase)
     assert compared, "no phase had both figures"
+
+
+# ---------------------------------------------------------------- the replay charges it
+
+
+def _ddp(slowdown: float) -> model.StepGraph:
+    """Two units (F 1, 2; B1 4 then B0 3; Adam 0.5 each); unit 1's bucket (2 µs) all-reduces beside B0."""
+    comms = (model.Comm("all_reduce", 0, "backward", 1, 2.0), model.Comm("all_reduce", 0, "backward", 0, 2.0))
+    return model.StepGraph("ddp", 0.0, (1.0, 2.0), (3.0, 4.0), (0.5, 0.5), comms, slowdown=(("backward", slowdown),))
+
+
+def test_compute_beside_a_collective_takes_one_plus_the_interference_of_its_alone_time():
+    # B0 starts at 7 beside the 2 µs all_reduce [7, 9): 2 µs of wall time do 2 / 1.5 of its work, the
+    # rest (3 − 2 / 1.5) runs alone; unit 0's all_reduce (2) and Adam (1) follow it.
+    assert model.simulate(_ddp(0.0)).step_us == pytest.approx(1 + 2 + 4 + 3 + 2 + 1)
+    assert model.simulate(_ddp(0.5)).step_us == pytest.approx(1 + 2 + 4 + (2 + (3 - 2 / 1.5)) + 2 + 1)
+
+
+def test_a_task_slowed_through_several_collectives_and_gaps_ends_where_its_work_is_done():
+    tasks = [
+        Task("F0", COMPUTE, 1.0),
+        Task("a", COMM, 2.0, deps=(0,)),  # [1, 3)
+        Task("F1", COMPUTE, 5.0, deps=(0,), slowdown=1.0),  # from 1: 2 µs beside = 1 of work, then 4 alone
+    ]
+    assert replay(tasks)[2] == pytest.approx((1.0, 7.0))
+
+
+def test_the_measured_phase_gives_back_its_interference_to_replay_from_alone_time():
+    m = Measured(
+        mode="ddp",
+        pre_us=0.0,
+        phase_us={"forward": 3.0, "backward": 10.0, "optimizer": 1.0},
+        calls=(),
+        backward_cuts=None,
+        step_ms=None,
+        profiled_ms=None,
+        overlap_us={"backward": 6.0},
+        interference={
+            "backward": UsedInterference(phase="backward", slowdown_pct=50.0, low_pct=40.0, high_pct=60.0, pairs=20, source="operators")
+        },
+    )
+    # 6 µs ran beside communication at 1.5 x their alone time: alone, they take 4.
+    assert m.alone_us("backward") == pytest.approx(10 - 6 + 4)
+    assert m.alone_us("forward") == 3.0 and m.slowdown("forward") == 0.0
+
+
+def test_a_negative_interference_is_charged_as_none():
+    u = UsedInterference(phase="optimizer", slowdown_pct=-30.0, low_pct=-45.0, high_pct=-15.0, pairs=50, source="operators")
+    assert charged(u) == 0.0
+
+
+def test_the_replay_uses_the_mode_s_own_figure_else_split_vs_split_blocking_else_none(tmp_path):
+    record = analysis_record(analyze_dir(interference_traces.write(tmp_path, slowdown=0.25, style="cpu"), max_workers=1))
+    blocking = (PhaseInterference(phase="forward", compute_ms=1.2, baseline_compute_ms=1.0, pct=20.0, low_pct=10.0, high_pct=30.0),)
+    used = used_interference(record, blocking)
+    assert used["backward"].source == OPERATORS and used["backward"].slowdown_pct == pytest.approx(25, abs=2)
+    assert used["forward"].source == SPLIT_BLOCKING and used["forward"].slowdown_pct == 20.0
+    assert used["optimizer"].source == NONE and used["optimizer"].slowdown_pct == 0.0

@@ -4,10 +4,13 @@ came from (definitions: `interference_used`): the mode's own per-operator figure
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 
 from profile_overlap.core.modes import PHASES
-from profile_overlap.record.metrics import PhaseInterference, RunMetrics
+from profile_overlap.record.analysis import AnalysisRecord
+from profile_overlap.record.metrics import PhaseInterference
 
 OPERATORS = "operators"
 SPLIT_BLOCKING = "split vs split-blocking"
@@ -28,13 +31,13 @@ class UsedInterference(msgspec.Struct, frozen=True, kw_only=True):
     """OPERATORS, SPLIT_BLOCKING or NONE (0%)."""
 
 
-def used_interference(metrics: RunMetrics, mode: str) -> dict[str, UsedInterference]:
-    """Per phase (PHASES and "other"), what the replay of `mode` charges: the median over ranks of
-    the ranks' per-operator figures of that phase (ranks with a figure); else, in a run with split and
-    split-blocking, their phase's interference_pct; else 0 with source NONE."""
-    analysis = metrics.modes[mode].analysis
+def used_interference(analysis: AnalysisRecord | None, blocking_rows: Sequence[PhaseInterference] = ()) -> dict[str, UsedInterference]:
+    """Per phase (PHASES and "other"), what the replay of a mode charges: the median over ranks of
+    the ranks' per-operator figures of that phase in its `analysis` (ranks with a figure); else the
+    run's split vs split-blocking interference_pct of the phase (`blocking_rows`, the run's summary);
+    else 0 with source NONE."""
     ranks = analysis.interference.ranks if analysis is not None and analysis.interference is not None else {}
-    blocking = {x.phase: x for x in (metrics.summary.interference if metrics.summary is not None else ())}
+    blocking = {x.phase: x for x in blocking_rows}
     out = {}
     for phase in (*PHASES, "other"):
         known = [r.phases[phase] for r in ranks.values() if phase in r.phases and r.phases[phase].slowdown_pct is not None]
@@ -57,6 +60,13 @@ def _from_blocking(row: PhaseInterference) -> UsedInterference:
     return UsedInterference(
         phase=row.phase, slowdown_pct=row.pct, low_pct=row.low_pct, high_pct=row.high_pct, pairs=None, source=SPLIT_BLOCKING
     )
+
+
+def charged(u: UsedInterference) -> float:
+    """The slowdown the replay charges, as a fraction: the figure, or 0 where it is negative (nothing
+    makes compute faster beside communication: such a figure says the operators differ for another
+    reason, such as warm caches or their place in the step)."""
+    return max(u.slowdown_pct, 0.0) / 100
 
 
 def overall(used: dict[str, UsedInterference]) -> str:

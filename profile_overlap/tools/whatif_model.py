@@ -175,7 +175,7 @@ def tasks(graph: StepGraph, *, num_steps: int = 3) -> list[Task]:
     slowdown = dict(graph.slowdown)
     if not any(slowdown.values()):
         return out
-    return [dataclasses.replace(t, slowdown=slowdown.get(_phase_of(t), 0.0)) if t.stream == COMPUTE else t for t in out]
+    return [dataclasses.replace(t, slowdown=slowdown.get(_phase_of(t) or "", 0.0)) if t.stream == COMPUTE else t for t in out]
 
 
 _PHASE_OF_TASK = {"F": "forward", "B": "backward", "O": "optimizer", "o": "optimizer"}
