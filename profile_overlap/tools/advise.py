@@ -27,6 +27,7 @@ from profile_overlap.record import noise
 from profile_overlap.record.advice import ADVICE_JSON, NOTHING, SCHEMA, Advice, AdviceItem
 from profile_overlap.record.config import RunConfig
 from profile_overlap.record.folder import Run, load_run
+from profile_overlap.record.interference_used import overall
 from profile_overlap.record.metrics import ModeMetrics
 from profile_overlap.record.summary import blocks, summary_of
 from profile_overlap.tools import advise_replay as replay
@@ -176,6 +177,7 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
     if "split" in replayed:
         candidates += replay.split(replayed["split"], cfg)
     out = []
+    costly: dict[str, tuple[float, str]] = {}  # per mode: the best change that takes overlap away
     for c in candidates:
         if not _valid(cfg, c.mode, c.config):
             continue
@@ -185,6 +187,8 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
         if c.timed:  # two measured medians: their noises add (no replay in it)
             n = math.hypot(n, noise_ms(metrics.modes[c.config["mode"]]))
             spread = n
+        if c.less_overlap and gain > n and gain > costly.get(c.mode, (0.0, ""))[0]:
+            costly[c.mode] = (gain, f"{c.change} ({c.flag})")
         out.append(
             AdviceItem(
                 kind=c.kind,
@@ -200,7 +204,13 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
                 gain_high_ms=gain + spread,
                 worth_it=gain > n,
                 verifiable=True,
+                interference=None if c.timed or c.mode not in measured else tuple(measured[c.mode].interference.values()),
             )
+        )
+    for name, (gain, change) in costly.items():
+        notes.append(
+            f"{name}: the current overlap costs more than it hides at the measured interference "
+            f"({overall(measured[name].interference)}): {change} is predicted {gain:.3g} ms per step faster"
         )
     if "ddp" in metrics.modes:
         grad_mib = statistics.median(x.grad_bytes for x in metrics.modes["ddp"].memory) / 2**20 if metrics.modes["ddp"].memory else None
