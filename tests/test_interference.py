@@ -87,7 +87,10 @@ def test_too_few_pairs_give_no_figure_and_analyze_says_so(tmp_path, capsys):
     x = _interference(folder)
     assert x["pairs"] == 2 * 3 and x["slowdown_pct"] is None and x["low_pct"] is None
     assert main(["analyze", str(folder)]) == 0
-    assert "Interference (compute with communication in flight vs alone, same operators): too few pairs (6 < 10)" in capsys.readouterr().out
+    assert (
+        "Interference (compute with communication in flight vs alone, same operators): too few pairs (6 of the 10 needed)"
+        in capsys.readouterr().out
+    )
 
 
 def test_analyze_prints_the_interference_in_one_line(tmp_path, capsys):
