@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 
 import interference_traces
+import numpy as np
 import pytest
 
 from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.analysis.interference import _resampled_medians
 from profile_overlap.analysis.record import analysis_record, to_json
 from profile_overlap.cli.main import main
 from profile_overlap.record.interference_used import NONE, OPERATORS, SPLIT_BLOCKING, UsedInterference, charged, used_interference
@@ -186,3 +188,15 @@ def test_the_replay_uses_the_mode_s_own_figure_else_split_vs_split_blocking_else
     assert used["backward"].source == OPERATORS and used["backward"].slowdown_pct == pytest.approx(25, abs=2)
     assert used["forward"].source == SPLIT_BLOCKING and used["forward"].slowdown_pct == 20.0
     assert used["optimizer"].source == NONE and used["optimizer"].slowdown_pct == 0.0
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 8, 31])
+def test_a_resampled_median_is_drawn_as_often_as_resampling_the_calls_draws_it(n):
+    """The interval's shortcut (a Beta draw of the median's rank) against resampling n calls and
+    taking their lower median, by brute force: each call is the median as often, within 1 point."""
+    ordered = np.arange(1.0, n + 1)
+    rng = np.random.default_rng(1)
+    shortcut = _resampled_medians(ordered, np.zeros(100, dtype=np.int64), np.full(100, n), rng).ravel()
+    draws = np.sort(ordered[rng.integers(0, n, size=(shortcut.size, n))], axis=1)[:, (n + 1) // 2 - 1]
+    for value in ordered:
+        assert np.mean(shortcut == value) == pytest.approx(np.mean(draws == value), abs=0.01)

@@ -35,7 +35,7 @@ from profile_overlap.core.io import write_json_atomic
 from profile_overlap.core.modes import MODES, PHASES, SHARDED_MODES
 from profile_overlap.record.analysis import AnalysisRecord
 from profile_overlap.record.folder import Run, load_run
-from profile_overlap.record.interference_used import UsedInterference, charged, used_interference
+from profile_overlap.record.interference_used import UsedInterference, charged, overall, used_interference
 from profile_overlap.record.whatif import SCHEMA, WHATIF_JSON, Crossover, SelfReplay, WhatifPoint, WhatifResult
 from profile_overlap.tools import whatif_model as model
 from profile_overlap.tools.bench_record import BenchTimes
@@ -276,6 +276,7 @@ def whatif(
     if clean is not None:
         same = ", ".join(m for m in modes if m in SAME_BODY)
         notes.append(f"forward and backward time of {same} from {clean.mode}, where no communication runs beside compute")
+    notes += [f"{m}: interference charged: {overall(x.interference)}" for m, x in measured.items()]
     self_replay = _self_replay(measured, modes, units, n0)
     points = _target_points(
         measured,
