@@ -67,7 +67,9 @@ def _candidate(*, less_overlap: bool, flag: str = "--bucket-cap-mb 30") -> Candi
 def test_when_taking_overlap_away_is_predicted_faster_the_advice_says_the_overlap_costs_more_than_it_hides():
     used = {"ddp": USED}
     (note,) = overlap_costs([(_candidate(less_overlap=True), 4.0, 1.0), (_candidate(less_overlap=False), 9.0, 1.0)], used)
-    assert note.startswith("ddp: the current overlap costs more than it hides at the measured interference (forward -12.0% (operators)")
+    assert note.startswith(
+        "ddp: the current overlap costs more than it hides at the measured interference (forward -12.0% (operators, 0% charged)"
+    )
     assert note.endswith("one gradient bucket (--bucket-cap-mb 30) is predicted 4 ms per step faster")
     # Within the noise, or a change that adds overlap: nothing to say.
     assert overlap_costs([(_candidate(less_overlap=True), 0.5, 1.0), (_candidate(less_overlap=False), 9.0, 1.0)], used) == []

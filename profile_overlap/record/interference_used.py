@@ -71,5 +71,9 @@ def charged(u: UsedInterference) -> float:
 
 def overall(used: dict[str, UsedInterference]) -> str:
     """One line: each phase's charged interference and its source, e.g. "backward +12.0% (operators)"."""
-    parts = [f"{u.phase} {u.slowdown_pct:+.1f}% ({u.source})" for u in used.values() if u.source != NONE]
+    parts = [
+        f"{u.phase} {u.slowdown_pct:+.1f}% ({u.source}{', 0% charged' if u.slowdown_pct < 0 else ''})"
+        for u in used.values()
+        if u.source != NONE
+    ]
     return ", ".join(parts) if parts else "none measured (0% charged)"
