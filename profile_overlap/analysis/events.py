@@ -27,6 +27,7 @@ from profile_overlap.analysis.classify import (
 )
 from profile_overlap.analysis.collectives import collective_nbytes
 from profile_overlap.analysis.facts import FileFacts, cpu_unclassified, file_facts
+from profile_overlap.analysis.interference import NO_OPERATORS, Operators, cpu_operators, gpu_operators
 from profile_overlap.analysis.labels import Labeller
 from profile_overlap.analysis.phases import PhaseWindows, phase_windows
 from profile_overlap.analysis.steps import device_windows
@@ -78,6 +79,8 @@ class FileEvents:
     t_max: float
     facts: FileFacts
     """What the integrity checks need beyond the metrics (analysis/facts.py)."""
+    operators: Operators = NO_OPERATORS
+    """The leaf compute calls and which operator each is (analysis/interference.py)."""
 
     def comm_and_compute(self) -> tuple[iv.Union, iv.Union]:
         """The union of communication and of compute, `exclude` taken out of compute (one file's
@@ -122,14 +125,17 @@ def extract(trace: Trace) -> FileEvents:
     if len(kernels):
         device = "cuda"
         comm, compute, calls, comm_rows, compute_rows = _gpu_events(trace, labeller)
+        operators = gpu_operators(kernels, compute_rows)
         kernel_times = tuple(np.concatenate([getattr(comm, k), getattr(compute, k)]) for k in ("launch", "start", "end"))
         exclude = iv.EMPTY
         unclassified = np.zeros(0, dtype=np.int64)
     else:
         device = "cpu"
-        comm, compute, calls, exclude = _cpu_events(trace, labeller, main)
+        comm, compute, calls, exclude, compute_rows = _cpu_events(trace, labeller, main)
+        operators = cpu_operators(cpu, compute_rows)
+        compute_rows = np.zeros(0, dtype=np.int64)
         kernel_times = None
-        comm_rows = compute_rows = np.zeros(0, dtype=np.int64)
+        comm_rows = np.zeros(0, dtype=np.int64)
         unclassified = cpu_unclassified(trace, main, iv.union(comm.start, comm.end))
         # One process without a process group (a one-rank job profiled with the trace handler) has
         # nothing to communicate: its steps still have compute and phases, and zero communication.
@@ -176,6 +182,7 @@ def extract(trace: Trace) -> FileEvents:
             unclassified_rows=unclassified,
             calls=calls,
         ),
+        operators=operators,
     )
 
 
@@ -294,7 +301,8 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
     )
 
 
-def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> tuple[EventIntervals, EventIntervals, Calls, iv.Union]:
+def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> tuple[EventIntervals, EventIntervals, Calls, iv.Union, np.ndarray]:
+    """Communication, compute, the calls, the c10d time and the rows of the compute operators."""
     cpu = trace.cpu
     # gloo:* annotations off the main thread are communication. Not by thread name alone: Kineto
     # can record a gloo worker under its pre-rename name ("python"), seen on torch 2.13, and a
@@ -333,7 +341,8 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> tuple[Eve
     # Operators inside a c10d op are not compute. Drop them per event (for the timeline); the
     # measured union subtracts the c10d union exactly (`finish_rank`).
     exclude = iv.union(cpu.ts[c10d_rows], end[c10d_rows])
-    compute = compute.take(~iv.covers(exclude, compute.start))
+    kept = ~iv.covers(exclude, compute.start)
+    compute, compute_rows = compute.take(kept), compute_rows[kept]
 
     n = gloo_rows.size
     kinds, hints = [], []
@@ -368,7 +377,7 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> tuple[Eve
         issued_us=issued,
         hint=hints,
     )
-    return comm, compute, calls, exclude
+    return comm, compute, calls, exclude, compute_rows
 
 
 def _match_gloo_work(cpu: Events, ops: list[int], gloo_rows: np.ndarray) -> list[int | None]:

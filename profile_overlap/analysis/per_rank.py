@@ -17,6 +17,7 @@ from profile_overlap.analysis.call_columns import Calls, Instances, collective_s
 from profile_overlap.analysis.collectives import CollectiveStats
 from profile_overlap.analysis.events import FileEvents, extract
 from profile_overlap.analysis.facts import RankFacts, rank_facts
+from profile_overlap.analysis.interference import RankSample, measure
 from profile_overlap.analysis.overlap_spans import OverlapSpans, overlap_spans
 from profile_overlap.analysis.rank_input import rank_of
 from profile_overlap.analysis.rank_pool import busy, pool, step_window
@@ -116,6 +117,8 @@ class RankAnalysis:
     """Per profiled step, what whatif replays (analysis/replay.py)."""
     spans: OverlapSpans | None = None
     """The intervals behind the totals (analysis/overlap_spans.py); only with finish_rank(keep_spans=True)."""
+    interference: RankSample | None = None
+    """How much longer compute ran with communication in flight than alone, per phase (analysis/interference.py); None without steps."""
 
 
 def _step_metrics(
@@ -251,6 +254,19 @@ def finish_rank(
         replay=tuple(s for f in files for s in replay_steps(f) if s.step in kept),
         times=times,
         spans=overlap_spans(comm_u, compute_u) if keep_spans else None,
+        interference=(
+            measure(
+                [f.operators for f in files],
+                comm=comm_u,
+                steps=step_windows,
+                phase=phase,
+                phase_start=phase_start,
+                phase_end=phase_end,
+                rank=rank,
+            )
+            if step_num.size
+            else None
+        ),
     )
 
 

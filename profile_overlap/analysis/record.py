@@ -11,6 +11,7 @@ import msgspec
 
 from profile_overlap.analysis.cross_rank import RankWait, TraceAnalysis
 from profile_overlap.analysis.exposed_timeline import rank_exposure
+from profile_overlap.analysis.interference import combine as combine_interference
 from profile_overlap.analysis.per_rank import PhaseMetrics, RankAnalysis
 from profile_overlap.analysis.replay import ReplayStep
 from profile_overlap.analysis.spread import spread
@@ -254,6 +255,7 @@ def analysis_record(analysis: TraceAnalysis, *, replay: bool = True) -> Analysis
         integrity=integrity_record(analysis),
         exposed=analysis.exposed,
         spread=spread(ranks),
+        interference=combine_interference([(r.rank, r.interference) for r in analysis.ranks if r.interference is not None]),
     )
 
 

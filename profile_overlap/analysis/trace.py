@@ -17,7 +17,7 @@ import gzip
 import re
 import zlib
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +112,10 @@ class Events:
     external_id: np.ndarray  # int64, -1 if absent; kernels only (empty for CPU events: see args)
     correlation: np.ndarray  # int64, -1 if absent; kernels only (empty for CPU events)
     args: RowArgs  # row -> collective args, only for collective events
+    shape: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    """int32 code of each CPU op's `Input Dims` in `shapes`, -1 without (interference matches
+    operators by name and shapes); empty for kernels."""
+    shapes: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return int(self.ts.size)
@@ -157,6 +161,7 @@ class _Columns:
         self.ts, self.dur = array("d"), array("d")
         self.ext, self.corr = array("q"), array("q")
         self.arg_rows, self.arg_codes, self.arg_ext = array("q"), array("i"), array("q")
+        self.shape, self.shapes = array("i"), dict[bytes, int]()
 
     def extend(self, events: list[_Event], cats: list[int]) -> list[int]:
         """Append events (list comprehensions: several times faster than a per-event method).
@@ -171,6 +176,11 @@ class _Columns:
         if self.ids:
             self.ext.extend([max(a.external_id, a.external_id_lower) if (a := e.args) is not None else -1 for e in events])
             self.corr.extend([a.correlation if (a := e.args) is not None else -1 for e in events])
+        else:
+            shapes = self.shapes
+            self.shape.extend(
+                [shapes.setdefault(bytes(a.input_dims), len(shapes)) if (a := e.args) is not None and a.input_dims else -1 for e in events]
+            )
         return codes
 
     def add_args(self, row: int, args: _Args, shared: _SharedArgs) -> None:
@@ -191,6 +201,8 @@ class _Columns:
             external_id=_column(self.ext, np.int64),
             correlation=_column(self.corr, np.int64),
             args=RowArgs(self.arg_rows, self.arg_codes, tuple(shared.values), _column(self.arg_ext, np.int64)),
+            shape=_column(self.shape, np.int32),
+            shapes=tuple(x.decode() for x in self.shapes),
         )
 
 

@@ -12,6 +12,7 @@ import msgspec
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import ADVICE_JSON
+from profile_overlap.record.interference_used import UsedInterference
 
 SCHEMA = 1
 SHOWN = 3
@@ -73,6 +74,10 @@ class AdviceItem(msgspec.Struct, frozen=True):
     verifiable: bool
     """`advise --verify` can run it (a flag of our runs changes it)."""
     verification: Verification | None = None
+    interference: tuple[UsedInterference, ...] | None = None
+    """Replayed items: per phase, the interference the replay charged the mode's compute beside
+    communication and where it came from (definitions: `interference_used`); None for the others
+    and in records before it."""
 
 
 class Advice(msgspec.Struct, frozen=True):

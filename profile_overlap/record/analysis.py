@@ -13,6 +13,7 @@ import msgspec
 
 from profile_overlap.record.exposed import Exposed
 from profile_overlap.record.integrity import IntegrityRecord
+from profile_overlap.record.interference import Interference
 from profile_overlap.record.spread import Spread
 
 
@@ -144,6 +145,9 @@ class AnalysisRecord(msgspec.Struct, frozen=True, kw_only=True):
     records written before the causes."""
     spread: tuple[Spread, ...] = ()
     """Each per-rank number over the ranks (record/spread.py); absent before it and with one rank."""
+    interference: Interference | None = None
+    """How much longer compute ran with communication in flight than alone, over the ranks, per rank
+    and per phase (record/interference.py); None without profiled steps, and in records before it."""
 
     def rank(self, rank: int) -> RankRecord | None:
         return next((r for r in self.ranks if r.rank == rank), None)

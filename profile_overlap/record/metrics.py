@@ -174,6 +174,10 @@ class PhaseInterference(msgspec.Struct, frozen=True, kw_only=True):
     """The phase's compute_ms in the baseline (split-blocking); None when it lacks the phase."""
     pct: float | None
     """100 * (compute_ms / baseline_compute_ms - 1); None when either is missing or zero."""
+    low_pct: float | None = None
+    high_pct: float | None = None
+    """The 95% interval of pct: a percentile bootstrap over each mode's (rank, profiled step) phase
+    compute times; None with fewer than two of them in either mode, and in records before it."""
 
 
 class PhaseCollective(msgspec.Struct, frozen=True, kw_only=True):

@@ -12,6 +12,7 @@ Renderers (console, reports, TensorBoard, the Overlap tab, sweeps) only read the
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections.abc import Sequence
 
@@ -309,7 +310,7 @@ def overlap_yield(metrics: RunMetrics, modes: dict[str, ModeSummary], spread: no
     )
 
 
-def interference(modes: dict[str, ModeSummary]) -> tuple[PhaseInterference, ...]:
+def interference(modes: dict[str, ModeSummary], metrics: RunMetrics) -> tuple[PhaseInterference, ...]:
     """Per phase: how much slower split's compute ran than split-blocking's, the same ops without
     communication beside them (definitions: `interference_pct`). Empty unless both modes have phases."""
     if YIELD_MODE not in modes or YIELD_BASELINE not in modes:
@@ -322,8 +323,34 @@ def interference(modes: dict[str, ModeSummary]) -> tuple[PhaseInterference, ...]
     for name in [p for p in PHASES if p in ours or p in base] + sorted((set(ours) | set(base)) - set(PHASES)):
         x, b = ours.get(name), base.get(name)
         pct = 100 * (x / b - 1) if x and b else None
-        rows.append(PhaseInterference(phase=name, compute_ms=x, baseline_compute_ms=b, pct=pct))
+        low, high = (
+            _interference_interval(metrics.modes[YIELD_MODE], metrics.modes[YIELD_BASELINE], name) if pct is not None else (None, None)
+        )
+        rows.append(PhaseInterference(phase=name, compute_ms=x, baseline_compute_ms=b, pct=pct, low_pct=low, high_pct=high))
     return tuple(rows)
+
+
+def _interference_interval(mode: ModeMetrics, baseline: ModeMetrics, phase: str) -> tuple[float | None, float | None]:
+    """The 95% interval of a phase's interference_pct: a percentile bootstrap of 100 · (mean / mean − 1)
+    over each mode's (rank, profiled step) compute times of the phase, drawn independently (seeded)."""
+
+    def samples(m: ModeMetrics) -> list[float]:
+        ranks = m.analysis.ranks if m.analysis is not None else ()
+        return [p.compute_us for r in ranks for st in r.steps for p in st.phases if p.phase == phase and p.compute_us is not None]
+
+    x, b = samples(mode), samples(baseline)
+    if len(x) < 2 or len(b) < 2:
+        return None, None
+    rng = random.Random(noise.SEED)
+    draws = []
+    for _ in range(noise.RESAMPLES):
+        xs, bs = [x[rng.randrange(len(x))] for _ in x], [b[rng.randrange(len(b))] for _ in b]
+        if sum(bs) > 0:
+            draws.append(100 * (statistics.fmean(xs) / statistics.fmean(bs) - 1))
+    if not draws:
+        return None, None
+    interval = noise.percentile_interval(sorted(draws))
+    return interval.low, interval.high
 
 
 def speedup_vs_first(metrics: RunMetrics, spread: noise.NoiseSummary) -> tuple[RelativeSpeedup, ...]:
@@ -390,7 +417,7 @@ def summarize(metrics: RunMetrics) -> RunSummary:
         headline=_headline(metrics, modes, main, gain),
         within_noise=same,
         overlap_yield=gain,
-        interference=interference(modes),
+        interference=interference(modes, metrics),
         speedup_vs_first=speedup_vs_first(metrics, spread),
         noise=spread,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from profile_overlap.record.advice import NOTHING, SHOWN, Advice, AdviceItem, load_advice
+from profile_overlap.record.interference_used import NONE
 from profile_overlap.render.document import Code, Items, Paragraph, Section, Table
 from profile_overlap.render.numbers import ms
 
@@ -30,10 +31,30 @@ def measured_text(i: AdviceItem) -> str:
     return f"{ms(v.measured_gain_ms)} [{ms(v.gain_low_ms)}, {ms(v.gain_high_ms)}] ({word}, {v.repeats} blocks)"
 
 
+def interference_text(i: AdviceItem) -> str:
+    """The interference an item's replay charged, per phase with its source; "–" for items not replayed."""
+    if i.interference is None:
+        return "–"
+    known = [u for u in i.interference if u.source != NONE]
+    if not known:
+        return "none measured (0% charged)"
+    parts = []
+    for u in known:
+        interval = f" [{u.low_pct:+.1f}, {u.high_pct:+.1f}]" if u.low_pct is not None and u.high_pct is not None else ""
+        pairs = f", {u.pairs} pairs" if u.pairs is not None else ""
+        charged = " (0% charged)" if u.slowdown_pct < 0 else ""
+        parts.append(f"{u.phase} {u.slowdown_pct:+.1f}%{interval} ({u.source}{pairs}){charged}")
+    return ", ".join(parts)
+
+
 def item_line(n: int, i: AdviceItem) -> str:
     if i.kind == NOTHING:
         return f"{n}. {i.change}"
     gain = "" if i.predicted_gain_ms is None else f"; predicted gain {_gain(i)} ms per step"
+    if i.predicted_gain_ms is not None and i.predicted_gain_ms < 0:
+        gain += " (slower: not advised)"
+    if i.interference is not None:
+        gain += f"; interference assumed: {interference_text(i)}"
     step = "" if i.predicted_ms is None else f" ({ms(i.baseline_ms)} -> {ms(i.predicted_ms)} ms)"
     how = f"; apply: {_how(i)}" if _how(i) != "–" else ""
     done = "" if i.verification is None else f"; measured {measured_text(i)}"

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from profile_overlap.render.exposed import console_lines as exposed_lines
 from profile_overlap.render.integrity import console_lines as integrity_lines
+from profile_overlap.render.interference import line as interference_line
 from profile_overlap.render.numbers import grouped, nbytes
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ def render(
         console.print(spread_table(analysis, record))
         where = tables or "pass --per-rank to print them, or --json OUT to write them to OUT.ranks.csv and OUT.steps.csv"
         console.print(f"Full per-rank, per-step and collective tables: {where}", markup=False, soft_wrap=True)
+        _interference(record, console)
         print_notes(analysis, console, grouped=True)
         return
     console.print(rank_table(analysis))
@@ -42,7 +44,14 @@ def render(
         console.print(steps)
     else:
         console.print("No ProfilerStep#N annotations: per-step metrics need prof.step() in the training loop.")
+    _interference(record, console)
     print_notes(analysis, console)
+
+
+def _interference(record: AnalysisRecord | None, console: Console) -> None:
+    text = interference_line(record.interference) if record is not None else None
+    if text:
+        console.print(text, markup=False, soft_wrap=True)
 
 
 def rank_table(analysis: TraceAnalysis) -> Table:

@@ -5,9 +5,11 @@ transfer per rank)."""
 from __future__ import annotations
 
 from profile_overlap.record.folder import Run
+from profile_overlap.record.interference import Interference
 from profile_overlap.record.metrics import ModeSummary, RunMetrics
 from profile_overlap.record.summary import measured_interference, summary_of
 from profile_overlap.render.document import Figure, Inline, Paragraph, Ref, Table
+from profile_overlap.render.interference import figure, median_rank
 from profile_overlap.render.modes import noise_reason, speedup_cell
 from profile_overlap.render.numbers import gbps, mib, ms, pct, times, us
 from profile_overlap.render.report_scale import TABLE_RANKS, spread_table
@@ -139,7 +141,21 @@ def phase_blocks(m: RunMetrics, s: dict[str, ModeSummary]) -> tuple:
                 caption=(f"{x.mode}: communication per phase, per profiled step, mean over ranks; hidden % = hidden / comm.",),
             )
         )
+        analysis = m.modes[x.mode].analysis
+        if analysis is not None and analysis.interference is not None:
+            blocks.append(Paragraph(_interference(x.mode, analysis.interference)))
     return tuple(blocks)
+
+
+def _interference(mode: str, x: Interference) -> Inline:
+    """'Interference in split: +1.2% [...] (175 pairs) over its ranks and phases; backward +0.9% [...] (56 pairs), ...'"""
+    phases = median_rank(x)
+    each = "; per phase, the median rank: " + ", ".join(f"{name} {figure(e)}" for name, e in phases.items()) if phases else ""
+    return (
+        Ref("Interference", "interference_slowdown_pct"),
+        f" in {mode}, its compute with communication in flight against the same operators alone: {figure(x)}",
+        f" over its ranks and phases{each}.",
+    )
 
 
 SOURCE_WORDS = {  # how the report names each source of a phase window (PhaseSummary.sources)

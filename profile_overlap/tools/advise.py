@@ -27,6 +27,7 @@ from profile_overlap.record import noise
 from profile_overlap.record.advice import ADVICE_JSON, NOTHING, SCHEMA, Advice, AdviceItem
 from profile_overlap.record.config import RunConfig
 from profile_overlap.record.folder import Run, load_run
+from profile_overlap.record.interference_used import UsedInterference, overall
 from profile_overlap.record.metrics import ModeMetrics
 from profile_overlap.record.summary import blocks, summary_of
 from profile_overlap.tools import advise_replay as replay
@@ -176,6 +177,7 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
     if "split" in replayed:
         candidates += replay.split(replayed["split"], cfg)
     out = []
+    gains: list[tuple[replay.Candidate, float, float]] = []
     for c in candidates:
         if not _valid(cfg, c.mode, c.config):
             continue
@@ -185,6 +187,7 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
         if c.timed:  # two measured medians: their noises add (no replay in it)
             n = math.hypot(n, noise_ms(metrics.modes[c.config["mode"]]))
             spread = n
+        gains.append((c, gain, n))
         out.append(
             AdviceItem(
                 kind=c.kind,
@@ -200,8 +203,10 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
                 gain_high_ms=gain + spread,
                 worth_it=gain > n,
                 verifiable=True,
+                interference=None if c.timed or c.mode not in measured else tuple(measured[c.mode].interference.values()),
             )
         )
+    notes += overlap_costs(gains, {m: x.interference for m, x in measured.items()})
     if "ddp" in metrics.modes:
         grad_mib = statistics.median(x.grad_bytes for x in metrics.modes["ddp"].memory) / 2**20 if metrics.modes["ddp"].memory else None
         saving = f": saves {grad_mib:.3g} MiB per rank" if grad_mib else ""
@@ -223,6 +228,20 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
             )
         )
     return out, errors
+
+
+def overlap_costs(gains: list[tuple[replay.Candidate, float, float]], used: dict[str, dict[str, UsedInterference]]) -> list[str]:
+    """Per mode, a note when a change that takes communication out from under compute is worth it
+    ((candidate, predicted gain ms, noise ms)): its overlap costs more than it hides. The best such change."""
+    best: dict[str, tuple[float, replay.Candidate]] = {}
+    for c, gain, floor_ms in gains:
+        if c.less_overlap and gain > floor_ms and gain > best.get(c.mode, (0.0, c))[0]:
+            best[c.mode] = (gain, c)
+    return [
+        f"{mode}: the current overlap costs more than it hides at the measured interference ({overall(used[mode])}): "
+        f"{c.change} ({c.flag}) is predicted {gain:.3g} ms per step faster"
+        for mode, (gain, c) in best.items()
+    ]
 
 
 _CAUSES = {

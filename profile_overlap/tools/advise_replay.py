@@ -40,6 +40,9 @@ class Candidate:
     change in the step's collective time it predicts (0 where the replay uses measured durations)."""
     timed: bool = False
     """The gain is the run's own timed difference between two modes (the schedule), not a replay."""
+    less_overlap: bool = False
+    """The change takes communication out from under compute (fewer DDP buckets, a forward that
+    waits for more all_gathers): a gain says the overlap it removes costs more than it hides."""
 
 
 @dataclass(frozen=True)
@@ -172,10 +175,11 @@ def ddp(r: Replayed, params: list[tuple[int, int]], cfg: RunConfig, cost: Callab
     now = model.ddp_buckets(params, cfg.bucket_cap_mb * MIB, first)
     total = sum(n for _, n in params)
     seen = {now}
-    for count in range(2, len(r.graph.forward_us) + 1):
+    # One bucket (no all_reduce under the backward) only as a way back from several.
+    for count in range(1 if len(now) > 1 else 2, len(r.graph.forward_us) + 1):
         cap_mb = math.ceil(total / count / MIB * 10) / 10
         buckets = model.ddp_buckets(params, cap_mb * MIB, first)
-        if len(buckets) < 2 or buckets in seen:
+        if (len(buckets) < 2 and len(now) < 2) or buckets in seen:
             continue
         seen.add(buckets)
         yield Candidate(
@@ -187,6 +191,7 @@ def ddp(r: Replayed, params: list[tuple[int, int]], cfg: RunConfig, cost: Callab
             code=f"DistributedDataParallel(model, bucket_cap_mb={cap_mb:g})",
             config={"bucket_cap_mb": cap_mb},
             gain_us=_gain(r, model.rebucket(r.graph, buckets, cost)),
+            less_overlap=len(buckets) < len(now),
         )
     yield from ddp_first_bucket(r, params, cfg, cost, now)
 
@@ -357,6 +362,7 @@ def split(r: Replayed, cfg: RunConfig) -> Iterator[Candidate]:
             code=None,
             config={"split_prefetch": n},
             gain_us=_gain(r, dataclasses.replace(r.graph, knobs=model.Knobs(split_prefetch=n))),
+            less_overlap=n > cfg.split_prefetch,
         )
 
 

@@ -35,6 +35,7 @@ from profile_overlap.core.io import write_json_atomic
 from profile_overlap.core.modes import MODES, PHASES, SHARDED_MODES
 from profile_overlap.record.analysis import AnalysisRecord
 from profile_overlap.record.folder import Run, load_run
+from profile_overlap.record.interference_used import UsedInterference, charged, overall, used_interference
 from profile_overlap.record.whatif import SCHEMA, WHATIF_JSON, Crossover, SelfReplay, WhatifPoint, WhatifResult
 from profile_overlap.tools import whatif_model as model
 from profile_overlap.tools.bench_record import BenchTimes
@@ -65,6 +66,21 @@ class Measured:
     """Share of the backward compute per unit (forward order), from the reduce_scatter launches."""
     step_ms: float | None
     profiled_ms: float | None
+    overlap_us: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Per phase: the compute that ran beside communication (the phase's overlap_us), per step."""
+    interference: dict[str, UsedInterference] = dataclasses.field(default_factory=dict)
+    """Per phase (and "other"): the interference the replay charges (record/interference_used.py)."""
+
+    def slowdown(self, phase: str) -> float:
+        """The charged slowdown of the phase's compute beside communication, as a fraction."""
+        u = self.interference.get(phase)
+        return charged(u) if u is not None else 0.0
+
+    def alone_us(self, phase: str) -> float:
+        """The phase's busy time had its compute run alone: the part beside communication took
+        (1 + s) of its alone time, so it gives back overlap_us · s / (1 + s)."""
+        s = self.slowdown(phase)
+        return self.phase_us[phase] - self.overlap_us.get(phase, 0.0) * s / (1 + s)
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -115,6 +131,9 @@ def measure_mode(run: Run, mode: str) -> Measured:
             if st.step_us:
                 by_step.setdefault(st.step, []).append(st.step_us)
     profiled = _median(statistics.fmean(v) for v in by_step.values())
+    phases = [p for r in analysis.ranks for st in r.steps for p in st.phases]
+    beside = {name: [p.overlap_us or 0.0 for p in phases if p.phase == name] for name in PHASES}
+    summary = run.metrics.summary
     return Measured(
         mode=mode,
         pre_us=max(statistics.median(s.pre_us for s in samples), 0.0),
@@ -123,6 +142,8 @@ def measure_mode(run: Run, mode: str) -> Measured:
         backward_cuts=cuts,
         step_ms=run.metrics.modes[mode].step_time.median_ms,
         profiled_ms=profiled / 1e3 if profiled else None,
+        overlap_us={name: statistics.median(v) for name, v in beside.items() if v},
+        interference=used_interference(analysis, summary.interference if summary is not None else ()),
     )
 
 
@@ -193,13 +214,15 @@ def step_graph(
         if c.phase != "other"
     )
     s = units.backward_share
+    # Alone times: the replay charges m's interference where its collectives run beside compute.
     return model.StepGraph(
         mode=m.mode,
         pre_us=body.pre_us * compute_scale,
-        forward_us=tuple(body.phase_us["forward"] * x * compute_scale for x in s),
-        backward_us=tuple(body.phase_us["backward"] * x * compute_scale for x in s),
-        optimizer_us=tuple(m.phase_us["optimizer"] * x * compute_scale * shard for x in units.optimizer_share),
+        forward_us=tuple(body.alone_us("forward") * x * compute_scale for x in s),
+        backward_us=tuple(body.alone_us("backward") * x * compute_scale for x in s),
+        optimizer_us=tuple(m.alone_us("optimizer") * x * compute_scale * shard for x in units.optimizer_share),
         comms=comms,
+        slowdown=tuple((phase, m.slowdown(phase)) for phase in (*PHASES, "other")),
     )
 
 
@@ -253,6 +276,7 @@ def whatif(
     if clean is not None:
         same = ", ".join(m for m in modes if m in SAME_BODY)
         notes.append(f"forward and backward time of {same} from {clean.mode}, where no communication runs beside compute")
+    notes += [f"{m}: interference charged: {overall(x.interference)}" for m, x in measured.items()]
     self_replay = _self_replay(measured, modes, units, n0)
     points = _target_points(
         measured,

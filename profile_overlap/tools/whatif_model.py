@@ -103,6 +103,9 @@ class StepGraph:
     optimizer_us: tuple[float, ...]
     comms: tuple[Comm, ...]
     knobs: Knobs = Knobs()
+    slowdown: tuple[tuple[str, float], ...] = ()
+    """(phase, s) per phase ("other": the pre-forward): compute of that phase that runs beside
+    communication takes (1 + s) of its alone time (definitions: `interference_used`)."""
 
     @property
     def num_units(self) -> int:
@@ -169,7 +172,19 @@ def tasks(graph: StepGraph, *, num_steps: int = 3) -> list[Task]:
     carry: dict = {}
     for step in range(num_steps):
         build(graph, out, step, carry)
-    return out
+    slowdown = dict(graph.slowdown)
+    if not any(slowdown.values()):
+        return out
+    return [dataclasses.replace(t, slowdown=slowdown.get(_phase_of(t) or "", 0.0)) if t.stream == COMPUTE else t for t in out]
+
+
+_PHASE_OF_TASK = {"F": "forward", "B": "backward", "O": "optimizer", "o": "optimizer"}
+
+
+def _phase_of(task: Task) -> str | None:
+    """The phase of a compute task by its name (pre, F<k>, B<k>, O<k>, o<k>); None for the others
+    (fsdp2's serial collectives, split-blocking's wait)."""
+    return "other" if task.name == "pre" else _PHASE_OF_TASK.get(task.name[:1]) if task.name[1:].isdigit() else None
 
 
 def _add(out: list[Task], name: str, stream: str, dur: float, deps, step: int) -> int:

@@ -10,11 +10,17 @@ list schedules them (a max-plus recurrence: start = max(stream free, ends of the
     tasks = [Task("F0", COMPUTE, 2.0), Task("RS0", COMM, 3.0, deps=(0,)), Task("F1", COMPUTE, 1.0)]
     replay(tasks)  # -> ((0, 2), (2, 5), (2, 3))
 
+Overlap is not free: a compute task with `slowdown` s takes (1 + s) of its alone time for the part
+of it that runs while the comm stream is busy (definitions: `interference_used`). One pass still
+suffices because every collective depends on the compute task listed just before it, so the
+collectives a compute task runs beside are all placed when it is (checked).
+
 No trace, torch or file is involved: the exact tests build graphs by hand.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,6 +40,8 @@ class Task:
     """Indices of earlier tasks that must end before this one starts."""
     step: int = 0
     """Which replayed training step the task belongs to."""
+    slowdown: float = 0.0
+    """Compute: while communication runs beside it, its work goes 1 / (1 + slowdown) as fast."""
 
 
 @dataclass(frozen=True)
@@ -63,14 +71,43 @@ def replay(tasks: Sequence[Task]) -> tuple[tuple[float, float], ...]:
     task waits for the end of each of its dependencies."""
     free: dict[str, float] = {}
     times: list[tuple[float, float]] = []
+    comm_starts: list[float] = []
+    comm_ends: list[float] = []
+    slowed_until = 0.0  # the end of the last compute task that communication slows
     for i, task in enumerate(tasks):
         assert all(0 <= d < i for d in task.deps), f"task {i} ({task.name}) depends on a later task"
         assert task.dur_us >= 0, f"task {task.name} has a negative duration"
         start = max([free.get(task.stream, 0.0), *(times[d][1] for d in task.deps)])
-        end = start + task.dur_us
+        if task.stream == COMPUTE and task.slowdown:
+            end = _slowed_end(start, task.dur_us, task.slowdown, comm_starts, comm_ends)
+            slowed_until = end
+        else:
+            end = start + task.dur_us
+        if task.stream == COMM:
+            assert start >= slowed_until - 1e-9, f"{task.name} starts under slowed compute listed before it"
+            comm_starts.append(start)
+            comm_ends.append(end)
         times.append((start, end))
         free[task.stream] = end
     return tuple(times)
+
+
+def _slowed_end(start: float, work_us: float, slowdown: float, comm_starts: list[float], comm_ends: list[float]) -> float:
+    """When `work_us` of compute started at `start` ends: at full speed outside the collectives'
+    running time (disjoint, in order: one comm stream), 1 / (1 + slowdown) as fast inside it."""
+    t, left = start, work_us
+    for a, b in zip(comm_starts[bisect_right(comm_ends, start) :], comm_ends[bisect_right(comm_ends, start) :]):
+        if a > t:
+            if left <= a - t:
+                return t + left
+            left -= a - t
+            t = a
+        room = (b - t) / (1 + slowdown)
+        if left <= room:
+            return t + left * (1 + slowdown)
+        left -= room
+        t = b
+    return t + left
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:

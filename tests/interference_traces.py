@@ -1,0 +1,96 @@
+"""Synthetic traces with interference planted: the same operators run alone and with a collective in
+flight, those beside it `slowdown` longer, so the measured interference is known.
+
+Each profiled step has a forward (OPERATORS once, nothing in flight) and a backward (OPERATORS twice:
+the first pass alone, the second with one all_reduce in flight over the whole pass). Durations carry
+a seeded jitter of ±`jitter` so medians matter. `write` writes one Kineto trace per rank, CPU-style
+(aten operators on the main thread, each with a short operator inside it, gloo work on a worker
+thread, the c10d op at the call's issue) or GPU-style (compute kernels on stream 7 each with its
+cudaLaunchKernel, the NCCL kernel on stream 20).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from causes_traces import PID, _head, _x
+from synthetic import write_trace
+
+OPERATORS = (("aten::mm", [[64, 64], [64, 64]], 100.0), ("aten::add", [[64, 64], [64, 64]], 40.0), ("aten::mm", [[32, 64], [64, 64]], 70.0))
+"""(name, Input Dims, alone µs): two aten::mm of different shapes are two operators."""
+GPU_KERNELS = ("void gemm_64x64_kernel(float*)", "void elementwise_add_kernel(float*)", "void gemm_32x64_kernel(float*)")
+
+
+def _pass(t: float, rng: np.random.Generator, *, factor: float, jitter: float) -> tuple[list[tuple[int, float, float]], float]:
+    """OPERATORS once from t, 5 µs apart: (operator index, start, end) and where it ended."""
+    out = []
+    for i, (_, _, us) in enumerate(OPERATORS):
+        d = us * factor * (1 + rng.uniform(-jitter, jitter))
+        out.append((i, t, t + d))
+        t += d + 5
+    return out, t
+
+
+def plan(*, slowdown: float, steps: int = 8, jitter: float = 0.02, seed: int = 0) -> dict:
+    """One rank's steps: {"steps": [(n, start, end)], "phases": [(name, start, end)], "ops": [(i, start,
+    end)], "calls": [(issue, start, end)]}; the backward's second pass runs `slowdown` longer, beside a call."""
+    rng = np.random.default_rng(seed)
+    out: dict = {"steps": [], "phases": [], "ops": [], "calls": []}
+    t = 1000.0
+    for n in range(steps):
+        step_start = t
+        fwd, t = _pass(t, rng, factor=1.0, jitter=jitter)
+        out["phases"].append(("forward", step_start, t))
+        bwd_start = t + 5
+        first, t = _pass(bwd_start, rng, factor=1.0, jitter=jitter)
+        issue = t
+        second, t = _pass(t + 10, rng, factor=1.0 + slowdown, jitter=jitter)
+        out["calls"].append((issue, issue + 2, t + 20))  # in flight over the whole second pass
+        t += 40
+        out["phases"].append(("backward", bwd_start, t))
+        out["ops"] += fwd + first + second
+        t += 30
+        out["steps"].append((n, step_start - 10, t))
+        t += 20
+    return out
+
+
+def cpu_doc(p: dict, *, rank: int, world: int) -> dict:
+    events = [{"ph": "M", "name": "thread_name", "pid": PID, "tid": PID, "args": {"name": "thread 100 (python)"}}]
+    events += [_x("user_annotation", f"ProfilerStep#{n}", PID, s, e - s) for n, s, e in p["steps"]]
+    events += [_x("user_annotation", name, PID, s, e - s) for name, s, e in p["phases"]]
+    for i, s, e in p["ops"]:
+        name, dims, _ = OPERATORS[i]
+        events.append(_x("cpu_op", name, PID, s, e - s, {"Input Dims": dims, "Input type": ["float", "float"]}))
+        events.append(_x("cpu_op", "aten::as_strided", PID, s + 1, 2, {"Input Dims": [[64]]}))  # inside it, not counted
+    for issue, s, e in p["calls"]:
+        sizes = {"Input Dims": [[1024]], "Input type": ["float"]}
+        events.append(_x("cpu_op", "c10d::allreduce_", PID, issue, 1, sizes))
+        events.append(_x("user_annotation", "gloo:all_reduce", PID + 20, s, e - s, sizes))
+    return _head(rank, world, "gloo", events)
+
+
+def gpu_doc(p: dict, *, rank: int, world: int) -> dict:
+    events = [{"ph": "M", "name": "thread_name", "pid": PID, "tid": PID, "args": {"name": "thread 100 (python)"}}]
+    events += [_x("user_annotation", f"ProfilerStep#{n}", PID, s, e - s) for n, s, e in p["steps"]]
+    events += [_x("user_annotation", name, PID, s, e - s) for name, s, e in p["phases"]]
+    kernels = [(7, GPU_KERNELS[i], s, e, {}) for i, s, e in p["ops"]]
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+    comm_args = {"Collective name": "allreduce", "In msg nelems": 1024, "Out msg nelems": 1024, "Group size": world, "dtype": "Float"}
+    kernels += [(20, nccl, s, e, comm_args | {"Process Group Name": "0"}) for _, s, e in p["calls"]]
+    for corr, (stream, name, s, e, args) in enumerate(sorted(kernels, key=lambda k: k[2]), start=1):
+        events.append(_x("cuda_runtime", "cudaLaunchKernel", PID, s, 0.5, {"correlation": corr, "External id": corr}))
+        events.append(
+            _x("kernel", name, stream, s, e - s, {"device": 0, "stream": stream, "correlation": corr, "External id": corr} | args, pid=0)
+        )
+    return _head(rank, world, "nccl", events)
+
+
+def write(folder: Path, *, slowdown: float, style: str, ranks: int = 2, **kw) -> Path:
+    """One trace per rank (rank r's jitter seeded with r), `slowdown` planted in every rank."""
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = cpu_doc if style == "cpu" else gpu_doc
+    for rank in range(ranks):
+        write_trace(doc(plan(slowdown=slowdown, seed=rank, **kw), rank=rank, world=ranks), folder / f"rank{rank}.pt.trace.json")
+    return folder

@@ -1,0 +1,118 @@
+"""Advice says what it assumed: each replayed item carries the interference its replay charged, a
+change predicted slower is not advised, and a note says when taking overlap away is predicted faster."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from profile_overlap.record.advice import AdviceItem, load_advice
+from profile_overlap.record.interference_used import NONE, OPERATORS, SPLIT_BLOCKING, UsedInterference
+from profile_overlap.render.advice import item_line
+from profile_overlap.tools.advise import overlap_costs
+from profile_overlap.tools.advise_replay import Candidate
+
+from conftest import cli
+
+USED = {
+    "forward": UsedInterference(phase="forward", slowdown_pct=-12.0, low_pct=-20.0, high_pct=-4.0, pairs=30, source=OPERATORS),
+    "backward": UsedInterference(phase="backward", slowdown_pct=25.0, low_pct=20.0, high_pct=30.0, pairs=40, source=OPERATORS),
+    "optimizer": UsedInterference(phase="optimizer", slowdown_pct=8.0, low_pct=2.0, high_pct=14.0, pairs=None, source=SPLIT_BLOCKING),
+    "other": UsedInterference(phase="other", slowdown_pct=0.0, low_pct=None, high_pct=None, pairs=None, source=NONE),
+}
+
+
+def _item(gain_ms: float) -> AdviceItem:
+    return AdviceItem(
+        kind="ddp-bucket",
+        mode="ddp",
+        cause="transfer",
+        change="gradient buckets of 1 MiB",
+        flag="--bucket-cap-mb 1",
+        code=None,
+        baseline_ms=40.0,
+        predicted_ms=40.0 - gain_ms,
+        predicted_gain_ms=gain_ms,
+        gain_low_ms=gain_ms - 1,
+        gain_high_ms=gain_ms + 1,
+        worth_it=gain_ms > 1,
+        verifiable=True,
+        interference=tuple(USED.values()),
+    )
+
+
+def test_each_replayed_item_names_the_interference_it_assumed_and_where_it_came_from():
+    line = item_line(1, _item(3.0))
+    assert (
+        "interference assumed: forward -12.0% [-20.0, -4.0] (operators, 30 pairs) (0% charged), "
+        "backward +25.0% [+20.0, +30.0] (operators, 40 pairs), optimizer +8.0% [+2.0, +14.0] (split vs split-blocking)"
+    ) in line
+    assert "other" not in line.split("interference assumed:")[1].split("(cause")[0]
+    assert "not advised" not in line
+
+
+def test_a_change_predicted_slower_is_not_advised():
+    line = item_line(1, _item(-2.5))
+    assert "predicted gain -2.50 [-3.50, -1.50] ms per step (slower: not advised)" in line
+
+
+def _candidate(*, less_overlap: bool, flag: str = "--bucket-cap-mb 30") -> Candidate:
+    return Candidate(
+        kind="ddp-bucket", mode="ddp", change="one gradient bucket", flag=flag, code=None, config={}, gain_us=0.0, less_overlap=less_overlap
+    )
+
+
+def test_when_taking_overlap_away_is_predicted_faster_the_advice_says_the_overlap_costs_more_than_it_hides():
+    used = {"ddp": USED}
+    (note,) = overlap_costs([(_candidate(less_overlap=True), 4.0, 1.0), (_candidate(less_overlap=False), 9.0, 1.0)], used)
+    assert note.startswith(
+        "ddp: the current overlap costs more than it hides at the measured interference (forward -12.0% (operators, 0% charged)"
+    )
+    assert note.endswith("one gradient bucket (--bucket-cap-mb 30) is predicted 4 ms per step faster")
+    # Within the noise, or a change that adds overlap: nothing to say.
+    assert overlap_costs([(_candidate(less_overlap=True), 0.5, 1.0), (_candidate(less_overlap=False), 9.0, 1.0)], used) == []
+
+
+@pytest.mark.slow
+def test_a_planted_interference_is_charged_in_the_ddp_advice_and_named_in_it(engine_run_2, tmp_path):
+    """The same run advised twice: as measured, and with ddp's backward interference planted at +300%
+    (operators) in its record. Smaller buckets, or a smaller first one, move all_reduces under the
+    backward, so they pay it: no bucket item gains more than before, one gains less, and each item
+    names the figure it used. (The run as measured has one bucket, overlapping nothing: it pays none.)"""
+    gains = {}
+    for planted in (None, 300.0):
+        run_dir = tmp_path / f"run{planted}"
+        shutil.copytree(engine_run_2[0], run_dir)
+        if planted is not None:
+            metrics = json.loads((run_dir / "metrics.json").read_text())
+            figure = {"slowdown_pct": planted, "low_pct": planted - 10, "high_pct": planted + 10, "pairs": 99}
+            ranks = {str(r["rank"]): figure | {"phases": {"backward": figure}} for r in metrics["modes"]["ddp"]["analysis"]["ranks"]}
+            metrics["modes"]["ddp"]["analysis"]["interference"] = figure | {"ranks": ranks}
+            (run_dir / "metrics.json").write_text(json.dumps(metrics))
+        proc = cli(["advise", str(run_dir)])
+        assert proc.returncode == 0, proc.stderr
+        items = json.loads((run_dir / "advice.json").read_text())["items"]
+        buckets = [i for i in items if i["kind"] in ("ddp-bucket", "ddp-first-bucket")]
+        gains[planted] = {i["kind"]: i["predicted_gain_ms"] for i in buckets}
+        bucket = buckets[0]
+        backward = next(u for u in bucket["interference"] if u["phase"] == "backward")
+        if planted is not None:
+            assert backward == {
+                "phase": "backward",
+                "slowdown_pct": 300.0,
+                "low_pct": 290.0,
+                "high_pct": 310.0,
+                "pairs": 99,
+                "source": "operators",
+            }
+            advice = load_advice(run_dir)
+            assert advice is not None
+            line = item_line(1, next(i for i in advice.items if i.kind == bucket["kind"]))
+            assert "interference assumed: backward +300.0% [+290.0, +310.0] (operators, 99 pairs)" in line
+            if bucket["predicted_gain_ms"] < 0:
+                assert not bucket["worth_it"]
+    assert set(gains[300.0]) == set(gains[None]) == {"ddp-bucket", "ddp-first-bucket"}
+    assert all(gains[300.0][k] <= gains[None][k] + 1e-9 for k in gains[None])
+    assert any(gains[300.0][k] < gains[None][k] - 0.1 for k in gains[None])
