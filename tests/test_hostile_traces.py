@@ -1,0 +1,94 @@
+"""Hostile traces (issue 34): files built to exhaust memory, time or the stack get one line, in
+bounded memory and linear time, and `--skip-bad` skips them like any other bad file."""
+
+from __future__ import annotations
+
+import gzip
+import tracemalloc
+
+import msgspec
+import pytest
+
+from profile_overlap.analysis.stream import NotATrace, stream_events
+from profile_overlap.analysis.trace import load_trace
+from profile_overlap.core.errors import UserError
+
+from conftest import DATA
+
+MB = 1 << 20
+GLOO = DATA / "gloo_2rank"
+
+
+def chunks_of(parts, chunk: int = MB):
+    """The bytes of `parts` (an iterable of bytes) in chunks of `chunk` bytes, made as they are read."""
+    pending = b""
+    for part in parts:
+        pending += part
+        while len(pending) >= chunk:
+            yield pending[:chunk]
+            pending = pending[chunk:]
+    if pending:
+        yield pending
+
+
+class CountingDecode:
+    """The events decoder, counting the bytes it is given."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.calls = 0
+        self._decoder = msgspec.json.Decoder()
+
+    def __call__(self, data: bytes) -> list:
+        self.bytes += len(data)
+        self.calls += 1
+        return self._decoder.decode(data)
+
+
+def test_whitespace_before_trace_events_is_read_only_up_to_a_bound():
+    read = []
+
+    def whitespace(total: int):
+        for _ in range(total // MB):
+            read.append(MB)
+            yield b" " * MB
+        yield b"{}"
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(NotATrace) as err:
+            stream_events(whitespace(64 * MB), CountingDecode(), lambda events: None)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert sum(read) <= 17 * MB, f"read {sum(read) / MB:.0f} MiB before giving up"
+    assert peak < 48 * MB, f"peak {peak / MB:.0f} MiB"
+    assert "no `traceEvents` array in its first 16 MiB" in str(err.value)
+
+
+def long_string_of_braces(total: int):
+    yield b'{"traceEvents": [{"ph": "X", "name": "a"}, {"ph": "X", "name": "'
+    for _ in range(total // MB):
+        yield b"}," * (MB // 2)
+    yield b'"}, {"ph": "X", "name": "b"}]}'
+
+
+@pytest.mark.parametrize("total", [4 * MB, 16 * MB])
+def test_a_long_string_full_of_event_ends_is_decoded_a_bounded_number_of_times(total):
+    decode, names = CountingDecode(), []
+    stream_events(chunks_of(long_string_of_braces(total), 256 << 10), decode, lambda events: names.extend(e["name"][:1] for e in events))
+    assert names == ["a", "}", "b"]
+    # Each byte is decoded a bounded number of times, whatever the string's length (before: every
+    # chunk retried 16 cuts over everything read so far, 16 x 64 chunks x 8 MiB for 16 MiB).
+    assert decode.bytes <= 64 * total, f"{decode.bytes / total:.0f} bytes decoded per byte, {decode.calls} decodes"
+
+
+def test_a_string_longer_than_the_bound_is_one_line(tmp_path):
+    path = tmp_path / "rank0.json.gz"
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        for part in long_string_of_braces(40 * MB):
+            f.write(part)
+    with pytest.raises(UserError) as err:
+        load_trace(path)
+    message = str(err.value)
+    assert "\n" not in message and "without the end of an event" in message and "--skip-bad" in message
