@@ -92,3 +92,26 @@ def test_a_string_longer_than_the_bound_is_one_line(tmp_path):
         load_trace(path)
     message = str(err.value)
     assert "\n" not in message and "without the end of an event" in message and "--skip-bad" in message
+
+
+def deep(levels: int) -> bytes:
+    return b'{"traceEvents": [{"ph": "X", "name": "a", "args": {"x": ' + b"[" * levels + b"]" * levels + b"}}]}"
+
+
+@pytest.mark.parametrize("doc", [deep(200_000), b"[" * 200_000 + b"]" * 200_000], ids=["in an event", "the whole file"])
+def test_deep_nesting_is_one_line_and_skipped_with_skip_bad(tmp_path, capsys, doc):
+    from profile_overlap.cli.main import main
+
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    good = sorted(GLOO.glob("host_0*"))[0]
+    (folder / good.name).write_bytes(good.read_bytes())
+    (folder / "rank1.pt.trace.json").write_bytes(doc)
+    assert main(["analyze", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "rank1.pt.trace.json" in err and "nest over" in err and "--skip-bad" in err
+    assert main(["analyze", str(folder), "--skip-bad"]) == 0
+    out, err = capsys.readouterr()
+    assert err.startswith("warning: ") and len(err.strip().splitlines()) == 1 and "nest over" in err, err
+    assert "Overlap per rank" in out

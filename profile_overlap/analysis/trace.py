@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import re
+import sys
 import zlib
 from array import array
 from dataclasses import dataclass
@@ -326,6 +327,12 @@ def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
         raise UserError(f"{path} is not a PyTorch profiler trace ({err}); {fix}") from None
     except msgspec.DecodeError as err:
         raise UserError(f"{path} is not valid JSON ({err}); {fix}") from None
+    except RecursionError:
+        # msgspec's decoder recurses per level of arrays and objects, up to Python's recursion limit.
+        raise UserError(
+            f"{path} is not a PyTorch profiler trace: its arrays or objects nest over {sys.getrecursionlimit()} deep "
+            f"(a profiler's nest a few levels); {fix}"
+        ) from None
     except OSError as err:
         raise UserError(f"cannot read {path}: {err}; {fix}") from None
 
