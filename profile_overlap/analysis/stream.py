@@ -26,9 +26,9 @@ _WHITESPACE = b" \t\r\n"
 MAX_SPLIT_TRIES = 16
 """Cut points tried each time (from the last): a `},` inside a string or a nested object is not an
 event boundary, and a failed decode says so."""
-MAX_HEAD_BYTES = 16 << 20
-"""Bytes read while looking for `traceEvents` (Kineto writes a few kB before it: schemaVersion,
-deviceProperties, distributedInfo)."""
+MAX_HEAD_BYTES = 32 << 20
+"""Bytes read while looking for `traceEvents`. Kineto writes a few kB before it (schemaVersion,
+deviceProperties, distributedInfo), and 8 MB would list a world of checks.MAX_WORLD_SIZE ranks in one group's pg_config."""
 MAX_PENDING_BYTES = 32 << 20
 """Bytes of `traceEvents` (or of what follows the array) kept without finding the end of an event.
 A profiler's events are at most a few kB; only a hostile or broken file has one this long."""
@@ -89,7 +89,7 @@ def _not_a_trace(head: bytearray) -> None:
         msgspec.json.decode(head)  # raises DecodeError if it is not JSON at all
         raise NotATrace("it is JSON but has no `traceEvents` array")
     try:
-        msgspec.json.decode(head[:MAX_HEAD_BYTES])
+        msgspec.json.decode(memoryview(head)[:MAX_HEAD_BYTES])
     except msgspec.DecodeError as err:
         if "truncated" not in str(err):
             raise  # not JSON (it would be JSON so far, cut off here)
