@@ -3,7 +3,6 @@ bounded memory and linear time, and `--skip-bad` skips them like any other bad f
 
 from __future__ import annotations
 
-import gzip
 import tracemalloc
 
 import msgspec
@@ -84,8 +83,8 @@ def test_a_long_string_full_of_event_ends_is_decoded_a_bounded_number_of_times(t
 
 
 def test_a_string_longer_than_the_bound_is_one_line(tmp_path):
-    path = tmp_path / "rank0.json.gz"
-    with gzip.open(path, "wb", compresslevel=1) as f:
+    path = tmp_path / "rank0.json"
+    with open(path, "wb") as f:
         for part in long_string_of_braces(40 * MB):
             f.write(part)
     with pytest.raises(UserError) as err:
@@ -115,3 +114,23 @@ def test_deep_nesting_is_one_line_and_skipped_with_skip_bad(tmp_path, capsys, do
     out, err = capsys.readouterr()
     assert err.startswith("warning: ") and len(err.strip().splitlines()) == 1 and "nest over" in err, err
     assert "Overlap per rank" in out
+
+
+def test_perfetto_on_an_event_field_of_the_wrong_type_is_one_line(tmp_path, capsys):
+    """`analyze` skips an event's flow id; perfetto copies it, and an array there is one line, not a traceback."""
+    from synthetic import gpu_trace, write_trace
+
+    from profile_overlap.cli.main import main
+
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for rank in (0, 1):
+        doc = gpu_trace([(20, 100, 300)], [(7, 0, 200)], steps=[(1, 0, 1000)], rank=rank, world_size=2)
+        doc["traceEvents"][2]["id"] = [1, 2]
+        write_trace(doc, folder / f"rank{rank}.pt.trace.json")
+    assert main(["analyze", str(folder)]) == 0
+    capsys.readouterr()
+    assert main(["perfetto", str(folder), "--out", str(tmp_path / "p.perfetto.json.gz")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "rank0.pt.trace.json is not a PyTorch profiler trace" in err, err
+    assert not (tmp_path / "p.perfetto.json.gz").exists()

@@ -13,11 +13,13 @@ chunking is `stream`; what is decoded and kept is here.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import re
 import sys
 import zlib
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -305,20 +307,13 @@ def rank_from_file_name(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
-    """Read one trace file. Raises UserError naming the problem and the fix for a file that is
-    empty, not JSON, a cut-short gzip or JSON that is not a PyTorch profiler trace."""
-    path = Path(path)
+@contextlib.contextmanager
+def decode_errors(path: Path) -> Iterator[None]:
+    """Reading and decoding a trace file (load_trace, and perfetto's passes over it): each way it
+    can fail is a UserError, one line naming the file, the problem and the fix."""
     fix = "remove it from the folder or pass --skip-bad"
     try:
-        size = path.stat().st_size
-    except OSError as err:
-        raise UserError(f"cannot read {path}: {err.strerror}; check the path and its permissions") from None
-    if size == 0:
-        raise UserError(f"{path} is empty (0 bytes), probably an interrupted write; {fix}")
-    sink = _Sink()
-    try:
-        outer = _OUTER.decode(stream_events(read_chunks(path, chunk_bytes), _EVENTS.decode, sink.add))
+        yield
     except (EOFError, gzip.BadGzipFile, zlib.error) as err:
         raise UserError(f"{path} is a truncated or corrupt gzip file ({err}); re-copy it or {fix}") from None
     except NotATrace as err:
@@ -335,6 +330,22 @@ def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
         ) from None
     except OSError as err:
         raise UserError(f"cannot read {path}: {err}; {fix}") from None
+
+
+def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
+    """Read one trace file. Raises UserError naming the problem and the fix for a file that is
+    empty, not JSON, a cut-short gzip or JSON that is not a PyTorch profiler trace."""
+    path = Path(path)
+    fix = "remove it from the folder or pass --skip-bad"
+    try:
+        size = path.stat().st_size
+    except OSError as err:
+        raise UserError(f"cannot read {path}: {err.strerror}; check the path and its permissions") from None
+    if size == 0:
+        raise UserError(f"{path} is empty (0 bytes), probably an interrupted write; {fix}")
+    sink = _Sink()
+    with decode_errors(path):
+        outer = _OUTER.decode(stream_events(read_chunks(path, chunk_bytes), _EVENTS.decode, sink.add))
 
     info = outer.distributedInfo
     rank: int | None

@@ -17,7 +17,7 @@ import msgspec
 import numpy as np
 
 from profile_overlap.analysis.stream import read_chunks, stream_events
-from profile_overlap.analysis.trace import CHUNK_BYTES
+from profile_overlap.analysis.trace import CHUNK_BYTES, decode_errors
 
 FLOW_PHASES = frozenset({"s", "t", "f"})
 TRACK_META = frozenset({"thread_name", "thread_sort_index", "process_name", "process_sort_index", "process_labels"})
@@ -136,7 +136,9 @@ def scan(
                 if _inside(t, window_ns) and (t_min[0] is None or t < t_min[0]):
                     t_min[0] = t
 
-    stream_events(read_chunks(path, CHUNK_BYTES), _EVENTS.decode, on_events)
+    # Its own decoder: a field the analysis skips (id, bp, s) may be of a type perfetto cannot take.
+    with decode_errors(path):
+        stream_events(read_chunks(path, CHUNK_BYTES), _EVENTS.decode, on_events)
     x_start = np.array(starts, dtype=np.int64)
     x_dur = np.maximum(np.array(durs, dtype=np.int64), 0)
     keep = np.ones(x_start.size, dtype=bool) if window_ns is None else (x_start <= window_ns[1]) & (x_start + x_dur >= window_ns[0])
@@ -205,4 +207,5 @@ def rewrite(
         state["x"], state["flow"] = x, fl
         emit(out)
 
-    stream_events(read_chunks(path, CHUNK_BYTES), _EVENTS.decode, on_events)
+    with decode_errors(path):
+        stream_events(read_chunks(path, CHUNK_BYTES), _EVENTS.decode, on_events)
