@@ -134,3 +134,22 @@ def test_perfetto_on_an_event_field_of_the_wrong_type_is_one_line(tmp_path, caps
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "rank0.pt.trace.json is not a PyTorch profiler trace" in err, err
     assert not (tmp_path / "p.perfetto.json.gz").exists()
+
+
+@pytest.mark.parametrize("field, value", [("ts", 1e17), ("ts", 1e308), ("dur", 1e308)])
+def test_perfetto_on_a_time_beyond_its_clock_is_one_line_naming_the_file(tmp_path, capsys, field, value):
+    from synthetic import gpu_trace, write_trace
+
+    from profile_overlap.cli.main import main
+
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for rank in (0, 1):
+        doc = gpu_trace([(20, 100, 300)], [(7, 0, 200), (7, 400, 500)], steps=[(1, 0, 1000)], rank=rank, world_size=2)
+        if rank == 1:
+            doc["traceEvents"][-1][field] = value  # the last compute kernel
+        write_trace(doc, folder / f"rank{rank}.pt.trace.json")
+    assert main(["perfetto", str(folder), "--out", str(tmp_path / "p.perfetto.json.gz")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "rank1.pt.trace.json" in err and "beyond what a Perfetto trace holds" in err, err
