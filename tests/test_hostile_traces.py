@@ -3,6 +3,7 @@ bounded memory and linear time, and `--skip-bad` skips them like any other bad f
 
 from __future__ import annotations
 
+import json
 import tracemalloc
 
 import msgspec
@@ -153,3 +154,23 @@ def test_perfetto_on_a_time_beyond_its_clock_is_one_line_naming_the_file(tmp_pat
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert "rank1.pt.trace.json" in err and "beyond what a Perfetto trace holds" in err, err
+
+
+@pytest.mark.parametrize(
+    "where, key, value",
+    [("kernel", "External id", 2**63), ("kernel", "correlation", 2**64), ("kernel", "In msg nelems", 2**60), ("info", "rank", 2**40)],
+)
+def test_a_number_beyond_the_columns_range_is_one_line(tmp_path, capsys, where, key, value):
+    from synthetic import NCCL_KERNEL, gpu_trace
+
+    from profile_overlap.cli.main import main
+
+    doc = gpu_trace([(20, 100, 300)], [(7, 0, 200)], steps=[(1, 0, 1000)], rank=0, world_size=1)
+    if where == "info":
+        doc["distributedInfo"][key] = value
+    else:
+        next(e for e in doc["traceEvents"] if e["name"] == NCCL_KERNEL)["args"][key] = value
+    (tmp_path / "rank0.pt.trace.json").write_text(json.dumps(doc))  # orjson refuses 2**64
+    assert main(["analyze", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "is not a PyTorch profiler trace" in err and key in err, err

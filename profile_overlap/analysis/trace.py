@@ -22,7 +22,7 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -49,18 +49,26 @@ _NUMBER_IN_NAME = re.compile(r"(?<!\d)(\d{1,5})(?!\d)")
 # ---------------------------------------------------------------- what msgspec decodes
 
 
+# Numbers the analysis keeps in int64 columns, bounded as they are decoded: a larger one is one line
+# ("not a PyTorch profiler trace ... Expected `int` <= ..."), not an OverflowError later.
+_Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+_Count = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
+"""Elements of a message: times a dtype's bytes, still an exact float and an int64."""
+_Rank = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+
+
 class _Args(msgspec.Struct, gc=False):
-    correlation: int = -1
-    external_id: int = msgspec.field(default=-1, name="External id")
-    external_id_lower: int = msgspec.field(default=-1, name="external id")
+    correlation: _Int64 = -1
+    external_id: _Int64 = msgspec.field(default=-1, name="External id")
+    external_id_lower: _Int64 = msgspec.field(default=-1, name="external id")
     stream: int | str | None = None
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
     collective_name: str | None = msgspec.field(default=None, name="Collective name")
-    in_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
+    in_nelems: _Count | None = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: _Count | None = msgspec.field(default=None, name="Out msg nelems")
     dtype: str | None = None
-    group_size: int | None = msgspec.field(default=None, name="Group size")
+    group_size: _Rank | None = msgspec.field(default=None, name="Group size")
     pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
     pg_ranks: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Process Group Ranks")
     name: str | None = None  # thread_name / process_name metadata
@@ -79,13 +87,13 @@ class _Event(msgspec.Struct, gc=False):
 
 class _PgConfig(msgspec.Struct):
     pg_name: str = ""
-    pg_size: int = 0
+    pg_size: _Rank = 0
 
 
 class _DistributedInfo(msgspec.Struct):
     backend: str | None = None
-    rank: int | None = None
-    world_size: int | None = None
+    rank: _Rank | None = None
+    world_size: _Int64 | None = None
     pg_config: list[_PgConfig] = []
 
 
