@@ -9,6 +9,7 @@ peak memory (RSS high-water, children included) is its own.
     python benchmarks/bench_analyze.py --many 1024  # also 1,024 ranks of small files (time and peak RSS)
     python benchmarks/bench_analyze.py --large 0.5,1,2,4 --tmp /tmp   # one trace of each size (GB): peak RSS, CPU
     python benchmarks/bench_analyze.py --large 1 --tmp /tmp --baseline /tmp/base   # and the baseline on each file
+    python benchmarks/bench_analyze.py --parse --baseline /tmp/base   # the streaming parse alone, beside the baseline
 
 Targets: analysis time <= 1.5x the floor; peak memory <= 1.5x the largest uncompressed file.
 """
@@ -67,6 +68,15 @@ t = time.perf_counter()
 from profile_overlap.cli.main import main
 with contextlib.redirect_stdout(io.StringIO()):
     assert main(["analyze", str(Path(sys.argv[1]).parent)]) == 0
+seconds = time.perf_counter() - t
+""",
+    "parse": """
+import sys, time
+from pathlib import Path
+from profile_overlap.analysis.trace import load_trace
+t = time.perf_counter()
+for p in sys.argv[1:]:
+    load_trace(Path(p))
 seconds = time.perf_counter() - t
 """,
     "hta": """
@@ -233,6 +243,32 @@ def large(sizes_gb: list[float], tmp: Path, baseline: Path | None = None) -> int
     return 0
 
 
+def parse_only(files: list[Path], nbytes: int, *, runs: int, baseline: Path | None) -> int:
+    """The streaming parse alone (trace.load_trace of each file, one after the other, in a fresh
+    process), ours and the baseline alternating run by run."""
+    got: dict[str, list[dict]] = {"ours": [], "base": []}
+    for _ in range(runs):
+        got["ours"].append(measure("parse", files))
+        if baseline:
+            got["base"].append(measure("parse", files, tree=baseline))
+    print(f"load_trace of {len(files)} files x {nbytes / 1e6:.1f} MB uncompressed, {runs} runs" + (", alternating" if baseline else ""))
+    print()
+    print("| tree | median time (s) | runs (s) | MB/s | peak RSS (MiB) |")
+    print("|---|---:|---|---:|---:|")
+    for kind, label in (("ours", str(REPO)), ("base", f"baseline {baseline}")):
+        if got[kind]:
+            times = [r["seconds"] for r in got[kind]]
+            med = statistics.median(times)
+            print(
+                f"| {label} | {med:.3f} | {', '.join(f'{t:.2f}' for t in times)} | {len(files) * nbytes / 1e6 / med:.0f} "
+                f"| {max(r['peak_rss_mb'] for r in got[kind]):.0f} |"
+            )
+    if baseline:
+        ratio = statistics.median(r["seconds"] for r in got["ours"]) / statistics.median(r["seconds"] for r in got["base"])
+        print(f"\nours / baseline (medians): {ratio:.3f}x")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=float, default=76, help="uncompressed size of each rank's trace (default 76)")
@@ -247,6 +283,11 @@ def main() -> int:
         metavar="GB,...",
         help="only this: one trace of each size (e.g. 0.5,1,2,4; the largest also gzipped) written to --tmp, analysed "
         "in a fresh process (time, peak RSS), then deleted",
+    )
+    ap.add_argument(
+        "--parse",
+        action="store_true",
+        help="only this: the streaming parse (load_trace) of --ranks files of --mb, timed in fresh processes (beside --baseline)",
     )
     ap.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()), help="where --large writes its files")
     ap.add_argument("--many-kb", type=float, default=100, help="uncompressed size of each of the --many files in kB (default 100)")
@@ -276,6 +317,9 @@ def main() -> int:
         from profile_overlap.analysis.folder import analyze_dir
         from profile_overlap.analysis.per_rank import analyze_rank
 
+        if args.parse:
+            files, expected = make_traces(tmp / "main", ranks=args.ranks, mb=args.mb)
+            return parse_only(files, expected[0].nbytes, runs=args.runs, baseline=args.baseline)
         if args.from_trace:
             files, nbytes, tiles = tile_real_trace(args.from_trace, tmp / "main", ranks=args.ranks, mb=args.mb)
             largest_mb = nbytes / 2**20

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import tracemalloc
 from pathlib import Path
 
 import pytest
 from synthetic import NCCL_KERNEL, gpu_trace, write_trace
 
 from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.api import job
 
 from conftest import DATA, SMALL, cli, only_run_dir, torchrun
 
@@ -67,10 +69,46 @@ def test_traces_in_tests_data():
 
 def test_ranks_missing_and_beyond_world(tmp_path):
     one = checks(write_ranks(tmp_path / "a", [gpu_trace(COMM, COMPUTE, steps=STEPS, rank=0, world_size=4)]))["ranks.world_size"]
-    assert one.status == "warning" and one.figures["missing"] == [1, 2, 3]
+    assert one.status == "warning" and one.figures["missing"] == [[1, 3]] and one.figures["missing_count"] == 3
+    assert one.detail == "1 of 4 ranks found; missing ranks 1, 2, 3"
     docs = [gpu_trace(COMM, COMPUTE, steps=STEPS, rank=r, world_size=2) for r in (0, 5)]
     beyond = checks(write_ranks(tmp_path / "b", docs))["ranks.world_size"]
     assert beyond.status == "error" and beyond.figures["beyond_world"] == [5]
+
+
+def test_a_large_world_lists_its_missing_ranks_as_runs_in_small_memory(tmp_path):
+    folder = write_ranks(tmp_path, [gpu_trace(COMM, COMPUTE, steps=STEPS, rank=r, world_size=2**20) for r in (0, 3)])
+    tracemalloc.start()
+    try:
+        found = checks(folder)["ranks.world_size"]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 48 << 20, f"{peak / 2**20:.0f} MiB"
+    assert found.status == "warning" and found.figures["missing"] == [[1, 2], [4, 2**20 - 1]]
+    assert found.figures["missing_count"] == 2**20 - 2
+    assert found.detail == f"2 of {2**20} ranks found; missing ranks 1, 2, 4, 5, 6, 7, 8, 9 and {2**20 - 10} more"
+
+
+@pytest.mark.parametrize("world_size", [10**7, 10**9, -3])
+def test_a_world_size_no_job_has_is_one_error_line_naming_it_and_the_files_found(tmp_path, world_size):
+    docs = [gpu_trace(COMM, COMPUTE, steps=STEPS, rank=r, world_size=2) for r in (0, 1)]
+    for doc in docs:
+        doc["distributedInfo"]["world_size"] = world_size
+    folder = write_ranks(tmp_path, docs)
+    tracemalloc.start()
+    try:
+        analysis = analyze_dir(folder, max_workers=1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    found = {c.name: c for c in analysis.integrity.checks}["ranks.world_size"]
+    assert found.status == "error" and "\n" not in found.detail, found.detail
+    assert f"declare a world size of {world_size:,} and 2 rank file(s) were found" in found.detail
+    assert analysis.world_size == 2  # the ranks found: the declaration is not believed
+    assert peak < 48 << 20, f"{peak / 2**20:.0f} MiB"
+    record = job.build_job_record(tmp_path)
+    assert record.job.missing_ranks == () and record.env.world_size == 2
 
 
 def test_duplicate_rank_left_out_is_an_error(tmp_path):

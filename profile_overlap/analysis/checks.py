@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 OK, WARNING, ERROR = "ok", "warning", "error"
 STATUSES = (OK, WARNING, ERROR)
@@ -28,6 +28,26 @@ CUT_SHORT_RATIO = 0.5
 """A last step shorter than this fraction of every other step of its rank looks cut short."""
 LISTED = 5
 """Items named in a check's one-line detail (the figures hold them all)."""
+MAX_WORLD_SIZE = 1 << 20
+"""The largest world size a trace's distributedInfo is believed to declare (1,048,576 ranks, several
+times the largest jobs run); above it (or below 1) ranks.world_size is an error and the world is the ranks found."""
+
+
+def credible_world_size(declared: int | None) -> TypeGuard[int]:
+    return declared is not None and 1 <= declared <= MAX_WORLD_SIZE
+
+
+def missing_ranges(found: Sequence[int], world: int) -> list[tuple[int, int]]:
+    """The ranks of range(world) not in `found`, as (first, last) runs: memory grows with the ranks
+    found, not with the world size."""
+    runs, start = [], 0
+    for r in sorted({r for r in found if 0 <= r < world}):
+        if r > start:
+            runs.append((start, r - 1))
+        start = r + 1
+    if start < world:
+        runs.append((start, world - 1))
+    return runs
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import numpy as np
 
 from profile_overlap.analysis.call_columns import collective_stats
 from profile_overlap.analysis.causes import Explained, explain
+from profile_overlap.analysis.checks import credible_world_size
 from profile_overlap.analysis.clocks import ClockAlignment, align_clocks
 from profile_overlap.analysis.heatmap import heatmap
 from profile_overlap.analysis.integrity import Integrity, check_integrity
@@ -67,7 +68,8 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False,
     assert ranks
     ranks = sorted(ranks, key=lambda r: r.rank)
     assert len({r.rank for r in ranks}) == len(ranks), "one RankAnalysis per rank"
-    world = max((r.world_size for r in ranks if r.world_size), default=None) or len(ranks)
+    # A world size no job has (corrupt distributedInfo: ranks.world_size says so) is not believed.
+    world = max((r.world_size for r in ranks if credible_world_size(r.world_size)), default=None) or len(ranks)
     # A trace without group sizes (no distributedInfo, no kernel args): assume the whole world.
     ranks = [
         r if all(c.group_size for c in r.collectives) else replace(r, collectives=collective_stats(r.instances, default_group_size=world))

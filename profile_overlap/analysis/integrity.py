@@ -18,6 +18,7 @@ import numpy as np
 
 from profile_overlap.analysis.checks import (
     ERROR,
+    MAX_WORLD_SIZE,
     OK,
     OVERLAP,
     PHASE,
@@ -26,7 +27,9 @@ from profile_overlap.analysis.checks import (
     WARNING,
     Check,
     Integrity,
+    credible_world_size,
     listed,
+    missing_ranges,
     rank_list,
     status_of,
     with_meaning,
@@ -61,24 +64,36 @@ def check_integrity(ranks: Sequence[RankAnalysis], *, duplicates: Sequence[str] 
 def _rank_checks(ranks: list[RankAnalysis], duplicates: Sequence[str]) -> list[Check]:
     found = [r.rank for r in ranks]
     declared = max((r.world_size for r in ranks if r.world_size), default=None)
+    files = sum(len(r.files) for r in ranks)
     figures: dict[str, Any] = {"world_size": declared, "ranks_found": found}
     if declared is None:
         detail = f"the traces do not record the world size (no distributedInfo): {len(found)} rank(s) found, none known missing"
         world = Check("ranks.world_size", WARNING, detail, figures)
+    elif not credible_world_size(declared):
+        detail = (
+            f"the traces declare a world size of {declared:,} and {files} rank file(s) were found: no job has that many ranks "
+            f"(at most {MAX_WORLD_SIZE:,} are believed), so their distributedInfo is corrupt; the world is taken as the "
+            f"{len(found)} rank(s) found"
+        )
+        world = Check("ranks.world_size", ERROR, detail, figures | {"rank_files": files, "believed_max": MAX_WORLD_SIZE})
     else:
-        missing = sorted(set(range(declared)) - set(found))
+        # Runs of missing ranks, never the set of every declared rank (a world of 10**9 is a few numbers here).
+        missing = missing_ranges(found, declared)
+        count = sum(last - first + 1 for first, last in missing)
         extra = [r for r in found if r >= declared]
-        figures |= {"missing": missing, "beyond_world": extra}
+        figures |= {"missing": [list(run) for run in missing], "missing_count": count, "beyond_world": extra}
         if extra:
             detail = f"{rank_list(extra)} beyond the world size {declared}: traces of different jobs in one folder?"
         elif missing:
-            detail = f"{len(found)} of {declared} ranks found; missing {rank_list(missing)}"
+            named = [r for first, last in missing for r in range(first, min(last, first + 8) + 1)][:8]
+            more = f" and {count - len(named)} more" if count > len(named) else ""
+            which = f"{'rank' if count == 1 else 'ranks'} {', '.join(map(str, named))}{more}"
+            detail = f"{len(found)} of {declared} ranks found; missing {which}"
         else:
             detail = f"all {declared} ranks found"
         world = Check("ranks.world_size", status_of(bool(extra), bool(missing)), detail, figures)
     world = with_meaning(world, "cross-rank numbers cover only the ranks found; per-rank numbers stand", WAIT)
 
-    files = sum(len(r.files) for r in ranks)
     if duplicates:
         detail = f"{len(duplicates)} file(s) left out: another file claims the same rank and time ({listed(duplicates, 2)})"
     else:

@@ -1,8 +1,13 @@
 """A trace file -> its `traceEvents`, one decoded chunk at a time (for `trace.load_trace`).
 
-The file is decompressed in chunks (gzip recognised by content, not by name), each chunk is cut
-at an event boundary and decoded, and the events are handed on before the next chunk is read,
+The file is decompressed in chunks (gzip recognised by content, not by name), the events read so
+far are cut at an event boundary and decoded, and the events are handed on before more is read,
 so the whole document is never held in memory at once.
+
+Hostile input costs bounded memory and linear time: at most MAX_HEAD_BYTES are kept while looking
+for `traceEvents` and at most MAX_PENDING_BYTES of it without an event boundary; a cut is tried at
+a bounded number of places each time, and only once the bytes waiting have doubled since the last
+try, so each byte is decoded a bounded number of times.
 """
 
 from __future__ import annotations
@@ -16,15 +21,25 @@ from typing import Any
 import msgspec
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_ARRAY_END = re.compile(rb"\}\s*\]")
-_MAX_SPLIT_TRIES = 16
+_BRACE_BEFORE = re.compile(rb"\}\s*\Z")
+_WHITESPACE = b" \t\r\n"
+MAX_SPLIT_TRIES = 16
+"""Cut points tried each time (from the last): a `},` inside a string or a nested object is not an
+event boundary, and a failed decode says so."""
+MAX_HEAD_BYTES = 32 << 20
+"""Bytes read while looking for `traceEvents`. Kineto writes a few kB before it (schemaVersion,
+deviceProperties, distributedInfo), and 8 MB would list a world of checks.MAX_WORLD_SIZE ranks in one group's pg_config."""
+MAX_PENDING_BYTES = 32 << 20
+"""Bytes of `traceEvents` (or of what follows the array) kept without finding the end of an event.
+A profiler's events are at most a few kB; only a hostile or broken file has one this long."""
+_MB = 1 << 20
 
 Decode = Callable[[bytes], list[Any]]
 """Decodes one JSON array of events (bytes) into a list."""
 
 
 class NotATrace(Exception):
-    """JSON, but not a trace: it has no `traceEvents` array."""
+    """JSON, but not a trace: it has no `traceEvents` array, or no events in it."""
 
 
 def read_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
@@ -41,67 +56,126 @@ def read_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
                 yield chunk
 
 
-def _decode_array(decode: Decode, body: bytes | bytearray) -> list[Any]:
-    return decode(b"[" + body + b"]")
-
-
 def stream_events(chunks: Iterator[bytes], decode: Decode, on_events: Callable[[list[Any]], None]) -> bytes:
     """Feed every event of the `traceEvents` array, decoded by `decode` (a msgspec decoder of a
-    JSON array), to `on_events`, one chunk at a time. Returns
-    the rest of the document with an empty `traceEvents`, for the metadata.
+    JSON array), to `on_events`, a run of events at a time. Returns the rest of the document with
+    an empty `traceEvents`, for the metadata.
 
-    A chunk is cut after the last `},` that ends an event. A `},` inside a string or a nested
-    object makes the part before it invalid JSON, so a failed decode tells us to try the one
-    before; a valid decode proves the cut is at an event boundary."""
+    Raises NotATrace, msgspec.DecodeError (not JSON, or cut short) or msgspec.ValidationError
+    (events of the wrong shape, from `decode`)."""
     head = bytearray()
     match = None
     for chunk in chunks:
-        start = max(0, len(head) - 32)
+        start = max(0, len(head) - 64)
         head += chunk
         match = _EVENTS_KEY.search(head, start)
-        if match:
+        if match or len(head) > MAX_HEAD_BYTES:
             break
     if match is None:
-        msgspec.json.decode(bytes(head))  # raises DecodeError if it is not JSON at all
-        raise NotATrace("it is JSON but has no `traceEvents` array")
+        _not_a_trace(head)
+    assert match is not None
     prefix = bytes(head[: match.start()])
-    buf = bytes(head[match.end() :])
+    events = _Events(decode, on_events)
+    events.feed(bytes(head[match.end() - 1 :]))  # from the array's `[`
     del head
     for chunk in chunks:
-        buf += chunk
-        buf = _emit_complete(buf, decode, on_events)
-    return prefix + b'"traceEvents":[]' + _emit_last(buf, decode, on_events)
+        events.feed(chunk)
+    return prefix + b'"traceEvents":[]' + events.finish()
 
 
-def _emit_complete(buf: bytes, decode: Decode, on_events: Callable[[list[Any]], None]) -> bytes:
-    pos = buf.rfind(b"},")
-    for _ in range(_MAX_SPLIT_TRIES):
-        if pos == -1:
-            return buf
-        try:
-            events = _decode_array(decode, buf[: pos + 1].lstrip(b" \t\r\n,"))
-        except msgspec.ValidationError:
-            raise
-        except msgspec.DecodeError:
-            pos = buf.rfind(b"},", 0, pos)
-            continue
-        on_events(events)
-        return buf[pos + 2 :]
-    return buf
+def _not_a_trace(head: bytearray) -> None:
+    """Raise the error for a document without `traceEvents`: not JSON, or JSON that is no trace."""
+    if len(head) <= MAX_HEAD_BYTES:
+        msgspec.json.decode(head)  # raises DecodeError if it is not JSON at all
+        raise NotATrace("it is JSON but has no `traceEvents` array")
+    try:
+        msgspec.json.decode(memoryview(head)[:MAX_HEAD_BYTES])
+    except msgspec.DecodeError as err:
+        if "truncated" not in str(err):
+            raise  # not JSON (it would be JSON so far, cut off here)
+    raise NotATrace(f"no `traceEvents` array in its first {MAX_HEAD_BYTES // _MB} MiB (a profiler writes it within a few kB)")
 
 
-def _emit_last(buf: bytes, decode: Decode, on_events: Callable[[list[Any]], None]) -> bytes:
-    rest = buf.lstrip(b" \t\r\n,")
-    if rest.startswith(b"]"):
-        return rest[1:]
-    ends = list(_ARRAY_END.finditer(rest))
-    for m in reversed(ends[-_MAX_SPLIT_TRIES:]):
-        try:
-            events = _decode_array(decode, rest[: m.start() + 1])
-        except msgspec.ValidationError:
-            raise
-        except msgspec.DecodeError:
-            continue
-        on_events(events)
-        return rest[m.end() :]
-    raise msgspec.DecodeError("the `traceEvents` array is not closed: the file is cut short")
+class _Events:
+    """The bytes of the `traceEvents` array as they arrive, decoded up to the last event boundary
+    found. The bytes waiting always start with `[`, so a cut is decoded as one array."""
+
+    def __init__(self, decode: Decode, on_events: Callable[[list[Any]], None]) -> None:
+        self.decode, self.on_events = decode, on_events
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.tried = 0
+        """Bytes waiting (from the start) in which every cut point was tried or passed over."""
+        self.next_try = 0
+        """Try to cut once this many bytes wait."""
+
+    def feed(self, chunk: bytes) -> None:
+        self.parts.append(chunk)
+        self.size += len(chunk)
+        if self.size < self.next_try:
+            return
+        buf = self._joined()
+        pos = self._cut(buf)
+        if pos is not None:
+            rest = b"".join((b"[", memoryview(buf)[pos + 2 :]))
+            self.parts, self.size = [rest], len(rest)
+        elif self.size >= MAX_PENDING_BYTES:
+            raise NotATrace(
+                f"over {MAX_PENDING_BYTES // _MB} MiB of its `traceEvents` array (or of what follows it) without the end of an event "
+                "(a profiler's events are a few kB): a giant string or value, or not an array of events"
+            )
+        # Cut points once passed over are never tried again (what precedes them does not change,
+        # nor does their verdict), and the next try waits until the bytes waiting have doubled.
+        self.tried = self.size
+        self.next_try = min(2 * self.size, MAX_PENDING_BYTES)
+
+    def _joined(self) -> bytes:
+        if len(self.parts) > 1:
+            self.parts = [b"".join(self.parts)]
+        return self.parts[0]
+
+    def _cut(self, buf: bytes) -> int | None:
+        """Decode and hand on the events up to the last `},` that ends an event, among the last
+        MAX_SPLIT_TRIES not tried before; its position, or None."""
+        end = len(buf)
+        low = max(1, self.tried - 1)  # a `}` already there, and the `,` just come
+        for _ in range(MAX_SPLIT_TRIES):
+            pos = buf.rfind(b"},", low, end)
+            if pos == -1:
+                return None
+            try:
+                events = self.decode(b"".join((memoryview(buf)[: pos + 1], b"]")))
+            except msgspec.ValidationError:
+                raise
+            except msgspec.DecodeError:
+                end = pos + 1
+                continue
+            self.on_events(events)
+            return pos
+        return None
+
+    def finish(self) -> bytes:
+        """The events after the last cut, up to the array's end; returns what follows the array."""
+        buf = self._joined() if self.parts else b"["
+        body = buf[1:].lstrip(_WHITESPACE + b",")
+        if body.startswith(b"]"):
+            return body[1:]
+        end = len(buf)
+        for _ in range(MAX_SPLIT_TRIES):
+            close = buf.rfind(b"]", 1, end)
+            if close == -1:
+                break
+            end = close
+            # The `}` of the last event before it (at most a few kB of whitespace between).
+            brace = _BRACE_BEFORE.search(buf, max(1, close - 4096), close)
+            if brace is None:
+                continue
+            try:
+                events = self.decode(b"".join((memoryview(buf)[: brace.start() + 1], b"]")))
+            except msgspec.ValidationError:
+                raise
+            except msgspec.DecodeError:
+                continue
+            self.on_events(events)
+            return buf[close + 1 :]
+        raise msgspec.DecodeError("the `traceEvents` array is not closed: the file is cut short")

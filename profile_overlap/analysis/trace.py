@@ -13,13 +13,16 @@ chunking is `stream`; what is decoded and kept is here.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import re
+import sys
 import zlib
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -46,18 +49,26 @@ _NUMBER_IN_NAME = re.compile(r"(?<!\d)(\d{1,5})(?!\d)")
 # ---------------------------------------------------------------- what msgspec decodes
 
 
+# Numbers the analysis keeps in int64 columns, bounded as they are decoded: a larger one is one line
+# ("not a PyTorch profiler trace ... Expected `int` <= ..."), not an OverflowError later.
+_Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+_Count = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
+"""Elements of a message: times a dtype's bytes, still an exact float and an int64."""
+_Rank = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+
+
 class _Args(msgspec.Struct, gc=False):
-    correlation: int = -1
-    external_id: int = msgspec.field(default=-1, name="External id")
-    external_id_lower: int = msgspec.field(default=-1, name="external id")
+    correlation: _Int64 = -1
+    external_id: _Int64 = msgspec.field(default=-1, name="External id")
+    external_id_lower: _Int64 = msgspec.field(default=-1, name="external id")
     stream: int | str | None = None
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
     collective_name: str | None = msgspec.field(default=None, name="Collective name")
-    in_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
+    in_nelems: _Count | None = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: _Count | None = msgspec.field(default=None, name="Out msg nelems")
     dtype: str | None = None
-    group_size: int | None = msgspec.field(default=None, name="Group size")
+    group_size: _Rank | None = msgspec.field(default=None, name="Group size")
     pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
     pg_ranks: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Process Group Ranks")
     name: str | None = None  # thread_name / process_name metadata
@@ -76,13 +87,13 @@ class _Event(msgspec.Struct, gc=False):
 
 class _PgConfig(msgspec.Struct):
     pg_name: str = ""
-    pg_size: int = 0
+    pg_size: _Rank = 0
 
 
 class _DistributedInfo(msgspec.Struct):
     backend: str | None = None
-    rank: int | None = None
-    world_size: int | None = None
+    rank: _Rank | None = None
+    world_size: _Int64 | None = None
     pg_config: list[_PgConfig] = []
 
 
@@ -316,6 +327,31 @@ def rank_from_file_name(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
+@contextlib.contextmanager
+def decode_errors(path: Path) -> Iterator[None]:
+    """Reading and decoding a trace file (load_trace, and perfetto's passes over it): each way it
+    can fail is a UserError, one line naming the file, the problem and the fix."""
+    fix = "remove it from the folder or pass --skip-bad"
+    try:
+        yield
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        raise UserError(f"{path} is a truncated or corrupt gzip file ({err}); re-copy it or {fix}") from None
+    except NotATrace as err:
+        raise UserError(f"{path} is not a PyTorch profiler trace: {err}; {fix}") from None
+    except msgspec.ValidationError as err:
+        raise UserError(f"{path} is not a PyTorch profiler trace ({err}); {fix}") from None
+    except msgspec.DecodeError as err:
+        raise UserError(f"{path} is not valid JSON ({err}); {fix}") from None
+    except RecursionError:
+        # msgspec's decoder recurses per level of arrays and objects, up to Python's recursion limit.
+        raise UserError(
+            f"{path} is not a PyTorch profiler trace: its arrays or objects nest over {sys.getrecursionlimit()} deep "
+            f"(a profiler's nest a few levels); {fix}"
+        ) from None
+    except OSError as err:
+        raise UserError(f"cannot read {path}: {err}; {fix}") from None
+
+
 def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
     """Read one trace file. Raises UserError naming the problem and the fix for a file that is
     empty, not JSON, a cut-short gzip or JSON that is not a PyTorch profiler trace."""
@@ -328,18 +364,8 @@ def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
     if size == 0:
         raise UserError(f"{path} is empty (0 bytes), probably an interrupted write; {fix}")
     sink = _Sink()
-    try:
+    with decode_errors(path):
         outer = _OUTER.decode(stream_events(read_chunks(path, chunk_bytes), _EVENTS.decode, sink.add))
-    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-        raise UserError(f"{path} is a truncated or corrupt gzip file ({err}); re-copy it or {fix}") from None
-    except NotATrace as err:
-        raise UserError(f"{path} is not a PyTorch profiler trace: {err}; {fix}") from None
-    except msgspec.ValidationError as err:
-        raise UserError(f"{path} is not a PyTorch profiler trace ({err}); {fix}") from None
-    except msgspec.DecodeError as err:
-        raise UserError(f"{path} is not valid JSON ({err}); {fix}") from None
-    except OSError as err:
-        raise UserError(f"cannot read {path}: {err}; {fix}") from None
 
     info = outer.distributedInfo
     rank: int | None

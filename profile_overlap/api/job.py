@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from profile_overlap.analysis.checks import credible_world_size, missing_ranges
 from profile_overlap.analysis.cross_rank import TraceAnalysis
 from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.analysis.record import timeline_record, traced_record
@@ -48,7 +49,8 @@ def job_record(job_dir: Path, result: TraceAnalysis, *, cycle: int | None = None
     for r in result.ranks:
         for s in r.steps:
             slowest[s.step] = max(slowest.get(s.step, 0.0), s.step_us / 1e3)
-    world = max([result.world_size, *(s.world_size for s in states.values())])
+    # result.world_size is a believable one (analysis.cross_rank); so must the state files' be.
+    world = max([result.world_size, *(s.world_size for s in states.values() if credible_world_size(s.world_size))])
     found = sorted(r.rank for r in result.ranks)
     facts = JobFacts(
         kind=JOB,
@@ -56,7 +58,7 @@ def job_record(job_dir: Path, result: TraceAnalysis, *, cycle: int | None = None
         trace_files=sum(len(r.files) for r in result.ranks),
         profiled_steps=len(slowest),
         profiled_ranks=tuple(found),
-        missing_ranks=tuple(sorted(set(range(world)) - set(found))) if len(found) < world else (),
+        missing_ranks=tuple(r for first, last in missing_ranges(found, world) for r in range(first, last + 1)),
         dropped_traces=layout.num_dropped(job_dir),
         cycles="all" if cycle is None else f"cycle {cycle} only (the job is running)",
     )

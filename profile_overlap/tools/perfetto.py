@@ -29,7 +29,7 @@ from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import replace_atomically
 from profile_overlap.tools import perfetto_tracks as pt
 from profile_overlap.tools.perfetto_layout import OURS, Rank, arrow_events, drawn_events, layout, meta_event, rewrite_rank, slice_event
-from profile_overlap.tools.perfetto_read import Event, scan, to_ns
+from profile_overlap.tools.perfetto_read import MAX_US, Event, scan, times_in_range, to_ns
 from profile_overlap.tools.perfetto_source import Source
 
 MODE_GAP_NS = 10_000_000
@@ -89,7 +89,17 @@ def write_perfetto(source: Source, out: Path, *, steps=None, warn=None) -> Perfe
     cut = steps is not None
     mode_shift_ns, prev_end = [], None
     for _, a in analyses:
+        for r in a.ranks:
+            with times_in_range(f"rank {r.rank}'s trace ({', '.join(r.files)})"):
+                for t in (r.facts.first_event_us, r.facts.last_event_us) if r.facts is not None else ():
+                    to_ns(t, 0, 0)  # raises TimeOutOfRange
         lo, hi = _extent_us(a, cut)
+        for t in (lo, hi):
+            if not -MAX_US < t < MAX_US:
+                raise UserError(
+                    f"the traces under {a.source} have events at {t:.4g} µs, beyond what a Perfetto trace holds (±{MAX_US:.0e} µs): "
+                    "a corrupt trace; remove it from the folder"
+                )
         lo_ns, hi_ns = round(lo * 1000), round(hi * 1000)
         shift = 0 if prev_end is None or lo_ns > prev_end else prev_end + MODE_GAP_NS - lo_ns
         mode_shift_ns.append(shift)
@@ -106,25 +116,27 @@ def write_perfetto(source: Source, out: Path, *, steps=None, warn=None) -> Perfe
             rk = ranks.setdefault(r.rank, Rank(r.rank, r.rank + 1, source.hosts.get(r.rank)))
             shift_ns = round(a.clocks.offset(r.rank) * 1000) - mshift
             origin = math.floor(r.facts.first_event_us) if r.facts is not None else 0
-            window = None
-            if cut and r.steps:
-                window = (
-                    to_ns(min(s.start_us for s in r.steps), origin, shift_ns),
-                    to_ns(max(s.start_us + s.step_us for s in r.steps), origin, shift_ns),
-                )
-            for path in r.files:
-                fs = scan(
-                    Path(path),
-                    rk.tracks,
-                    rk.names,
-                    rk.process_names,
-                    origin_us=origin,
-                    shift_ns=shift_ns,
-                    window_ns=window,
-                    next_flow_id=flow_ids.__next__,
-                )
-                rk.scans.append((fs, origin, shift_ns, window))
-            tracks = pt.rank_tracks(r, functools.partial(to_ns, origin_us=origin, shift_ns=shift_ns), mode, wait=waits.get(r.rank))
+            # The analysis keeps any time a trace gives; the merged file's clock has a range.
+            with times_in_range(f"rank {r.rank}'s trace ({', '.join(r.files)})"):
+                window = None
+                if cut and r.steps:
+                    window = (
+                        to_ns(min(s.start_us for s in r.steps), origin, shift_ns),
+                        to_ns(max(s.start_us + s.step_us for s in r.steps), origin, shift_ns),
+                    )
+                for path in r.files:
+                    fs = scan(
+                        Path(path),
+                        rk.tracks,
+                        rk.names,
+                        rk.process_names,
+                        origin_us=origin,
+                        shift_ns=shift_ns,
+                        window_ns=window,
+                        next_flow_id=flow_ids.__next__,
+                    )
+                    rk.scans.append((fs, origin, shift_ns, window))
+                tracks = pt.rank_tracks(r, functools.partial(to_ns, origin_us=origin, shift_ns=shift_ns), mode, wait=waits.get(r.rank))
             base[r.rank] = sum(len(t.slices) for _, t in rk.drawn)
             rk.drawn.append((mode, tracks))
             drawn[r.rank] = tracks

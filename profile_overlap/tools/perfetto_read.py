@@ -9,7 +9,8 @@ event's `args` pass through as the bytes they were, never decoded.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +18,8 @@ import msgspec
 import numpy as np
 
 from profile_overlap.analysis.stream import read_chunks, stream_events
-from profile_overlap.analysis.trace import CHUNK_BYTES
+from profile_overlap.analysis.trace import CHUNK_BYTES, decode_errors
+from profile_overlap.core.errors import UserError
 
 FLOW_PHASES = frozenset({"s", "t", "f"})
 TRACK_META = frozenset({"thread_name", "thread_sort_index", "process_name", "process_sort_index", "process_labels"})
@@ -78,10 +80,39 @@ def _inside(t: int, window_ns: tuple[int, int] | None) -> bool:
     return window_ns is None or window_ns[0] <= t <= window_ns[1]
 
 
+MAX_US = 4e15
+"""The largest time or duration (µs, either sign) a merged file holds: ns in int64 reach 9.2e15 µs,
+and the epoch clock is at 1.8e15 µs today. A trace with one beyond it is corrupt."""
+
+
+class TimeOutOfRange(ValueError):
+    """A time or duration beyond MAX_US."""
+
+
 def to_ns(ts_us: float, origin_us: int, shift_ns: int) -> int:
     """A time in µs -> whole ns less shift_ns. Through a whole-µs origin near it: a trace on the
     epoch clock (1.7e15 µs) times 1000 is beyond what a float holds to the ns."""
+    if not -MAX_US < ts_us < MAX_US:
+        raise TimeOutOfRange(ts_us)
     return round((ts_us - origin_us) * 1000) + origin_us * 1000 - shift_ns
+
+
+def dur_ns(dur_us: float) -> int:
+    if not -MAX_US < dur_us < MAX_US:
+        raise TimeOutOfRange(dur_us)
+    return round(dur_us * 1000)
+
+
+@contextmanager
+def times_in_range(what: str) -> Iterator[None]:
+    """TimeOutOfRange -> the one line naming `what` (a file, or a rank's files)."""
+    try:
+        yield
+    except TimeOutOfRange as err:
+        raise UserError(
+            f"{what} has a time or duration of {err.args[0]:.4g} µs, beyond what a Perfetto trace holds (±{MAX_US:.0e} µs): "
+            "a corrupt trace; remove it from the folder"
+        ) from None
 
 
 def scan(
@@ -111,7 +142,7 @@ def scan(
                 key = (str(e.pid), str(e.tid))
                 codes.append(tracks.setdefault(key, len(tracks)))
                 starts.append(to_ns(e.ts or 0.0, origin_us, shift_ns))
-                durs.append(round((e.dur or 0.0) * 1000))
+                durs.append(dur_ns(e.dur or 0.0))
             elif ph in FLOW_PHASES:
                 key = (str(e.pid), str(e.tid))
                 t = to_ns(e.ts or 0.0, origin_us, shift_ns)
@@ -136,7 +167,9 @@ def scan(
                 if _inside(t, window_ns) and (t_min[0] is None or t < t_min[0]):
                     t_min[0] = t
 
-    stream_events(read_chunks(path, CHUNK_BYTES), _EVENTS.decode, on_events)
+    # Its own decoder: a field the analysis skips (id, bp, s) may be of a type perfetto cannot take.
+    with decode_errors(path), times_in_range(str(path)):
+        stream_events(read_chunks(path, CHUNK_BYTES), _EVENTS.decode, on_events)
     x_start = np.array(starts, dtype=np.int64)
     x_dur = np.maximum(np.array(durs, dtype=np.int64), 0)
     keep = np.ones(x_start.size, dtype=bool) if window_ns is None else (x_start <= window_ns[1]) & (x_start + x_dur >= window_ns[0])
@@ -205,4 +238,5 @@ def rewrite(
         state["x"], state["flow"] = x, fl
         emit(out)
 
-    stream_events(read_chunks(path, CHUNK_BYTES), _EVENTS.decode, on_events)
+    with decode_errors(path), times_in_range(str(path)):
+        stream_events(read_chunks(path, CHUNK_BYTES), _EVENTS.decode, on_events)
