@@ -352,6 +352,10 @@ def decode_errors(path: Path) -> Iterator[None]:
         raise UserError(f"cannot read {path}: {err}; {fix}") from None
 
 
+MAX_TIME_US = 2**63 / 1e3
+"""The furthest time or duration a profiler clock holds (Kineto counts int64 nanoseconds)."""
+
+
 def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
     """Read one trace file. Raises UserError naming the problem and the fix for a file that is
     empty, not JSON, a cut-short gzip or JSON that is not a PyTorch profiler trace."""
@@ -367,6 +371,15 @@ def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
     with decode_errors(path):
         outer = _OUTER.decode(stream_events(read_chunks(path, chunk_bytes), _EVENTS.decode, sink.add))
 
+    kernels, cpu = sink.kernels.freeze(sink.shared), sink.cpu.freeze(sink.shared)
+    for events in (kernels, cpu):
+        far = np.abs(events.ts) + np.abs(events.dur) > MAX_TIME_US  # NaN compares False: those are dropped later
+        if far.any():
+            t = float(np.abs(events.ts[far]).max() + np.abs(events.dur[far]).max())
+            raise UserError(
+                f"{path} has an event at or lasting {t:.4g} µs, beyond any profiler clock (±{MAX_TIME_US:.3g} µs, "
+                f"int64 nanoseconds): a corrupt trace; {fix}"
+            )
     info = outer.distributedInfo
     rank: int | None
     if info is not None and info.rank is not None:
@@ -383,8 +396,8 @@ def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
         world_size=info.world_size if info else None,
         pg_sizes={pg.pg_name: pg.pg_size for pg in (info.pg_config if info else [])},
         thread_names={tid: tuple(names) for tid, names in sink.thread_names.items()},
-        kernels=sink.kernels.freeze(sink.shared),
-        cpu=sink.cpu.freeze(sink.shared),
+        kernels=kernels,
+        cpu=cpu,
         runtime_correlation=_column(sink.rt_corr, np.int64),
         runtime_ts=_column(sink.rt_ts, np.float64),
         runtime_tid=_column(sink.rt_tid, np.int32),
