@@ -136,3 +136,12 @@ def test_a_command_in_a_tensorboard_settings_cell_stays_one_verbatim_cell():
     assert not _headings(tokens) and [t.type for t in tokens].count("td_open") == 2
     code = [c.content for t in tokens if t.type == "inline" for c in t.children or () if c.type == "code_inline"]
     assert code == ["command", "torchrun x.py --tag ``a|b``  # injected"]
+
+
+def test_escape_sequences_in_a_name_reach_neither_the_markdown_nor_the_html_report():
+    from profile_overlap.render import html
+
+    name = "\x1b]0;owned\x07nccl\x1b[2J\x9b31m"  # a window title, a screen clear, an 8-bit CSI
+    for text in (markdown.render(_report(name), figure_png=None), html.render(_report(name), figure_svg=None)):
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", text)  # a `cat report.md` in a terminal stays a listing
+        assert "nccl" in text

@@ -14,6 +14,7 @@ import html
 
 from markdown_it import MarkdownIt
 
+from profile_overlap.core.terminal import printable
 from profile_overlap.render.document import Code, Figure, Items, Paragraph, Picture, Ref, Report, Table, definitions
 
 STYLE = """
@@ -113,7 +114,8 @@ def render(report: Report, *, figure_svg: str | None) -> str:
 
 
 def _e(text: str) -> str:
-    return html.escape(str(text), quote=True)
+    # Control characters are not allowed in HTML text (and an escape sequence would reach a terminal that shows the file).
+    return html.escape(printable(text), quote=True)
 
 
 def _inline(parts) -> str:

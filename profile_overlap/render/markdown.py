@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from profile_overlap.core.terminal import printable
 from profile_overlap.render.document import Code, Figure, Items, Paragraph, Picture, Ref, Report, Table, definitions
 
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|~])")
@@ -19,7 +20,8 @@ _LINE_ENDING = re.compile(r"\r\n?|\n")
 
 def escape(text: str) -> str:
     """Inline Markdown text that renders as exactly `text` (GitHub / CommonMark)."""
-    text = _ENTITY_LIKE.sub("&amp;", str(text))
+    # Control characters (escape sequences among them) would reach the terminal of whoever cats the file.
+    text = _ENTITY_LIKE.sub("&amp;", printable(_LINE_ENDING.sub("\n", str(text))))
     text = text.replace("<", "&lt;").replace(">", "&gt;")
     text = _MD_SPECIAL.sub(r"\\\1", text)
     # Intraword underscores (all_reduce) never make emphasis; only those at a word's edge can.
@@ -32,7 +34,7 @@ def code_span(text: str, *, table: bool = False) -> str:
     """`text` as an inline code span that shows it verbatim on one line: delimited by one backtick
     more than its longest run of them, its line endings spaces; in a table cell (`table`) its pipes
     escaped (GFM takes `\\|` as a pipe even inside a code span there, and a bare one ends the cell)."""
-    text = _LINE_ENDING.sub(" ", str(text))
+    text = printable(_LINE_ENDING.sub(" ", str(text)))
     text = text.replace("|", "\\|") if table else text
     fence = "`" * (1 + max((len(r) for r in re.findall(r"`+", text)), default=0))
     pad = " " if text.startswith("`") or text.endswith("`") else ""
@@ -93,7 +95,7 @@ def _block(block, inline, figure_png: str | None) -> list[str]:
         return _table(block, inline)
     if isinstance(block, Code):
         fence = "`" * max(3, 1 + max((len(r) for r in re.findall(r"`+", block.text)), default=0))
-        return [f"{fence}text", block.text, fence, ""]
+        return [f"{fence}text", printable(_LINE_ENDING.sub("\n", block.text)), fence, ""]
     if isinstance(block, Items):
         return [f"- {inline(i)}" for i in block.items] + [""]
     if isinstance(block, Figure):
