@@ -187,7 +187,7 @@ def finish_rank(
     # Number the calls over the whole trace, before any window: the k-th call of a kind and group
     # is then the same call on every rank even where a step window cuts through the calls
     # differently on each rank (gloo starts the split's all_gathers across the step boundary).
-    every_call = number_calls(all_calls)
+    every_call = number_calls(all_calls, rank=rank)
     windows, step_num, step_start, step_end, calls, instances = step_window(pooled, every_call, steps=steps, rank=rank)
     comm_u, compute_u = busy(files, pooled)
     facts = rank_facts(

@@ -22,9 +22,12 @@ class CollectiveArgs(msgspec.Struct, frozen=True):
     dtype: str | None = None
     group_size: int | None = None
     pg_name: str | None = None
+    pg_desc: str | None = None
     pg_ranks: str | list[int] | None = None
     input_dims: list[Any] | None = None
     input_type: list[Any] | None = None
+    concrete_inputs: list[Any] | None = None
+    """Scalar arguments as text (c10d::send / recv_: [..., peer, tag])."""
 
 
 class RowArgs(Mapping[int, CollectiveArgs]):
