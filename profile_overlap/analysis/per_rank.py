@@ -15,9 +15,11 @@ import numpy as np
 
 from profile_overlap.analysis.call_columns import Calls, Instances, collective_stats, number_calls
 from profile_overlap.analysis.collectives import CollectiveStats
+from profile_overlap.analysis.dimensions import RankDimensions, rank_dimensions
 from profile_overlap.analysis.events import FileEvents, extract
 from profile_overlap.analysis.facts import RankFacts, rank_facts
 from profile_overlap.analysis.overlap_spans import OverlapSpans, overlap_spans
+from profile_overlap.analysis.pipeline import RankPipeline, rank_pipeline
 from profile_overlap.analysis.rank_input import rank_of
 from profile_overlap.analysis.rank_pool import busy, pool, step_window
 from profile_overlap.analysis.rank_times import RankTimes, rank_times
@@ -116,6 +118,10 @@ class RankAnalysis:
     """Per profiled step, what whatif replays (analysis/replay.py)."""
     spans: OverlapSpans | None = None
     """The intervals behind the totals (analysis/overlap_spans.py); only with finish_rank(keep_spans=True)."""
+    dimensions: RankDimensions | None = None
+    """Its calls by dimension (analysis/dimensions.py); None only in analyses built by hand."""
+    pipeline: RankPipeline | None = None
+    """Its point-to-point view and bubble per step (analysis/pipeline.py); None without send/recv."""
 
 
 def _step_metrics(
@@ -222,6 +228,15 @@ def finish_rank(
 
     world = max((f.world_size for f in files if f.world_size), default=None)
     kept = set(step_num.tolist())
+    steps_at = {"step_num": step_num, "step_start": step_start, "step_end": step_end}
+    dims = rank_dimensions(
+        calls,
+        compute_u,
+        groups=files[0].groups,
+        method="; ".join(dict.fromkeys(f.group_method for f in files if f.group_method)),
+        world=world,
+        **steps_at,
+    )
     return RankAnalysis(
         rank=rank,
         device=device,
@@ -251,6 +266,8 @@ def finish_rank(
         replay=tuple(s for f in files for s in replay_steps(f) if s.step in kept),
         times=times,
         spans=overlap_spans(comm_u, compute_u) if keep_spans else None,
+        dimensions=dims,
+        pipeline=rank_pipeline(calls, compute_u, **steps_at),
     )
 
 

@@ -254,6 +254,8 @@ def analysis_record(analysis: TraceAnalysis, *, replay: bool = True) -> Analysis
         integrity=integrity_record(analysis),
         exposed=analysis.exposed,
         spread=spread(ranks),
+        dimensions=analysis.dimensions,
+        pipeline=analysis.pipeline,
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from profile_overlap.record.dimensions import Dimension, Pipeline
 from profile_overlap.record.exposed import Exposed
 from profile_overlap.record.integrity import IntegrityRecord
 from profile_overlap.record.spread import Spread
@@ -144,6 +145,11 @@ class AnalysisRecord(msgspec.Struct, frozen=True, kw_only=True):
     records written before the causes."""
     spread: tuple[Spread, ...] = ()
     """Each per-rank number over the ranks (record/spread.py); absent before it and with one rank."""
+    dimensions: dict[str, Dimension] = msgspec.field(default_factory=dict)
+    """Per dimension (process groups of one kind), its groups and per-rank numbers (record/dimensions.py);
+    absent before dimensions were measured."""
+    pipeline: Pipeline | None = None
+    """The pipeline stages and their bubble; None for a job without send/recv."""
 
     def rank(self, rank: int) -> RankRecord | None:
         return next((r for r in self.ranks if r.rank == rank), None)

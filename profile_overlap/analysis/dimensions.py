@@ -1,0 +1,211 @@
+"""Process groups -> dimensions, and each dimension's communication per rank and step (rank stage:
+`rank_dimensions`), then over the job with the cross-rank wait and transfer (world stage:
+`job_dimensions`). Definitions: the README's Metrics, "Dimensions".
+
+A call's group is the one it names (GPU: its arguments) or the one inferred for it (gloo:
+analysis/gloo_groups.py). Groups with the same `pg_desc` form one dimension ("mesh_tp" -> "tp",
+"default_pg" -> "world"); groups without a description form one per size and stride. Calls that
+could not be placed (gloo_groups.UNPLACED) belong to no dimension: they are counted apart.
+A dimension's exposed time is the union of its calls minus the union of compute, inside the step
+windows; dimensions can overlap each other in time, so their exposed times add up to at least the
+rank's exposed communication (equal when no two dimensions' calls run at once).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+
+from profile_overlap.analysis.bandwidth import bus_factor
+from profile_overlap.analysis.call_columns import Calls, Instances
+from profile_overlap.analysis.gloo_groups import UNPLACED
+from profile_overlap.analysis.trace import ProcessGroupInfo
+from profile_overlap.core import intervals as iv
+from profile_overlap.record.dimensions import Dimension, DimensionRank, DimensionStep
+
+NO_GROUP = "default"
+"""The group of a call whose trace names none (events.py): the whole world."""
+BY_DESC, BY_SHAPE = "pg_desc", "size and stride"
+
+
+@dataclass(frozen=True)
+class RankDimension:
+    """One dimension on one rank: its groups there and its numbers (wait and transfer come later,
+    across ranks)."""
+
+    name: str
+    pg_names: tuple[str, ...]
+    group_size: int | None
+    found_by: str
+    numbers: DimensionRank
+
+
+@dataclass(frozen=True)
+class RankDimensions:
+    """A rank's calls by dimension, and what could not be placed."""
+
+    dims: tuple[RankDimension, ...]
+    dimension_of: tuple[tuple[str, str], ...]
+    """(process group, dimension) of each group the rank's calls name; unplaced groups absent."""
+    unplaced: dict[str, int]
+    """Calls that could not be placed in a group, by kind."""
+    method: str
+    """How the rank's groups were found (analysis/events.py, gloo_groups.py), in words."""
+
+
+def dimension_name(group: ProcessGroupInfo | None, *, size: int | None, world: int | None) -> tuple[str, str]:
+    """(dimension, how it was found) of a process group: from its description, else its size and stride."""
+    desc = group.desc if group is not None else ""
+    if desc.startswith("mesh_") and len(desc) > len("mesh_"):
+        return desc.removeprefix("mesh_"), BY_DESC
+    if desc == "default_pg":
+        return "world", BY_DESC
+    if desc and desc != "undefined":
+        return desc, BY_DESC
+    size = group.size if group is not None and group.size else size
+    if size is None or (world is not None and size >= world):
+        return "world", BY_SHAPE
+    ranks = group.ranks if group is not None else ()
+    stride = ranks[1] - ranks[0] if len(ranks) >= 2 else None
+    return (f"n{size}" if stride is None else f"n{size}_stride{stride}"), BY_SHAPE
+
+
+def _busbw(calls: Calls, sel: np.ndarray) -> float | None:
+    """Σ bytes · bus factor(kind, group size) / Σ duration (GB/s) over the sized calls in `sel`."""
+    moved = dur = 0.0
+    for kind, nb, d, n in zip(
+        calls.kind[sel].tolist(), calls.nbytes[sel].tolist(), calls.dur_us[sel].tolist(), calls.group_size[sel].tolist()
+    ):
+        factor = bus_factor(calls.kinds[kind], n) if n > 0 else None
+        if nb < 0 or factor is None:
+            continue
+        moved += nb * factor
+        dur += d
+    return moved / (dur * 1e3) if dur > 0 else None
+
+
+def rank_dimensions(
+    calls: Calls,
+    compute: iv.Union,
+    *,
+    groups: Sequence[ProcessGroupInfo],
+    method: str,
+    world: int | None,
+    step_num: np.ndarray,
+    step_start: np.ndarray,
+    step_end: np.ndarray,
+) -> RankDimensions:
+    """calls: the rank's calls (in the --steps window); compute: its compute union."""
+    info = {g.name: g for g in groups}
+    dim_of_pg: dict[int, tuple[str, str]] = {}
+    for code, pg in enumerate(calls.pgs):
+        if pg == UNPLACED:
+            continue
+        sizes = calls.group_size[calls.pg == code]
+        size = int(Counter(sizes[sizes > 0].tolist()).most_common(1)[0][0]) if (sizes > 0).any() else None
+        dim_of_pg[code] = dimension_name(info.get(pg), size=size, world=world)
+    windows = iv.union(step_start, step_end) if step_num.size else None
+    dims = []
+    for name in sorted({d for d, _ in dim_of_pg.values()}):
+        codes = [c for c, (d, _) in dim_of_pg.items() if d == name]
+        sel = np.isin(calls.pg, codes)
+        u = iv.union(calls.start_us[sel], calls.start_us[sel] + calls.dur_us[sel])
+        if windows is not None:
+            u = iv.intersect(u, windows)
+        comm_us = iv.length(u)
+        hidden_us = iv.intersection_length(u, compute)
+        nb = calls.nbytes[sel]
+        sizes = calls.group_size[sel]
+        steps = []
+        for n, lo, hi in zip(step_num.tolist(), step_start.tolist(), step_end.tolist()):
+            part = iv.clip(u, lo, hi)
+            c = iv.length(part)
+            h = iv.intersection_length(part, iv.clip(compute, lo, hi))
+            steps.append(DimensionStep(step=int(n), comm_us=round(c, 3), hidden_us=round(h, 3), exposed_us=round(c - h, 3)))
+        dims.append(
+            RankDimension(
+                name=name,
+                pg_names=tuple(sorted(calls.pgs[c] for c in codes)),
+                group_size=int(Counter(sizes[sizes > 0].tolist()).most_common(1)[0][0]) if (sizes > 0).any() else None,
+                found_by=dim_of_pg[codes[0]][1],
+                numbers=DimensionRank(
+                    calls=int(sel.sum()),
+                    bytes=int(nb[nb >= 0].sum()) if (nb >= 0).any() else None,
+                    comm_us=round(comm_us, 3),
+                    hidden_us=round(hidden_us, 3),
+                    exposed_us=round(comm_us - hidden_us, 3),
+                    wait_us=None,
+                    transfer_us=None,
+                    busbw_gbps=None if (bw := _busbw(calls, sel)) is None else round(bw, 4),
+                    steps=tuple(steps),
+                ),
+            )
+        )
+    unplaced = Counter(calls.kinds[k] for k in calls.kind[calls.pg == calls.pgs.index(UNPLACED)].tolist()) if UNPLACED in calls.pgs else {}
+    return RankDimensions(
+        dims=tuple(dims),
+        dimension_of=tuple((calls.pgs[c], d) for c, (d, _) in sorted(dim_of_pg.items())),
+        unplaced=dict(unplaced),
+        method=method,
+    )
+
+
+def base_group(pg: str) -> str:
+    """The process group of an Instances group name: a point-to-point link "<pg> <a>-><b>"
+    (call_columns.number_calls) is its group's."""
+    head, _, link = pg.rpartition(" ")
+    return head if head and "->" in link else pg
+
+
+def job_dimensions(
+    ranks: Sequence[tuple[int, RankDimensions | None, Instances]],
+    fastest: Sequence[np.ndarray],
+    matched: Sequence[np.ndarray],
+) -> dict[str, Dimension]:
+    """Every rank's dimensions gathered by name, with each rank's wait and transfer per dimension.
+    ranks: (rank, its dimensions, its instances); fastest, matched: per rank and instance, the
+    fastest rank's duration of that call and whether it was matched on two or more ranks
+    (cross_rank.combine)."""
+    pg_names: dict[str, set[str]] = defaultdict(set)
+    sizes: dict[str, Counter[int]] = defaultdict(Counter)
+    found_by: dict[str, str] = {}
+    per_rank: dict[str, dict[str, DimensionRank]] = defaultdict(dict)
+    for (rank, dims, inst), fast, ok in zip(ranks, fastest, matched):
+        if dims is None:
+            continue
+        dim_of = dict(dims.dimension_of)
+        inst_dim = np.array([dim_of.get(base_group(pg), "") for pg in inst.pgs] or [""], dtype=object)[inst.pg] if len(inst) else None
+        for d in dims.dims:
+            pg_names[d.name].update(d.pg_names)
+            if d.group_size is not None:
+                sizes[d.name][d.group_size] += 1
+            found_by.setdefault(d.name, d.found_by)
+            numbers = d.numbers
+            if inst_dim is not None:
+                sel = (inst_dim == d.name) & ok
+                if sel.any():
+                    transfer = float(np.cumsum(fast[sel])[-1])
+                    wait = float(np.cumsum(inst.dur_us[sel] - fast[sel])[-1])
+                    numbers = _with_wait(numbers, wait, transfer)
+            per_rank[d.name][str(rank)] = numbers
+    return {
+        name: Dimension(
+            pg_names=tuple(sorted(pg_names[name], key=_group_order)),
+            group_size=sizes[name].most_common(1)[0][0] if sizes[name] else None,
+            found_by=found_by[name],
+            ranks=per_rank[name],
+        )
+        for name in sorted(per_rank)
+    }
+
+
+def _with_wait(d: DimensionRank, wait: float, transfer: float) -> DimensionRank:
+    return msgspec.structs.replace(d, wait_us=round(wait, 3), transfer_us=round(transfer, 3))
+
+
+def _group_order(pg: str) -> tuple[int, str]:
+    return (int(pg), "") if pg.isdigit() else (1 << 62, pg)
