@@ -2,13 +2,15 @@
 record_param_comms), inferred from gloo's worker threads.
 
 Each ProcessGroupGloo starts its own pool of worker threads (`GLOO_POOL_THREADS`, gloo's default)
-when it is created, one thread right after the other, so a pool's threads have consecutive thread
-ids and pools are created in the order the rank created its groups, the order Kineto's
-`distributedInfo.pg_config` lists them. A pool whose group had no work in the trace has no events
-and is not seen. So: the worker threads, in id order, are cut into pools (runs of consecutive ids,
-at most GLOO_POOL_THREADS each); the pools, in order, are the last groups the rank created (a
-group created earlier, such as the default group under a DeviceMesh, is the one left without
-work). Point-to-point calls run on the calling thread: they belong to the pipeline group
+when it is created, one thread right after the other, and pools are created in the order the rank
+created its groups, the order Kineto's `distributedInfo.pg_config` lists them. Thread ids grow in
+creation order within a process (not by one: the other ranks' processes create threads at the
+same time, so ids interleave), and a pool whose group had no work in the trace has no events and
+is not seen. So: the worker threads, in id order, are cut into pools of GLOO_POOL_THREADS; the
+pools, in order, are the last groups the rank created (a group created earlier, such as the
+default group under a DeviceMesh, is the one left without work). This assumes every pool with
+work shows all its threads; a pool whose work all ran on one thread shifts the cut, and the
+cross-rank check below then fails for that rank's groups. Point-to-point calls run on the calling thread: they belong to the pipeline group
 (pg_desc "mesh_pp") if the rank has one, else to the default group. The cross-rank check
 (collectives.matched) then tests the guess: each group's calls must agree across its ranks in
 count, kind and size. A pool that cannot be placed (more pools than groups) is UNPLACED, counted
@@ -41,14 +43,9 @@ class GlooGroups:
 
 
 def pools(tids: list[int]) -> list[list[int]]:
-    """Thread ids -> pools: runs of consecutive ids, cut every GLOO_POOL_THREADS threads."""
-    out: list[list[int]] = []
-    for tid in sorted(set(tids)):
-        if out and tid == out[-1][-1] + 1 and len(out[-1]) < GLOO_POOL_THREADS:
-            out[-1].append(tid)
-        else:
-            out.append([tid])
-    return out
+    """Thread ids -> pools: in id order, GLOO_POOL_THREADS threads each (the last one may have fewer)."""
+    ordered = sorted(set(tids))
+    return [ordered[i : i + GLOO_POOL_THREADS] for i in range(0, len(ordered), GLOO_POOL_THREADS)]
 
 
 def _label(g: ProcessGroupInfo) -> str:
