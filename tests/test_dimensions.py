@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, clean_env
 
 from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.analysis.record import to_json
+
+from conftest import REPO, clean_env
 
 PID = 100
 MiB = 1 << 20
