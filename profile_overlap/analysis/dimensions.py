@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -198,9 +199,32 @@ def job_dimensions(
             group_size=sizes[name].most_common(1)[0][0] if sizes[name] else None,
             found_by=found_by[name],
             ranks=per_rank[name],
+            **_means(per_rank[name]),
         )
         for name in sorted(per_rank)
     }
+
+
+def _means(ranks: dict[str, DimensionRank]) -> dict[str, Any]:
+    """Per step, the mean over the ranks that have it; and the mean per step of its exposed time."""
+    by_step: dict[int, list[DimensionStep]] = defaultdict(list)
+    for d in ranks.values():
+        for s in d.steps:
+            by_step[s.step].append(s)
+    steps = tuple(
+        DimensionStep(
+            step=n,
+            comm_us=round(sum(s.comm_us for s in xs) / len(xs), 3),
+            hidden_us=round(sum(s.hidden_us for s in xs) / len(xs), 3),
+            exposed_us=round(sum(s.exposed_us for s in xs) / len(xs), 3),
+        )
+        for n, xs in sorted(by_step.items())
+    )
+    if steps:
+        per_step = sum(s.exposed_us for s in steps) / len(steps)
+    else:  # no steps: the whole trace, once
+        per_step = sum(d.exposed_us for d in ranks.values()) / len(ranks) if ranks else 0.0
+    return {"steps": steps, "exposed_per_step_us": round(per_step, 3)}
 
 
 def _with_wait(d: DimensionRank, wait: float, transfer: float) -> DimensionRank:

@@ -46,6 +46,10 @@ class Dimension(msgspec.Struct, frozen=True, kw_only=True):
     found_by: str
     """How the groups were collected: "pg_desc" or "size and stride"."""
     ranks: dict[str, DimensionRank]
+    exposed_per_step_us: float | None = None
+    """Its exposed time per profiled step, the mean over its ranks (what the verdict compares)."""
+    steps: tuple[DimensionStep, ...] = ()
+    """Per profiled step, the mean over its ranks that have the step (the TensorBoard scalars)."""
 
 
 class PipelineRank(msgspec.Struct, frozen=True, kw_only=True):
