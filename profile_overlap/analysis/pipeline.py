@@ -122,4 +122,5 @@ def job_pipeline(ranks: Sequence[tuple[int, RankPipeline | None]]) -> Pipeline |
         microbatches=m,
         ideal_bubble_pct=None if ideal is None else round(ideal, 3),
         ranks=out,
+        bubble_pct=round(sum(pcts) / len(pcts), 3) if (pcts := [x.bubble_pct for x in out.values() if x.bubble_pct is not None]) else None,
     )

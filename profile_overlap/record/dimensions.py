@@ -76,3 +76,5 @@ class Pipeline(msgspec.Struct, frozen=True, kw_only=True):
     ideal_bubble_pct: float | None
     """100 · (p − 1) / (m + p − 1) for p stages and m microbatches (GPipe, 1F1B)."""
     ranks: dict[str, PipelineRank]
+    bubble_pct: float | None = None
+    """The mean over its stages of their bubble_pct (the TensorBoard scalar `pipeline/bubble_pct`)."""

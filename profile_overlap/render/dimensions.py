@@ -146,3 +146,19 @@ def report_sections(m: RunMetrics) -> tuple[Section, ...]:
                 Table(header, rows, numeric=(False, *[True] * (len(STAGE_COLUMNS) - 1)), caption=(prefix + _stage_title(a.pipeline),))
             )
     return (Section("dimensions", "Dimensions and pipeline stages", tuple(blocks)),)
+
+
+def tensorboard_scalars(record: AnalysisRecord | None, last_step: int | None) -> list[tuple[str, float, int]]:
+    """(tag, value, step): `dimension/<name>/exposed_ms` per profiled step (the rank mean), and
+    `pipeline/bubble_pct` (the stage mean over the profiled steps) at the last profiled step."""
+    if record is None:
+        return []
+    out = [
+        (f"dimension/{name.replace('/', '_')}/exposed_ms", s.exposed_us / 1e3, s.step)
+        for name, d in record.dimensions.items()
+        for s in d.steps
+    ]
+    p = record.pipeline
+    if p is not None and p.bubble_pct is not None and last_step is not None:
+        out.append(("pipeline/bubble_pct", p.bubble_pct, last_step))
+    return out
