@@ -367,19 +367,21 @@ def pipeline_job(
     kernels: str = "dev",
     nelems: int = 8192,
     host_gap: int = 15,
+    forward_us: tuple[int, ...] | None = None,
 ) -> Job:
     """A pipeline of `stages` ranks (stage k on rank order[k]; default rank k), `microbatches` per
     step: a stage's forward of microbatch i waits for its activations from the stage before, its
     backward for the gradients from the stage after; it sends its outputs on as soon as it has
     them; the optimizer runs once all of a step's sends have ended and the host has spent
-    `host_gap` µs (the stage idles: nothing computes or communicates). One group: default_pg, or
+    `host_gap` µs (the stage idles: nothing computes or communicates). A forward takes
+    forward_us[stage], a backward twice that. One group: default_pg, or
     mesh_pp where order is given (a mesh's pp dimension)."""
     order = tuple(order or range(stages))
     assert sorted(order) == list(range(stages)), order
     world = stages
     group = Group("0", "default_pg", tuple(range(world))) if order == tuple(range(stages)) else Group("1", "mesh_pp", tuple(range(world)))
     groups = [group] if group.name == "0" else [Group("0", "default_pg", tuple(range(world))), group]
-    fwd = [30 + 10 * s for s in range(stages)]  # the later stages compute a little longer
+    fwd = list(forward_us or [30 + 10 * s for s in range(stages)])  # by default the later stages compute a little longer
     bwd = [2 * f for f in fwd]
     opt = 25
     t = transfer_us("send", nelems * FLOAT, 2)
