@@ -79,11 +79,14 @@ class Transformer(nn.Module):
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, VOCAB, bias=False)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The next-token loss: returned rather than the logits, which tensor parallelism hands back
+        as a view (FSDP2 warns of in-place ops on a root module's view output)."""
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.norm(x))
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
 def tensor_parallel(model: Transformer, tp_mesh) -> None:
@@ -153,8 +156,7 @@ def main() -> None:
         for _ in range(args.steps):
             tokens = torch.randint(VOCAB, (args.batch, args.seq_len + 1), generator=data).to(device)
             with record_function("forward"):
-                logits = model(tokens[:, :-1])
-                loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+                loss = model(tokens[:, :-1], tokens[:, 1:])
             with record_function("backward"):
                 loss.backward()
             with record_function("optimizer"):
