@@ -211,3 +211,63 @@ def test_a_two_stage_gloo_pipeline_reads_its_stages_and_bubble(tmp_path, schedul
         assert stage["stage"] == int(r) and 0 < stage["bubble_pct"] < 100
         assert stage["bubble_us"] == pytest.approx(stage["p2p_exposed_us"] + stage["idle_us"], abs=1e-2)
     assert {c["name"]: c["status"] for c in plain["integrity"]["checks"]}["collectives.matched"] == "ok"
+
+
+# ---------------------------------------------------------------- generated jobs (tests/dims_traces.py)
+
+from dims_traces import dimension_truth, fsdp_tp_job, ideal_bubble, pipeline_job, pipeline_truth, write_job  # noqa: E402
+
+DIM_NAME = {"mesh_dp": "dp", "mesh_tp": "tp", "default_pg": "world"}
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        pytest.param(lambda: fsdp_tp_job(style="gpu"), id="gpu-2x2"),
+        pytest.param(lambda: fsdp_tp_job(style="cpu"), id="cpu-2x2"),
+        pytest.param(lambda: fsdp_tp_job(style="gpu", world_all_reduce=True), id="gpu-2x2-world"),
+        pytest.param(lambda: fsdp_tp_job(dp=2, tp=4, layers=3, steps=3, style="gpu"), id="gpu-2x4"),
+    ],
+)
+def test_generated_2d_jobs_read_each_dimension_within_half_a_percent_of_the_truth(tmp_path, job):
+    job = job()
+    plain = to_json(analyze_dir(write_job(job, tmp_path)))
+    truth = dimension_truth(job)
+    assert sorted(plain["dimensions"]) == sorted(DIM_NAME[d] for d in truth)
+    for desc, per_rank in truth.items():
+        dim = plain["dimensions"][DIM_NAME[desc]]
+        assert dim["pg_names"] == sorted(per_rank[next(iter(per_rank))].pg_names, key=int)
+        for rank, t in per_rank.items():
+            got = dim["ranks"][str(rank)]
+            assert dim["group_size"] == t.group_size
+            assert (got["calls"], got["bytes"]) == (t.calls, t.bytes)
+            assert got["comm_us"] == pytest.approx(t.comm_us, rel=5e-3)
+            assert got["exposed_us"] == pytest.approx(t.exposed_us, rel=5e-3, abs=1e-6)
+            assert got["busbw_gbps"] == pytest.approx(t.busbw_gbps, rel=5e-3)
+    checks = {c["name"]: c for c in plain["integrity"]["checks"]}
+    assert checks["collectives.matched"]["status"] == "ok", checks["collectives.matched"]["detail"]
+    assert checks["collectives.process_group"]["status"] == "ok", checks["collectives.process_group"]["detail"]
+    for rank in plain["ranks"]:  # every call in exactly one dimension
+        every = sum(c["count"] for c in rank["collectives"])
+        assert sum(d["ranks"].get(str(rank["rank"]), {"calls": 0})["calls"] for d in plain["dimensions"].values()) == every
+
+
+@pytest.mark.parametrize("style", ["gpu", "cpu"])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize(("p", "m", "order"), [(2, 4, None), (4, 8, None), (4, 4, (2, 0, 3, 1))])
+def test_generated_pipelines_read_stages_microbatches_and_bubble_within_one_percent(tmp_path, style, schedule, p, m, order):
+    job = pipeline_job(stages=p, microbatches=m, schedule=schedule, style=style, order=order)
+    plain = to_json(analyze_dir(write_job(job, tmp_path)))
+    pipe = plain["pipeline"]
+    assert pipe["stages"] == list(job.stages)
+    assert pipe["microbatches"] == m
+    assert pipe["ideal_bubble_pct"] == pytest.approx(100 * ideal_bubble(p, m), abs=1e-3)
+    for rank, rows in pipeline_truth(job).items():
+        got = pipe["ranks"][str(rank)]
+        window = sum(t.window_us for t in rows)
+        assert got["stage"] == rows[0].stage
+        # Within 1% of the step: the bubble and its split.
+        for key in ("bubble_us", "p2p_exposed_us", "idle_us"):
+            assert abs(got[key] - sum(getattr(t, key) for t in rows)) <= 0.01 * window, key
+        assert got["bubble_pct"] == pytest.approx(100 * sum(t.bubble_us for t in rows) / window, abs=1.0)
+    assert {c["name"]: c["status"] for c in plain["integrity"]["checks"]}["collectives.matched"] == "ok"

@@ -19,6 +19,8 @@ GLOO_EVENT_PREFIX = "gloo:"
 """gloo's own annotations of its work items (on its worker threads)."""
 C10D_PREFIX = "c10d::"
 """The c10d dispatcher op of a collective, on the thread that called it."""
+FUNCTIONAL_PREFIX = "_c10d_functional::"
+"""DTensor's functional collectives and their wait (`_c10d_functional::wait_tensor`), on the calling thread."""
 RECORD_PARAM_COMMS = "record_param_comms"
 """PyTorch's annotation carrying a collective's sizes."""
 COLLECTIVE_OP_PREFIXES = (*LIBRARY_OP_PREFIXES, GLOO_EVENT_PREFIX, C10D_PREFIX)
@@ -147,7 +149,7 @@ _KIND = {
     "barrier": "barrier",
 }
 _KIND_NOISE = re.compile(
-    "^(?:" + "|".join(re.escape(p) for p in COLLECTIVE_OP_PREFIXES) + r")|base|intotensor|tensor|coalesced|single|_|\s"
+    "^(?:" + "|".join(re.escape(p) for p in COLLECTIVE_OP_PREFIXES) + r")|base|intotensor|into|tensor|coalesced|single|_|\s"
 )
 _KERNEL_KIND = re.compile(rf"(?:{_LIB})(?:Dev)?Kernel_([A-Za-z]+)|^(?:{_LIB})([A-Za-z]+)")
 

@@ -19,6 +19,7 @@ from profile_overlap.analysis.classify import (
     AUTOGRAD_FRAME_RE,
     C10D_PREFIX,
     COMM_KERNEL_RE,
+    FUNCTIONAL_PREFIX,
     GLOO_EVENT_PREFIX,
     LIBRARY_OP_PREFIXES,
     MEMORY_KERNEL_RE,
@@ -300,9 +301,11 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
         )
         if way is not None:
             direction[i] = SEND if way == "send" else RECV
+            side = "dst_rank" if way == "send" else "src_rank"
+            given = next((getattr(a, side) for a in (args, op_args) if a is not None and getattr(a, side) is not None), None)
             ranks = group_ranks.get(pg) or _listed_ranks(args.pg_ranks if args else None)
             others = [r for r in ranks if r != trace.rank]
-            peer[i] = others[0] if len(ranks) == 2 and len(others) == 1 else UNKNOWN
+            peer[i] = given if given is not None else others[0] if len(ranks) == 2 and len(others) == 1 else UNKNOWN
         nbytes_col[i] = UNKNOWN if nbytes is None else nbytes
         group_col[i] = UNKNOWN if group is None else group
         hints.append(labeller.hint(launch[i], launch_tid[i]))
@@ -340,9 +343,13 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> tuple[Eve
     if main is not None:
         is_gloo &= (cpu.tid != main) | is_p2p
     is_c10d = np.array([n.startswith(C10D_PREFIX) for n in cpu.names] or [False])[cpu.name]
+    # DTensor's functional collectives (`_c10d_functional::all_reduce`, `::wait_tensor`) issue and
+    # wait for communication: like c10d's ops, never compute, nor anything inside them.
+    is_functional = np.array([n.startswith(FUNCTIONAL_PREFIX) for n in cpu.names] or [False])[cpu.name]
     is_frame = np.array([bool(AUTOGRAD_FRAME_RE.search(n)) for n in cpu.names] or [False])[cpu.name]
     on_main = (cpu.tid == main) & (cpu.cat == CPU_OP)
-    compute_mask = on_main & ~is_c10d & ~is_frame
+    compute_mask = on_main & ~is_c10d & ~is_functional & ~is_frame
+    functional_rows = np.flatnonzero(on_main & is_functional)
     c10d_rows = np.flatnonzero(on_main & is_c10d)
     c10d_rows = c10d_rows[np.argsort(cpu.ts[c10d_rows], kind="stable")]
     gloo_rows = np.flatnonzero(is_gloo)
@@ -355,8 +362,16 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> tuple[Eve
     # (a reduce_scatter shows up as `gloo:all_reduce`); label it like the op. Point-to-point work
     # belongs to the send/recv op open on its own thread when it starts.
     p2p_rows = is_p2p[gloo_rows]
+    fallback = next(iter(trace.pg_sizes), "default") if len(trace.pg_sizes) == 1 else "default"
+    workers = {int(t): _thread_number(cpu.tids[int(t)]) for t in np.unique(tids[gloo_rows[~p2p_rows]]).tolist()}
+    found = infer_groups(workers, trace.groups, fallback=fallback)
     worker_ops = [int(r) for r in c10d_rows if collective_kind(cpu.name_of(r)) and not p2p_names[cpu.name[r]]]
-    op_of = _match_gloo_work(cpu, worker_ops, gloo_rows[~p2p_rows])
+    worker_rows = gloo_rows[~p2p_rows]
+    pool_of = [found.by_tid.get(int(t), fallback) for t in tids[worker_rows].tolist()]
+    if len(set(pool_of)) > 1:
+        op_of = _match_gloo_pools(cpu, worker_ops, worker_rows, pool_of)
+    else:
+        op_of = _match_gloo_work(cpu, worker_ops, worker_rows)
     op_of = _merge_p2p_ops(cpu, c10d_rows[p2p_names[cpu.name[c10d_rows]]], gloo_rows, p2p_rows, op_of)
     comm_t = cpu.ts[gloo_rows].copy()
     comm_tid = tids[gloo_rows].copy()
@@ -364,9 +379,6 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> tuple[Eve
         if op is not None:
             comm_t[i], comm_tid[i] = cpu.ts[op], tids[op]
     comm = EventIntervals(cpu.ts[gloo_rows], end[gloo_rows], cpu.ts[gloo_rows], labeller.label(comm_t, comm_tid, own_names[gloo_rows]))
-    fallback = next(iter(trace.pg_sizes), "default") if len(trace.pg_sizes) == 1 else "default"
-    workers = {int(t): _thread_number(cpu.tids[int(t)]) for t in np.unique(tids[gloo_rows[~p2p_rows]]).tolist()}
-    found = infer_groups(workers, trace.groups, fallback=fallback)
     compute_rows = np.flatnonzero(compute_mask)
     compute = EventIntervals(
         cpu.ts[compute_rows],
@@ -377,7 +389,8 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> tuple[Eve
     # Operators inside a c10d op are not compute. Drop them per event (for the timeline); the
     # measured union subtracts the c10d union exactly (`finish_rank`).
     p2p_main = gloo_rows[p2p_rows]
-    exclude = iv.union(np.concatenate([cpu.ts[c10d_rows], cpu.ts[p2p_main]]), np.concatenate([end[c10d_rows], end[p2p_main]]))
+    outside = np.concatenate([c10d_rows, functional_rows, p2p_main])
+    exclude = iv.union(cpu.ts[outside], end[outside])
     compute = compute.take(~iv.covers(exclude, compute.start))
 
     n = gloo_rows.size
@@ -466,6 +479,61 @@ def _merge_p2p_ops(
         ops = by_key.get((int(cpu.tid[row]), p2p_direction(cpu.name_of(row))))
         j = int(np.searchsorted(cpu.ts[ops], cpu.ts[row], side="right")) - 1 if ops is not None else -1
         out.append(int(ops[j]) if ops is not None and j >= 0 else None)
+    return out
+
+
+def _numels(dims: object) -> set[int]:
+    """The element counts of every tensor in an `Input Dims` value (nested lists of sizes)."""
+    if isinstance(dims, list) and dims and all(isinstance(d, int) for d in dims):
+        n = 1
+        for d in dims:
+            n *= d
+        return {n}
+    if isinstance(dims, list):
+        return set().union(*(_numels(d) for d in dims)) if dims else set()
+    return set()
+
+
+def _gloo_kind(name: str) -> str | None:
+    """The kind of work gloo runs for a collective (it runs a reduce_scatter as an all_reduce)."""
+    kind = collective_kind(name)
+    return "all_reduce" if kind == "reduce_scatter" else kind
+
+
+def _match_gloo_pools(cpu: Events, ops: list[int], gloo_rows: np.ndarray, pool_of: list[str]) -> list[int | None]:
+    """The c10d op of each gloo work event when the rank's groups run on several worker pools
+    (gloo_groups): each pool runs its own group's work in submission order, but the groups' work
+    interleaves. Ops in issue order each take the next event of the pool whose next event fits it
+    (same work kind, an input of the same size, started at or after the op), the earliest such
+    event when several pools fit (then the choice changes no size or kind); events that no op
+    takes (work of ops issued before the trace began) get None."""
+    events: dict[str, list[int]] = {}
+    for i, pool in enumerate(pool_of):
+        events.setdefault(pool, []).append(i)
+    for rows in events.values():
+        rows.sort(key=lambda i: float(cpu.ts[gloo_rows[i]]))
+    at = dict.fromkeys(events, 0)
+    sizes = [_numels(a.input_dims) if (a := cpu.args.get(int(r))) is not None else set() for r in gloo_rows.tolist()]
+    out: list[int | None] = [None] * len(pool_of)
+    for op in ops:
+        t, kind = float(cpu.ts[op]), _gloo_kind(cpu.name_of(op))
+        op_args = cpu.args.get(op)
+        op_sizes = _numels(op_args.input_dims) if op_args is not None else set()
+        best: tuple[float, str] | None = None
+        for pool, rows in events.items():
+            while at[pool] < len(rows) and cpu.ts[gloo_rows[rows[at[pool]]]] < t:
+                at[pool] += 1  # started before the op: work of an op before the trace, or of no op we know
+            if at[pool] == len(rows):
+                continue
+            i = rows[at[pool]]
+            row = int(gloo_rows[i])
+            fits = _gloo_kind(cpu.name_of(row)) == kind and (not sizes[i] or not op_sizes or bool(sizes[i] & op_sizes))
+            if fits and (best is None or cpu.ts[row] < best[0]):
+                best = (float(cpu.ts[row]), pool)
+        if best is not None:
+            i = events[best[1]][at[best[1]]]
+            out[i] = op
+            at[best[1]] += 1
     return out
 
 

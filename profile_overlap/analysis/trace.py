@@ -61,6 +61,8 @@ class _Args(msgspec.Struct, gc=False):
     group_size: int | None = msgspec.field(default=None, name="Group size")
     pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
     pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
+    src_rank: int | None = msgspec.field(default=None, name="Src Rank")
+    dst_rank: int | None = msgspec.field(default=None, name="Dst Rank")
     pg_ranks: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Process Group Ranks")
     name: str | None = None  # thread_name / process_name metadata
 
@@ -246,6 +248,8 @@ class _SharedArgs:
             a.group_size,
             a.pg_name,
             a.pg_desc,
+            a.src_rank,
+            a.dst_rank,
             bytes(a.pg_ranks),
             bytes(a.input_dims),
             bytes(a.input_type),
@@ -263,10 +267,12 @@ class _SharedArgs:
                     group_size=a.group_size,
                     pg_name=a.pg_name,
                     pg_desc=a.pg_desc,
-                    pg_ranks=msgspec.json.decode(key[7]) if key[7] else None,
-                    input_dims=msgspec.json.decode(key[8]) if key[8] else None,
-                    input_type=msgspec.json.decode(key[9]) if key[9] else None,
-                    concrete_inputs=msgspec.json.decode(key[10]) if key[10] else None,
+                    src_rank=a.src_rank,
+                    dst_rank=a.dst_rank,
+                    pg_ranks=msgspec.json.decode(key[9]) if key[9] else None,
+                    input_dims=msgspec.json.decode(key[10]) if key[10] else None,
+                    input_type=msgspec.json.decode(key[11]) if key[11] else None,
+                    concrete_inputs=msgspec.json.decode(key[12]) if key[12] else None,
                 )
             )
         return code

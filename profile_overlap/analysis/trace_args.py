@@ -23,6 +23,9 @@ class CollectiveArgs(msgspec.Struct, frozen=True):
     group_size: int | None = None
     pg_name: str | None = None
     pg_desc: str | None = None
+    src_rank: int | None = None
+    dst_rank: int | None = None
+    """A point-to-point call's global source and destination rank (record_param_comms' `Src Rank`, `Dst Rank`)."""
     pg_ranks: str | list[int] | None = None
     input_dims: list[Any] | None = None
     input_type: list[Any] | None = None
