@@ -35,7 +35,7 @@ NCCL |= {
 
 def gpu_trace(rank: int, world: int, groups: list[dict], compute: list[tuple[int, int]], calls: list[tuple], step_end: int = 1000) -> dict:
     """One rank's GPU-style trace: compute kernels on stream 7, each call (kind, pg, start, end,
-    nbytes[, kernel name]) a kernel on stream 20 carrying PyTorch's collective args, every kernel
+    nbytes[, kernel name]) a kernel on stream 20 + pg carrying PyTorch's collective args, every kernel
     launched from the main thread as it starts, inside ProfilerStep#1 [0, step_end)."""
     ranks = {g["pg_name"]: g["ranks"] for g in groups}
     events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": PID, "tid": PID, "ts": 0, "dur": step_end}]
@@ -43,7 +43,7 @@ def gpu_trace(rank: int, world: int, groups: list[dict], compute: list[tuple[int
     for kind, pg, s, e, nbytes, *name in calls:
         args = {"Collective name": kind, "In msg nelems": nbytes // 4, "Out msg nelems": nbytes // 4, "dtype": "Float"}
         args |= {"Group size": len(ranks[pg]), "Process Group Name": pg, "Process Group Ranks": str(ranks[pg])}
-        kernels.append((20, s, e, name[0] if name else NCCL[kind], args))
+        kernels.append((20 + int(pg), s, e, name[0] if name else NCCL[kind], args))
     for corr, (stream, s, e, name, args) in enumerate(kernels, start=1):
         events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": PID, "tid": PID, "ts": s, "dur": 0.5,
                        "args": {"correlation": corr}})  # fmt: skip
@@ -56,7 +56,7 @@ def gpu_trace(rank: int, world: int, groups: list[dict], compute: list[tuple[int
 def write(folder: Path, docs: list[dict]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for r, doc in enumerate(docs):
-        (folder / f"rank{r}.json").write_text(json.dumps(doc))
+        (folder / f"rank{r}.pt.trace.json").write_text(json.dumps(doc))
     return folder
 
 
@@ -166,6 +166,54 @@ def test_a_one_dimensional_job_has_one_dimension_equal_to_its_ranks_numbers(tmp_
         dim = plain["dimensions"]["world"]["ranks"][str(rank["rank"])]
         assert (dim["comm_us"], dim["hidden_us"], dim["exposed_us"]) == (rank["comm_us"], rank["overlap_us"], rank["exposed_comm_us"])
         assert dim["exposed_us"] == 100 - 50 + 20
+
+
+# ---------------------------------------------------------------- where it shows
+
+
+def test_analyze_prints_a_table_per_dimension_and_names_the_most_exposed_one(tmp_path, capsys):
+    from profile_overlap.cli.main import main
+
+    folder = write(tmp_path / "job", [two_d(r) for r in range(4)])
+    out = tmp_path / "out.json"
+    assert main(["analyze", str(folder), "--json", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    assert "Dimension dp: groups 1, 2 of 2 ranks" in stdout and "Dimension tp: groups 3, 4 of 2 ranks" in stdout
+    assert "Of the dimensions, tp's communication is the most exposed: 0.06 ms per step" in stdout
+    written = json.loads(out.read_text())
+    assert set(written["dimensions"]["tp"]["ranks"]["0"]) == {
+        "calls", "bytes", "comm_us", "hidden_us", "exposed_us", "wait_us", "transfer_us", "busbw_gbps", "steps",
+    }  # fmt: skip
+    assert written["pipeline"] is None
+
+
+def test_a_job_report_tensorboard_and_perfetto_show_the_dimensions_and_the_bubble(tmp_path):
+    from profile_overlap.cli.main import main
+    from profile_overlap.tools.perfetto_tracks import rank_tracks
+
+    folder = write(tmp_path / "job", pipeline_docs())
+    assert main(["report", str(folder), "--format", "md", "--out", str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Dimensions and pipeline stages" in md
+    assert "The pipeline's largest bubble is stage 0 (rank 0):" in md and "beside the ideal 33.3%" in md
+    # TensorBoard: the job's run gets the dimension's exposed time per step and the stages' mean bubble.
+    (events,) = [p.parent for p in folder.glob("job/events.out.tfevents.*")]
+    tags = scalars(events)
+    assert tags["pipeline/bubble_pct"] == [(1, pytest.approx((37.5 + 100 * 6 / 44) / 2, abs=1e-3))]
+    assert tags["dimension/world/exposed_ms"] == [(1, pytest.approx(6e-3))]
+    # Perfetto: each call carries its dimension.
+    analysis = analyze_dir(write(tmp_path / "2d", [two_d(r) for r in range(4)]))
+    calls = [s for s in rank_tracks(analysis.ranks[0], lambda us: int(us * 1e3), "job").slices if s.track == "collectives"]
+    assert sorted(s.name for s in calls) == ["all_gather [dp]", "all_reduce [tp]", "all_reduce [tp]", "reduce_scatter [dp]"]
+    assert {s.args["dimension"] for s in calls} == {"dp", "tp"}
+
+
+def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
 # ---------------------------------------------------------------- real gloo jobs
