@@ -7,6 +7,7 @@ library or spelling, change this table; the rest of the analysis reads it.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from profile_overlap.core.modes import PHASES
@@ -154,6 +155,7 @@ _KIND_NOISE = re.compile(
 _KERNEL_KIND = re.compile(rf"(?:{_LIB})(?:Dev)?Kernel_([A-Za-z]+)|^(?:{_LIB})([A-Za-z]+)")
 
 
+@functools.lru_cache(maxsize=4096)
 def collective_kind(name: str) -> str | None:
     """PyTorch's name for a collective from any of its spellings, or None."""
     for word, kind in DEVICE_COLLECTIVES:
@@ -170,6 +172,7 @@ P2P_KINDS = frozenset({"send", "recv"})
 _P2P_RE = re.compile(r"(?:^|[:_])(?:i?send|i?recv|recv_)$|SendRecv|Kernel_(?:Send|Recv)", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=4096)
 def p2p_direction(name: str) -> str | None:
     """ "send" or "recv" for a point-to-point op or kernel (`gloo:send`, `c10d::recv_`,
     `nccl:send`, `ncclDevKernel_SendRecv` reads "send_recv": None, direction unknown), else None."""

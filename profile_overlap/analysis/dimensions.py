@@ -75,18 +75,32 @@ def dimension_name(group: ProcessGroupInfo | None, *, size: int | None, world: i
     return (f"n{size}" if stride is None else f"n{size}_stride{stride}"), BY_SHAPE
 
 
+def _lengths_in(u: iv.Union, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """|u ∩ [lo_i, hi_i)| for each window, from the covered length before each instant."""
+    starts, ends = u
+    if not starts.size or not lo.size:
+        return np.zeros(lo.size)
+    before = np.concatenate([[0.0], np.cumsum(ends - starts)])
+
+    def covered(t: np.ndarray) -> np.ndarray:
+        j = np.searchsorted(starts, t, side="right") - 1
+        inside = np.clip(t - starts[np.maximum(j, 0)], 0, (ends - starts)[np.maximum(j, 0)])
+        out: np.ndarray = np.where(j >= 0, before[np.maximum(j, 0)] + inside, 0.0)
+        return out
+
+    lengths: np.ndarray = np.maximum(covered(hi) - covered(lo), 0.0)
+    return lengths
+
+
 def _busbw(calls: Calls, sel: np.ndarray) -> float | None:
     """Σ bytes · bus factor(kind, group size) / Σ duration (GB/s) over the sized calls in `sel`."""
-    moved = dur = 0.0
-    for kind, nb, d, n in zip(
-        calls.kind[sel].tolist(), calls.nbytes[sel].tolist(), calls.dur_us[sel].tolist(), calls.group_size[sel].tolist()
-    ):
-        factor = bus_factor(calls.kinds[kind], n) if n > 0 else None
-        if nb < 0 or factor is None:
-            continue
-        moved += nb * factor
-        dur += d
-    return moved / (dur * 1e3) if dur > 0 else None
+    kind, nb, dur, n = calls.kind[sel], calls.nbytes[sel], calls.dur_us[sel], calls.group_size[sel]
+    pairs, which = np.unique(np.stack([kind.astype(np.int64), n]), axis=1, return_inverse=True)
+    table = [bus_factor(calls.kinds[k], g) if g > 0 else None for k, g in zip(pairs[0].tolist(), pairs[1].tolist())]
+    factor = np.array([np.nan if f is None else f for f in table] or [np.nan])[which.reshape(-1)] if kind.size else np.zeros(0)
+    ok = (nb >= 0) & ~np.isnan(factor)
+    total = float(dur[ok].sum())
+    return float((nb[ok] * factor[ok]).sum()) / (total * 1e3) if total > 0 else None
 
 
 def rank_dimensions(
@@ -121,12 +135,12 @@ def rank_dimensions(
         hidden_us = iv.intersection_length(u, compute)
         nb = calls.nbytes[sel]
         sizes = calls.group_size[sel]
-        steps = []
-        for n, lo, hi in zip(step_num.tolist(), step_start.tolist(), step_end.tolist()):
-            part = iv.clip(u, lo, hi)
-            c = iv.length(part)
-            h = iv.intersection_length(part, iv.clip(compute, lo, hi))
-            steps.append(DimensionStep(step=int(n), comm_us=round(c, 3), hidden_us=round(h, 3), exposed_us=round(c - h, 3)))
+        per_comm = _lengths_in(u, step_start, step_end)
+        per_hidden = _lengths_in(iv.intersect(u, compute), step_start, step_end)
+        steps = [
+            DimensionStep(step=int(n), comm_us=round(c, 3), hidden_us=round(h, 3), exposed_us=round(c - h, 3))
+            for n, c, h in zip(step_num.tolist(), per_comm.tolist(), per_hidden.tolist())
+        ]
         dims.append(
             RankDimension(
                 name=name,
