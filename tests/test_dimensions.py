@@ -1,6 +1,7 @@
 """Dimensions and pipeline stages (issue 35): every process group and pipeline stage measured on
 its own. GPU-style traces written here with their answers worked by hand from the intervals;
-real gloo jobs (tests/helpers/dims_job.py) for the inference on CPU."""
+the examples on real gloo ranks (fsdp_tp_train.py, pipeline_train.py) for the inference on CPU;
+and tests/dims_traces.py's generated jobs, within 0.5% (dimensions) and 1% (bubble) of their truth."""
 
 from __future__ import annotations
 
@@ -216,21 +217,22 @@ def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
-# ---------------------------------------------------------------- real gloo jobs
+# ---------------------------------------------------------------- real gloo jobs: the examples, through trace_handler
 
 
-def run_job(out: Path, job: str, nproc: int, *extra: str) -> Path:
+def run_example(out: Path, script: str, nproc: int, *args: str) -> dict:
+    """Run an example on gloo ranks (it profiles itself with profile_overlap.profile): its job's record."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           str(REPO / "tests" / "helpers" / "dims_job.py"), str(out), job, *extra]  # fmt: skip
+           str(REPO / "examples" / script), "--out", str(out), *args]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=clean_env(PYTHONPATH=str(REPO)), cwd=REPO)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (run,) = [p for p in out.iterdir() if p.is_dir()]
-    return run
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    (job,) = [p for p in out.iterdir() if p.is_dir()]
+    return json.loads((job / "metrics.json").read_text())["modes"]["job"]["analysis"]
 
 
 @pytest.mark.slow
-def test_a_2d_gloo_job_finds_two_dimensions_of_groups_of_two_ranks(tmp_path):
-    plain = to_json(analyze_dir(run_job(tmp_path, "mesh", 4)))
+def test_the_fsdp_tp_example_reads_as_two_dimensions_of_groups_of_two_ranks(tmp_path):
+    plain = run_example(tmp_path, "fsdp_tp_train.py", 4, "--steps", "8")
     checks = {c["name"]: c for c in plain["integrity"]["checks"]}
     assert "as one group" not in checks["collectives.process_group"]["detail"]
     assert checks["collectives.matched"]["status"] == "ok", checks["collectives.matched"]["detail"]
@@ -241,19 +243,18 @@ def test_a_2d_gloo_job_finds_two_dimensions_of_groups_of_two_ranks(tmp_path):
         r = str(rank["rank"])
         every = sum(c["count"] for c in rank["collectives"])
         assert dims["dp"]["ranks"][r]["calls"] + dims["tp"]["ranks"][r]["calls"] == every
-        # Per step: a tp all_reduce twice, a dp all_gather and all_reduce (2 profiled steps).
-        assert dims["tp"]["ranks"][r]["calls"] == 4 and dims["dp"]["ranks"][r]["calls"] == 4
+        assert dims["dp"]["ranks"][r]["calls"] > 0 and dims["tp"]["ranks"][r]["calls"] > 0
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_a_two_stage_gloo_pipeline_reads_its_stages_and_bubble(tmp_path, schedule):
-    plain = to_json(analyze_dir(run_job(tmp_path, schedule, 2, "--microbatches", "3")))
+def test_the_pipeline_example_reads_two_stages_in_order_with_their_bubble(tmp_path, schedule):
+    plain = run_example(tmp_path, "pipeline_train.py", 2, "--steps", "6", "--schedule", schedule, "--microbatches", "4")
     kinds = {c["kind"] for r in plain["ranks"] for c in r["collectives"]}
     assert "send_recv" in kinds and all(r["comm_us"] > 0 for r in plain["ranks"])
     pipe = plain["pipeline"]
-    assert pipe["stages"] == [0, 1] and pipe["microbatches"] == 3
-    assert pipe["ideal_bubble_pct"] == pytest.approx(100 * 1 / 4, abs=1e-3)
+    assert pipe["stages"] == [0, 1] and pipe["microbatches"] == 4
+    assert pipe["ideal_bubble_pct"] == pytest.approx(100 * 1 / 5, abs=1e-3)
     for r in ("0", "1"):
         stage = pipe["ranks"][r]
         assert stage["stage"] == int(r) and 0 < stage["bubble_pct"] < 100
