@@ -320,3 +320,20 @@ def test_generated_pipelines_read_stages_microbatches_and_bubble_within_one_perc
             assert abs(got[key] - sum(getattr(t, key) for t in rows)) <= 0.01 * window, key
         assert got["bubble_pct"] == pytest.approx(100 * sum(t.bubble_us for t in rows) / window, abs=1.0)
     assert {c["name"]: c["status"] for c in plain["integrity"]["checks"]}["collectives.matched"] == "ok"
+
+
+def test_gloo_work_that_cannot_be_placed_in_a_group_is_counted_apart_and_named(tmp_path):
+    # Rank 0's trace declares two groups (default, dp) but shows three worker pools (default, dp, tp).
+    job = fsdp_tp_job(style="cpu", world_all_reduce=True)
+    write_job(job, tmp_path)
+    path = tmp_path / "rank0.pt.trace.json"
+    doc = json.loads(path.read_text())
+    doc["distributedInfo"]["pg_config"] = [g for g in doc["distributedInfo"]["pg_config"] if g["pg_desc"] != "mesh_tp"]
+    path.write_text(json.dumps(doc))
+    plain = to_json(analyze_dir(tmp_path))
+    check = {c["name"]: c for c in plain["integrity"]["checks"]}["collectives.process_group"]
+    assert check["status"] == "warning" and "could not be placed in a process group" in check["detail"]
+    unplaced = check["figures"]["unplaced_calls"]["0"]
+    assert sum(unplaced.values()) == sum(c["count"] for c in plain["ranks"][0]["collectives"])
+    # Counted apart: in no dimension, never merged into one.
+    assert all("0" not in d["ranks"] for d in plain["dimensions"].values())
