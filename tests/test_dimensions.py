@@ -161,12 +161,21 @@ def test_a_pipeline_reads_its_stages_microbatches_and_bubble_beside_the_ideal(tm
 def test_a_one_dimensional_job_has_one_dimension_equal_to_its_ranks_numbers(tmp_path):
     groups = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]}]
     calls = [("all_reduce", "0", 50, 150, MiB), ("all_reduce", "0", 200, 240, MiB)]
-    plain = to_json(analyze_dir(write(tmp_path, [gpu_trace(r, 2, groups, [(0, 100), (220, 300)], calls) for r in range(2)])))
+    docs = [gpu_trace(r, 2, groups, [(0, 100), (220, 300)], calls) for r in range(2)]
+    for doc in docs:  # forward [0, 120), backward [120, 300): labels on the main thread
+        doc["traceEvents"] += [{"ph": "X", "cat": "user_annotation", "name": name, "pid": PID, "tid": PID, "ts": a, "dur": b - a}
+                               for name, a, b in (("forward", 0, 120), ("backward", 120, 300))]  # fmt: skip
+    plain = to_json(analyze_dir(write(tmp_path, docs)))
     assert list(plain["dimensions"]) == ["world"] and plain["pipeline"] is None
     for rank in plain["ranks"]:
         dim = plain["dimensions"]["world"]["ranks"][str(rank["rank"])]
         assert (dim["comm_us"], dim["hidden_us"], dim["exposed_us"]) == (rank["comm_us"], rank["overlap_us"], rank["exposed_comm_us"])
         assert dim["exposed_us"] == 100 - 50 + 20
+        # Per phase too. GPU phase windows span the kernels their range launched: forward [0, 150)
+        # holds the first call (50 of it hidden), backward [200, 300) the second (20 hidden).
+        phases = {p["phase"]: (p["comm_us"], p["exposed_us"]) for p in dim["phases"]}
+        assert phases == {p["phase"]: (p["comm_us"], p["exposed_comm_us"]) for p in rank["phases"]}
+        assert phases == {"forward": (100, 50), "backward": (40, 20)}
 
 
 # ---------------------------------------------------------------- where it shows
@@ -183,7 +192,7 @@ def test_analyze_prints_a_table_per_dimension_and_names_the_most_exposed_one(tmp
     assert "Of the dimensions, tp's communication is the most exposed: 0.06 ms per step" in stdout
     written = json.loads(out.read_text())
     assert set(written["dimensions"]["tp"]["ranks"]["0"]) == {
-        "calls", "bytes", "comm_us", "hidden_us", "exposed_us", "wait_us", "transfer_us", "busbw_gbps", "steps",
+        "calls", "bytes", "comm_us", "hidden_us", "exposed_us", "wait_us", "transfer_us", "busbw_gbps", "steps", "phases",
     }  # fmt: skip
     assert written["pipeline"] is None
 

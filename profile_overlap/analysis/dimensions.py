@@ -26,7 +26,8 @@ from profile_overlap.analysis.call_columns import Calls, Instances
 from profile_overlap.analysis.gloo_groups import UNPLACED
 from profile_overlap.analysis.trace import ProcessGroupInfo
 from profile_overlap.core import intervals as iv
-from profile_overlap.record.dimensions import Dimension, DimensionRank, DimensionStep
+from profile_overlap.core.modes import PHASES
+from profile_overlap.record.dimensions import Dimension, DimensionPhase, DimensionRank, DimensionStep
 
 NO_GROUP = "default"
 """The group of a call whose trace names none (events.py): the whole world."""
@@ -113,8 +114,10 @@ def rank_dimensions(
     step_num: np.ndarray,
     step_start: np.ndarray,
     step_end: np.ndarray,
+    phases: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.zeros(0, np.int8), np.zeros(0), np.zeros(0)),
 ) -> RankDimensions:
-    """calls: the rank's calls (in the --steps window); compute: its compute union."""
+    """calls: the rank's calls (in the --steps window); compute: its compute union; phases: the
+    (phase index into PHASES, start, end) columns of its phase windows (analysis/phases.py)."""
     info = {g.name: g for g in groups}
     dim_of_pg: dict[int, tuple[str, str]] = {}
     for code, pg in enumerate(calls.pgs):
@@ -124,6 +127,12 @@ def rank_dimensions(
         size = int(Counter(sizes[sizes > 0].tolist()).most_common(1)[0][0]) if (sizes > 0).any() else None
         dim_of_pg[code] = dimension_name(info.get(pg), size=size, world=world)
     windows = iv.union(step_start, step_end) if step_num.size else None
+    phase, phase_start, phase_end = phases
+    phase_windows = [
+        (name, iv.intersect(iv.union(phase_start[phase == i], phase_end[phase == i]), windows))
+        for i, name in enumerate(PHASES)
+        if windows is not None and (phase == i).any()
+    ]
     dims = []
     for name in sorted({d for d, _ in dim_of_pg.values()}):
         codes = [c for c, (d, _) in dim_of_pg.items() if d == name]
@@ -136,11 +145,16 @@ def rank_dimensions(
         nb = calls.nbytes[sel]
         sizes = calls.group_size[sel]
         per_comm = _lengths_in(u, step_start, step_end)
-        per_hidden = _lengths_in(iv.intersect(u, compute), step_start, step_end)
+        hidden_u = iv.intersect(u, compute)
+        per_hidden = _lengths_in(hidden_u, step_start, step_end)
         steps = [
             DimensionStep(step=int(n), comm_us=round(c, 3), hidden_us=round(h, 3), exposed_us=round(c - h, 3))
             for n, c, h in zip(step_num.tolist(), per_comm.tolist(), per_hidden.tolist())
         ]
+        in_phases = []
+        for phase_name, w in phase_windows:
+            c, h = iv.intersection_length(u, w), iv.intersection_length(hidden_u, w)
+            in_phases.append(DimensionPhase(phase=phase_name, comm_us=round(c, 3), hidden_us=round(h, 3), exposed_us=round(c - h, 3)))
         dims.append(
             RankDimension(
                 name=name,
@@ -157,6 +171,7 @@ def rank_dimensions(
                     transfer_us=None,
                     busbw_gbps=None if (bw := _busbw(calls, sel)) is None else round(bw, 4),
                     steps=tuple(steps),
+                    phases=tuple(in_phases),
                 ),
             )
         )

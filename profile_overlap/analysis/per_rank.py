@@ -235,6 +235,7 @@ def finish_rank(
         groups=files[0].groups,
         method="; ".join(dict.fromkeys(f.group_method for f in files if f.group_method)),
         world=world,
+        phases=(phase, phase_start, phase_end),
         **steps_at,
     )
     return RankAnalysis(

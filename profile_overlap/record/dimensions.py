@@ -17,6 +17,15 @@ class DimensionStep(msgspec.Struct, frozen=True, kw_only=True):
     exposed_us: float
 
 
+class DimensionPhase(msgspec.Struct, frozen=True, kw_only=True):
+    """One dimension's communication inside one phase's windows of one rank, summed over its steps."""
+
+    phase: str
+    comm_us: float
+    hidden_us: float
+    exposed_us: float
+
+
 class DimensionRank(msgspec.Struct, frozen=True, kw_only=True):
     """One dimension's calls on one rank, inside the step windows (the whole trace without steps)."""
 
@@ -35,6 +44,8 @@ class DimensionRank(msgspec.Struct, frozen=True, kw_only=True):
     busbw_gbps: float | None
     """Σ bytes · busbw factor(kind, the group's own size) / Σ duration, over its sized calls."""
     steps: tuple[DimensionStep, ...] = ()
+    phases: tuple[DimensionPhase, ...] = ()
+    """Per phase present (forward, backward, optimizer), inside its windows; empty without phases."""
 
 
 class Dimension(msgspec.Struct, frozen=True, kw_only=True):
