@@ -135,7 +135,7 @@ def extract(trace: Trace) -> FileEvents:
         exclude = iv.EMPTY
         unclassified = np.zeros(0, dtype=np.int64)
         named = int(sum(1 for pg in calls.pg.tolist() if calls.pgs[pg] != "default"))
-        group_method = f"{named} of {len(calls)} call(s) name their group in their arguments"
+        group_method = f"the calls' arguments: {named} of {len(calls)} call(s) name their group"
     else:
         device = "cpu"
         comm, compute, calls, exclude, group_method = _cpu_events(trace, labeller, main)

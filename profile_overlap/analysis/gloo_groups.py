@@ -70,12 +70,11 @@ def infer_groups(worker_tids: dict[int, int], groups: tuple[ProcessGroupInfo, ..
             for tid in pool:
                 by_tid[code_of[tid]] = UNPLACED
         return GlooGroups(
-            by_tid, p2p, f"{len(found)} gloo worker-thread pools for {len(groups)} declared groups: their calls cannot be placed"
+            by_tid, p2p, f"gloo worker-thread pools: {len(found)} pools for {len(groups)} declared groups, their calls not placed"
         )
     for pool, group in zip(found, placed):
         for tid in pool:
             by_tid[code_of[tid]] = group.name
     names = ", ".join(_label(g) for g in placed)
-    return GlooGroups(
-        by_tid, p2p, f"{len(found)} gloo worker-thread pool(s), in creation order: groups {names}" if found else "no gloo work"
-    )
+    how = f"gloo worker-thread pools, in creation order: {len(found)} pool(s) for groups {names}" if found else "no gloo work: none"
+    return GlooGroups(by_tid, p2p, how)

@@ -221,8 +221,10 @@ def _collective_checks(ranks: list[RankAnalysis]) -> list[Check]:
             f"in a process group ({listed(kinds, 3)}): counted apart, in no dimension; " + detail
         )
     elif declared > 1 and not no_group and found_by:
-        methods = sorted(set(found_by.values()))
-        detail += f"; groups found by: {methods[0]}" if len(methods) == 1 else f"; groups found by: {listed(methods, 2)}"
+        hows: dict[str, list[int]] = defaultdict(list)
+        for rank, method in found_by.items():
+            hows[method.split(":")[0]].append(rank)
+        detail += "; groups found by " + "; ".join(f"{how} ({rank_list(rs)})" for how, rs in hows.items())
     groups_figures: dict[str, Any] = {
         "calls_without_group": no_group,
         "declared_groups": declared,
