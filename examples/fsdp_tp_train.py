@@ -130,17 +130,19 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=64, help="tokens per sequence (a multiple of --tp)")
     args = parser.parse_args()
 
+    world = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's; checked before any rank waits for the others
+    if args.tp < 1 or world % args.tp or args.heads % args.tp or args.seq_len % args.tp:
+        if int(os.environ.get("RANK", 0)) == 0:
+            print(f"fsdp_tp_train.py: --tp {args.tp} must divide the world size ({world}), --heads ({args.heads}) and --seq-len "
+                  f"({args.seq_len}): pick another --tp, or start a multiple of it with torchrun --nproc-per-node", flush=True)  # fmt: skip
+        raise SystemExit(2)
+
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     dist.init_process_group("nccl" if cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    if world % args.tp or args.heads % args.tp or args.seq_len % args.tp:
-        if rank == 0:
-            print(f"fsdp_tp_train.py: --tp {args.tp} must divide the world size ({world}), --heads and --seq-len", flush=True)
-        dist.destroy_process_group()
-        raise SystemExit(2)
+    rank = dist.get_rank()
     mesh = init_device_mesh(device.type, (world // args.tp, args.tp), mesh_dim_names=("dp", "tp"))
 
     torch.manual_seed(0)  # the same initial weights on every rank before sharding
