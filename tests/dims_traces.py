@@ -195,6 +195,8 @@ class Rank:
     """(N, first issue, issue of the next step's first item or the end of this rank's last item)."""
     labels: list[tuple[str, int, int]] = field(default_factory=list)
     """CPU style: annotations on the main thread (pipelining's `Forward i` / `Backward i`)."""
+    phases: list[tuple[str, int, int]] = field(default_factory=list)
+    """(forward | backward | optimizer, first issue, the next phase's first issue): 2-D jobs' record_function ranges."""
     waits: list[tuple[int, int]] = field(default_factory=list)
     """CPU style: the main thread waiting for a tensor-parallel collective (`_c10d_functional::wait_tensor`)."""
 
@@ -234,12 +236,12 @@ def mesh_groups(dp: int, tp: int, *, first_name: int = 1) -> tuple[Group, list[G
 
 def fsdp_tp_program(*, layers: int, steps: int, world_all_reduce: bool) -> list[tuple]:
     """One rank's program (the same on every rank): ("compute", key), ("issue", handle, desc, kind,
-    nelems), ("wait", handle), ("step", N). Keys pick a per-rank duration (`_durations`)."""
+    nelems), ("wait", handle), ("step", N), ("phase", name). Keys pick a per-rank duration (`_durations`)."""
     prog: list[tuple] = []
     params, acts, norms = 65536, 32768, 512  # nelems: a layer's parameters, a block's activations, the norms' grads
     h = iter(range(10**6))
     for n in range(1, steps + 1):
-        prog.append(("step", n))
+        prog += [("step", n), ("phase", "forward")]
         ag = next(h)
         prog.append(("issue", ag, "mesh_dp", "all_gather", params))
         prog.append(("wait", ag))
@@ -255,6 +257,7 @@ def fsdp_tp_program(*, layers: int, steps: int, world_all_reduce: bool) -> list[
             if layer + 1 < layers:
                 prog.append(("wait", nxt))
         grads = []
+        prog.append(("phase", "backward"))
         for layer in reversed(range(layers)):
             prev = next(h)
             if layer > 0:  # the backward prefetches the previous layer's parameters
@@ -275,7 +278,7 @@ def fsdp_tp_program(*, layers: int, steps: int, world_all_reduce: bool) -> list[
         if world_all_reduce:  # a loss all_reduce over every rank, as a logging hook does
             w = next(h)
             prog += [("issue", w, "default_pg", "all_reduce", 16), ("wait", w)]
-        prog.append(("compute", "optimizer"))
+        prog += [("phase", "optimizer"), ("compute", "optimizer")]
     return prog
 
 
@@ -285,11 +288,15 @@ def _durations(rank: int) -> dict[str, int]:
             "mlp_bwd": 120 + 5 * (rank % 3), "optimizer": 90}  # fmt: skip
 
 
-def fsdp_tp_job(*, dp: int = 2, tp: int = 2, layers: int = 2, steps: int = 2, style: str = "gpu", world_all_reduce: bool = False) -> Job:
+def fsdp_tp_job(
+    *, dp: int = 2, tp: int = 2, layers: int = 2, steps: int = 2, style: str = "gpu", world_all_reduce: bool = False, wait_ops: bool = True
+) -> Job:
     """A 2-D job: FSDP2 over dp (all_gathers prefetched a layer ahead, reduce_scatters of the
     gradients left to run beside the backward), tensor + sequence parallelism over tp (an
     all_gather before and a reduce_scatter after each attention and MLP, waited for at once, and
-    an all_reduce of the norms' gradients), optionally a world all_reduce per step."""
+    an all_reduce of the norms' gradients), optionally a world all_reduce per step. Each step is
+    labelled forward, backward and optimizer. CPU style: wait_ops=False leaves out the main thread's
+    `_c10d_functional::wait_tensor` ops."""
     default, dps, tps = mesh_groups(dp, tp)
     groups = [default, *dps, *tps]
     world = dp * tp
@@ -304,10 +311,14 @@ def fsdp_tp_job(*, dp: int = 2, tp: int = 2, layers: int = 2, steps: int = 2, st
     desc_of: dict[int, str] = {}
     durations = [_durations(r) for r in range(world)]
     step_start: list[list[tuple[int, int]]] = [[] for _ in range(world)]
+    marks: list[list[tuple[str, int]]] = [[] for _ in range(world)]
     for item in prog:
         if item[0] == "step":
             for r in range(world):
                 step_start[r].append((item[1], cursor[r]))
+        elif item[0] == "phase":
+            for r in range(world):
+                marks[r].append((item[1], cursor[r]))
         elif item[0] == "compute":
             for r in range(world):
                 d = durations[r][item[1]]
@@ -316,7 +327,7 @@ def fsdp_tp_job(*, dp: int = 2, tp: int = 2, layers: int = 2, steps: int = 2, st
         elif item[0] == "wait":
             for r in range(world):
                 end = ends[r][item[1]]
-                if style == "cpu" and end > cursor[r] and desc_of[item[1]] == "mesh_tp":
+                if style == "cpu" and wait_ops and end > cursor[r] and desc_of[item[1]] == "mesh_tp":
                     ranks[r].waits.append((cursor[r], end))
                 cursor[r] = max(cursor[r], end)
         else:
@@ -336,6 +347,8 @@ def fsdp_tp_job(*, dp: int = 2, tp: int = 2, layers: int = 2, steps: int = 2, st
     for r in range(world):
         bounds = [s for _, s in step_start[r]] + [cursor[r]]
         ranks[r].steps = [(n, s, bounds[i + 1]) for i, (n, s) in enumerate(step_start[r])]
+        ends_at = [s for _, s in marks[r][1:]] + [cursor[r]]
+        ranks[r].phases = [(name, s, e) for (name, s), e in zip(marks[r], ends_at)]
     return Job(style, world, groups, ranks)
 
 
@@ -506,6 +519,8 @@ def gpu_doc(job: Job, rank: Rank) -> dict:
         events.append(_x("kernel", name, args["stream"], start, end - start, args, pid=0))
     for n, a, b in rank.steps:
         events.append(_x("user_annotation", f"ProfilerStep#{n}", PID, a - LEAD - 0.5, b - a))
+    # A phase holds the launches of the items issued in it (launched at issue - LEAD + 0.01 or later).
+    events += [_x("user_annotation", name, PID, a - LEAD - 0.25, b - a - 0.02) for name, a, b in rank.phases]
     return _head(job, rank, events)
 
 
@@ -527,7 +542,7 @@ def cpu_doc(job: Job, rank: Rank) -> dict:
         events.append(_thread(tid, "pt_gloo_runloop"))
     for n, a, b in rank.steps:
         events.append(_x("user_annotation", f"ProfilerStep#{n}", PID, a, b - a))
-    events += [_x("user_annotation", name, PID, a, b - a) for name, a, b in rank.labels]
+    events += [_x("user_annotation", name, PID, a, b - a) for name, a, b in rank.labels + rank.phases]
     events += [_x("cpu_op", "_c10d_functional::wait_tensor", PID, a, b - a, {"Input Dims": [[64]]}) for a, b in rank.waits]
     for _, start, end in rank.compute:
         events.append(

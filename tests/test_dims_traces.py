@@ -204,10 +204,33 @@ def test_cpu_traces_name_no_group_and_each_group_runs_on_its_own_gloo_threads(tm
         assert sizes == {"2"}
 
 
-def test_today_the_analysis_reads_the_generated_gpu_traces_and_its_per_rank_exposed_time_is_the_truth(tmp_path):
+def test_today_the_analysis_reads_the_generated_gpu_traces_cleanly_and_its_per_rank_exposed_time_is_the_truth(tmp_path):
     job = fsdp_tp_job(style="gpu")
     write_job(job, tmp_path)
-    result = analyze_dir(tmp_path)
+    result = analyze_dir(tmp_path, max_workers=1)
+    assert {c.name: c.status for c in result.integrity.checks if c.status != "ok"} == {}
+    truth = exposed_truth(job)
+    assert {r.rank: r.exposed_comm_us for r in result.ranks} == pytest.approx({r: float(v) for r, v in truth.items()}, abs=1e-6)
+
+
+def test_today_the_analysis_gives_the_truths_per_rank_exposed_time_on_cpu_traces_without_wait_ops(tmp_path):
+    job = fsdp_tp_job(style="cpu", wait_ops=False)
+    write_job(job, tmp_path)
+    result = analyze_dir(tmp_path, max_workers=1)
+    truth = exposed_truth(job)
+    assert {r.rank: r.exposed_comm_us for r in result.ranks} == pytest.approx({r: float(v) for r, v in truth.items()}, abs=1e-6)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 35: the CPU analysis counts DTensor's `_c10d_functional::wait_tensor` (the main thread waiting for a tp "
+    "collective) as compute, so the tp calls read as hidden (rank 0: 260 of 1038 us exposed); remove this mark with the fix",
+)
+def test_the_main_threads_wait_for_a_functional_collective_is_not_compute(tmp_path):
+    job = fsdp_tp_job(style="cpu")
+    assert any(r.waits for r in job.ranks)
+    write_job(job, tmp_path)
+    result = analyze_dir(tmp_path, max_workers=1)
     truth = exposed_truth(job)
     assert {r.rank: r.exposed_comm_us for r in result.ranks} == pytest.approx({r: float(v) for r, v in truth.items()}, abs=1e-6)
 
