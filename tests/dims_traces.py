@@ -2,7 +2,7 @@
 GPipe or 1F1B) and of 3-D jobs (pipelines whose stages are dp x tp blocks), with the answer per
 dimension and per pipeline stage known by construction.
 
-Each job is simulated once, on one device clock shared by all ranks, from one program per rank:
+Each job is simulated on one device clock shared by all ranks, from one program per rank:
 compute runs on the compute stream (CPU: the main thread) one item after the other; a collective
 starts when it is issued and its stream (CPU: its group's gloo worker) is free, and ends for all
 the ranks of its group together, once the last of them has started, after a transfer time that
