@@ -52,10 +52,11 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         # -1: the heads this rank holds (all of them without tensor parallelism).
         q, k, v = (p(x).view(b, t, -1, self.head_dim).transpose(1, 2) for p in (self.q, self.k, self.v))
-        # DTensor has no sharding rule for the CPU flash kernel: the math backend, without a causal
-        # mask on CPU (DESIGN.md, Measured facts); causal on GPUs.
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION if x.is_cuda else SDPBackend.MATH):
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=x.is_cuda)
+        if x.is_cuda:  # torch picks the kernel (flash needs half precision; this model is float32)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # DTensor has no sharding rule for the CPU flash kernel: the math one, without a causal mask
+            with sdpa_kernel(SDPBackend.MATH):
+                y = F.scaled_dot_product_attention(q, k, v)
         return self.out(y.transpose(1, 2).reshape(b, t, -1))
 
 
