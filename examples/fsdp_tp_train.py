@@ -52,10 +52,11 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         # -1: the heads this rank holds (all of them without tensor parallelism).
         q, k, v = (p(x).view(b, t, -1, self.head_dim).transpose(1, 2) for p in (self.q, self.k, self.v))
-        # DTensor has no sharding rule for the CPU flash kernel: the math backend, without a causal
-        # mask on CPU (DESIGN.md, Measured facts); causal on GPUs.
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION if x.is_cuda else SDPBackend.MATH):
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=x.is_cuda)
+        if x.is_cuda:  # torch picks the kernel (flash needs half precision; this model is float32)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # DTensor has no sharding rule for the CPU flash kernel: the math one, without a causal mask
+            with sdpa_kernel(SDPBackend.MATH):
+                y = F.scaled_dot_product_attention(q, k, v)
         return self.out(y.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -130,17 +131,19 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=64, help="tokens per sequence (a multiple of --tp)")
     args = parser.parse_args()
 
+    world = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's; checked before any rank waits for the others
+    if args.tp < 1 or world % args.tp or args.heads % args.tp or args.seq_len % args.tp:
+        if int(os.environ.get("RANK", 0)) == 0:
+            print(f"fsdp_tp_train.py: --tp {args.tp} must divide the world size ({world}), --heads ({args.heads}) and --seq-len "
+                  f"({args.seq_len}): pick another --tp, or start a multiple of it with torchrun --nproc-per-node", flush=True)  # fmt: skip
+        raise SystemExit(2)
+
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     dist.init_process_group("nccl" if cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    if world % args.tp or args.heads % args.tp or args.seq_len % args.tp:
-        if rank == 0:
-            print(f"fsdp_tp_train.py: --tp {args.tp} must divide the world size ({world}), --heads and --seq-len", flush=True)
-        dist.destroy_process_group()
-        raise SystemExit(2)
+    rank = dist.get_rank()
     mesh = init_device_mesh(device.type, (world // args.tp, args.tp), mesh_dim_names=("dp", "tp"))
 
     torch.manual_seed(0)  # the same initial weights on every rank before sharding

@@ -67,21 +67,27 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=64)
     args = parser.parse_args()
 
+    stages = int(os.environ.get("WORLD_SIZE", 1))  # torchrun's; checked before any rank waits for the others
+    problem = (
+        f"one stage per rank needs 2 or more ranks ({stages} here): start it with torchrun --nproc-per-node 2 or 4"
+        if stages < 2
+        else f"--layers {args.layers} is not a multiple of the {stages} stages: give each stage as many blocks"
+        if args.layers % stages
+        else f"--microbatches {args.microbatches} does not divide --batch {args.batch}: pick a divisor"
+        if args.microbatches < 1 or args.batch % args.microbatches
+        else None
+    )
+    if problem:
+        if int(os.environ.get("RANK", 0)) == 0:
+            print(f"pipeline_train.py: {problem}", flush=True)
+        raise SystemExit(2)
+
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     dist.init_process_group("nccl" if cuda else "gloo")
-    rank, stages = dist.get_rank(), dist.get_world_size()
-    if stages < 2 or args.layers % stages or args.microbatches < 1 or args.batch % args.microbatches:
-        if rank == 0:
-            print(
-                f"pipeline_train.py: needs 2 or more ranks ({stages} here), --layers a multiple of them ({args.layers}) "
-                f"and --microbatches a divisor of --batch ({args.microbatches}, {args.batch})",
-                flush=True,
-            )
-        dist.destroy_process_group()
-        raise SystemExit(2)
+    rank = dist.get_rank()
 
     torch.manual_seed(rank)  # each stage its own layers
     module = Stage(index=rank, stages=stages, layers=args.layers, dim=args.dim, heads=4, seq_len=args.seq_len).to(device)

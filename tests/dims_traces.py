@@ -1,7 +1,8 @@
-"""Synthetic multi-rank traces of 2-D jobs (dp x tp) and of pipelines (p stages, m microbatches,
-GPipe or 1F1B), with the answer per dimension and per pipeline stage known by construction.
+"""Synthetic multi-rank traces of 2-D jobs (dp x tp), of pipelines (p stages, m microbatches,
+GPipe or 1F1B) and of 3-D jobs (pipelines whose stages are dp x tp blocks), with the answer per
+dimension and per pipeline stage known by construction.
 
-Each job is simulated once, on one device clock shared by all ranks, from one program per rank:
+Each job is simulated on one device clock shared by all ranks, from one program per rank:
 compute runs on the compute stream (CPU: the main thread) one item after the other; a collective
 starts when it is issued and its stream (CPU: its group's gloo worker) is free, and ends for all
 the ranks of its group together, once the last of them has started, after a transfer time that
@@ -42,6 +43,7 @@ recvs in the window minus compute, idle = bubble - p2p_exposed, and the ideal (p
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,6 +197,8 @@ class Rank:
     """(N, first issue, issue of the next step's first item or the end of this rank's last item)."""
     labels: list[tuple[str, int, int]] = field(default_factory=list)
     """CPU style: annotations on the main thread (pipelining's `Forward i` / `Backward i`)."""
+    phases: list[tuple[str, int, int]] = field(default_factory=list)
+    """(forward | backward | optimizer, first issue, the next phase's first issue): 2-D jobs' record_function ranges."""
     waits: list[tuple[int, int]] = field(default_factory=list)
     """CPU style: the main thread waiting for a tensor-parallel collective (`_c10d_functional::wait_tensor`)."""
 
@@ -210,8 +214,10 @@ class Job:
     """GPU send/recv kernel names: "dev" (ncclDevKernel_SendRecv) or "legacy" (ncclKernel_SendRecv_...)."""
     schedule: str | None = None
     stages: tuple[int, ...] = ()
-    """Pipelines: the ranks in stage order."""
+    """Pipelines: the ranks in stage order (3-D: rank 0's pipeline)."""
     microbatches: int = 0
+    lines: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """Pipelines: per rank, the ranks of its pipeline in stage order."""
 
 
 def transfer_us(kind: str, nbytes: int, n: int) -> int:
@@ -234,12 +240,12 @@ def mesh_groups(dp: int, tp: int, *, first_name: int = 1) -> tuple[Group, list[G
 
 def fsdp_tp_program(*, layers: int, steps: int, world_all_reduce: bool) -> list[tuple]:
     """One rank's program (the same on every rank): ("compute", key), ("issue", handle, desc, kind,
-    nelems), ("wait", handle), ("step", N). Keys pick a per-rank duration (`_durations`)."""
+    nelems), ("wait", handle), ("step", N), ("phase", name). Keys pick a per-rank duration (`_durations`)."""
     prog: list[tuple] = []
     params, acts, norms = 65536, 32768, 512  # nelems: a layer's parameters, a block's activations, the norms' grads
     h = iter(range(10**6))
     for n in range(1, steps + 1):
-        prog.append(("step", n))
+        prog += [("step", n), ("phase", "forward")]
         ag = next(h)
         prog.append(("issue", ag, "mesh_dp", "all_gather", params))
         prog.append(("wait", ag))
@@ -255,6 +261,7 @@ def fsdp_tp_program(*, layers: int, steps: int, world_all_reduce: bool) -> list[
             if layer + 1 < layers:
                 prog.append(("wait", nxt))
         grads = []
+        prog.append(("phase", "backward"))
         for layer in reversed(range(layers)):
             prev = next(h)
             if layer > 0:  # the backward prefetches the previous layer's parameters
@@ -275,7 +282,7 @@ def fsdp_tp_program(*, layers: int, steps: int, world_all_reduce: bool) -> list[
         if world_all_reduce:  # a loss all_reduce over every rank, as a logging hook does
             w = next(h)
             prog += [("issue", w, "default_pg", "all_reduce", 16), ("wait", w)]
-        prog.append(("compute", "optimizer"))
+        prog += [("phase", "optimizer"), ("compute", "optimizer")]
     return prog
 
 
@@ -285,58 +292,126 @@ def _durations(rank: int) -> dict[str, int]:
             "mlp_bwd": 120 + 5 * (rank % 3), "optimizer": 90}  # fmt: skip
 
 
-def fsdp_tp_job(*, dp: int = 2, tp: int = 2, layers: int = 2, steps: int = 2, style: str = "gpu", world_all_reduce: bool = False) -> Job:
+def fsdp_tp_job(
+    *, dp: int = 2, tp: int = 2, layers: int = 2, steps: int = 2, style: str = "gpu", world_all_reduce: bool = False, wait_ops: bool = True
+) -> Job:
     """A 2-D job: FSDP2 over dp (all_gathers prefetched a layer ahead, reduce_scatters of the
     gradients left to run beside the backward), tensor + sequence parallelism over tp (an
     all_gather before and a reduce_scatter after each attention and MLP, waited for at once, and
-    an all_reduce of the norms' gradients), optionally a world all_reduce per step."""
+    an all_reduce of the norms' gradients), optionally a world all_reduce per step. Each step is
+    labelled forward, backward and optimizer. CPU style: wait_ops=False leaves out the main thread's
+    `_c10d_functional::wait_tensor` ops."""
     default, dps, tps = mesh_groups(dp, tp)
     groups = [default, *dps, *tps]
     world = dp * tp
     ranks = [Rank(r, [g for g in groups if r in g.ranks]) for r in range(world)]
-    by_desc = {r: {g.desc: g for g in ranks[r].groups} for r in range(world)}
     lanes = {"mesh_dp": 21, "mesh_tp": 22, "default_pg": 23}
-    prog = fsdp_tp_program(layers=layers, steps=steps, world_all_reduce=world_all_reduce)
-    cursor = [T0] * world
-    free: dict[tuple[int, str], int] = {}
-    ends: list[dict[int, int]] = [{} for _ in range(world)]
-    serial = [0] * world
-    desc_of: dict[int, str] = {}
-    durations = [_durations(r) for r in range(world)]
-    step_start: list[list[tuple[int, int]]] = [[] for _ in range(world)]
-    for item in prog:
-        if item[0] == "step":
-            for r in range(world):
-                step_start[r].append((item[1], cursor[r]))
-        elif item[0] == "compute":
-            for r in range(world):
-                d = durations[r][item[1]]
-                ranks[r].compute.append((cursor[r], cursor[r], cursor[r] + d))
-                cursor[r] += d
-        elif item[0] == "wait":
-            for r in range(world):
-                end = ends[r][item[1]]
-                if style == "cpu" and end > cursor[r] and desc_of[item[1]] == "mesh_tp":
-                    ranks[r].waits.append((cursor[r], end))
-                cursor[r] = max(cursor[r], end)
-        else:
-            _, handle, desc, kind, nelems = item
-            desc_of[handle] = desc
-            issued = list(cursor)
-            if style == "cpu":  # the c10d op holds the main thread for 1 µs; gloo's work starts after it
-                cursor = [c + 1 for c in cursor]
-            starts = {r: max(cursor[r], free.get((r, desc), 0)) for r in range(world)}
-            for r in range(world):
-                g = by_desc[r][desc]
-                end = max(starts[q] for q in g.ranks) + transfer_us(kind, nelems * FLOAT, g.size)
-                free[(r, desc)] = ends[r][handle] = end
-                lane = lanes[desc] if style == "gpu" else 1000 + 10 * groups.index(g) + serial[r] % 2
-                serial[r] += 1
-                ranks[r].comms.append(Comm(kind, g, issued[r], starts[r], end, nelems, lane))
-    for r in range(world):
-        bounds = [s for _, s in step_start[r]] + [cursor[r]]
-        ranks[r].steps = [(n, s, bounds[i + 1]) for i, (n, s) in enumerate(step_start[r])]
+    shared = fsdp_tp_program(layers=layers, steps=steps, world_all_reduce=world_all_reduce)
+    programs = []
+    for r in ranks:
+        by_desc, durations = {g.desc: g for g in r.groups}, _durations(r.rank)
+        prog = []
+        for item in shared:
+            if item[0] == "compute":
+                prog.append(("compute", durations[item[1]], None))
+            elif item[0] == "issue":
+                _, handle, desc, kind, nelems = item
+                prog.append(("coll", handle, by_desc[desc], kind, nelems, lanes[desc]))
+            else:
+                prog.append(item)
+        programs.append(prog)
+    _simulate(ranks, programs, style, wait_ops=wait_ops)
     return Job(style, world, groups, ranks)
+
+
+def _simulate(ranks: list[Rank], programs: list[list[tuple]], style: str, *, wait_ops: bool = True) -> None:
+    """Run every rank's program on one clock (module doc), filling in its compute, comms, steps,
+    phases, labels and waits. Items: ("step", N), ("phase", name), ("compute", µs, label | None),
+    ("gap", µs) (nothing runs), ("coll", handle, group, kind, nelems, stream), ("send" | "recv",
+    handle, group, peer, nelems, stream, microbatch, step), ("wait", handle). The k-th call of a
+    group on each of its ranks is one call, as is the k-th send from a to b with the k-th recv at b
+    from a. Each call's start on each rank depends on the others' (a collective ends when its
+    last rank has started): the simulation is repeated with the previous round's starts until
+    they no longer change (a fixed point, as every wait depends on earlier work only)."""
+    gpu = style == "gpu"
+    starts: dict[tuple, dict[int, int]] = {}
+    for _ in range(10_000):
+        new: dict[tuple, dict[int, int]] = {}
+        for rank, prog in zip(ranks, programs):
+            _run(rank, prog, gpu, starts, new, wait_ops)
+        if new == starts:
+            return
+        starts = new
+    raise AssertionError("the simulation did not settle")
+
+
+def _run(rank: Rank, prog: list[tuple], gpu: bool, starts: dict, new: dict, wait_ops: bool) -> None:
+    me = rank.rank
+    rank.compute, rank.comms, rank.steps, rank.phases, rank.labels, rank.waits = [], [], [], [], [], []
+    cursor = T0
+    free: dict[object, int] = {}  # queue -> free from: a GPU stream; on CPU a group's gloo work, in order
+    ends: dict[int, tuple[int, str]] = {}
+    seen: Counter = Counter()
+    step_marks: list[tuple[int, int]] = []
+    phase_marks: list[tuple[str, int]] = []
+    serial = 0
+    for item in prog:
+        what = item[0]
+        if what == "step":
+            step_marks.append((item[1], cursor))
+        elif what == "phase":
+            phase_marks.append((item[1], cursor))
+        elif what == "compute":
+            _, d, label = item
+            rank.compute.append((cursor, cursor, cursor + d))
+            if label:
+                rank.labels.append((label, cursor, cursor + d))
+            cursor += d
+        elif what == "gap":
+            cursor += item[1]
+        elif what == "wait":
+            end, desc = ends[item[1]]
+            if not gpu and wait_ops and end > cursor and desc == "mesh_tp":
+                rank.waits.append((cursor, end))
+            cursor = max(cursor, end)
+        elif what == "coll":
+            _, handle, group, kind, nelems, stream = item
+            key = ("coll", group.name, seen[group.name])
+            seen[group.name] += 1
+            issued = cursor
+            if not gpu:  # the c10d op holds the main thread for 1 µs; gloo's work starts after it
+                cursor += 1
+            queue = stream if gpu else group.name
+            start = max(cursor, free.get(queue, 0))
+            new.setdefault(key, {})[me] = start
+            others = [v for q, v in starts.get(key, {}).items() if q != me and q in group.ranks]
+            end = max([start, *others]) + transfer_us(kind, nelems * FLOAT, group.size)
+            free[queue] = end
+            ends[handle] = (end, group.desc)
+            lane = stream if gpu else 1000 + 10 * int(group.name) + serial % 2
+            serial += 1
+            rank.comms.append(Comm(kind, group, issued, start, end, nelems, lane))
+        else:  # send / recv
+            _, handle, group, peer, nelems, stream, mb, n = item
+            src, dst = (me, peer) if what == "send" else (peer, me)
+            key = ("p2p", src, dst, seen[(what, peer)])
+            seen[(what, peer)] += 1
+            issued = cursor
+            queue = stream if gpu else PID
+            start = max(cursor, free.get(queue, 0)) + (0 if gpu else 1)  # CPU: after its 1 µs c10d op
+            new.setdefault(key, {})[me] = start
+            other = starts.get(key, {}).get(peer, 0)
+            t = transfer_us(what, nelems * FLOAT, 2)
+            end = start + t if (what == "send" and not gpu) else max(start, other) + t  # CPU: sends are eager
+            free[queue] = end
+            ends[handle] = (end, group.desc)
+            rank.comms.append(Comm(what, group, issued, start, end, nelems, stream if gpu else PID, peer=peer, microbatch=mb, step=n))
+            if not gpu:  # blocking, on the main thread
+                cursor = end
+    bounds = [s for _, s in step_marks[1:]] + [cursor]
+    rank.steps = [(n, s, e) for (n, s), e in zip(step_marks, bounds)]
+    bounds = [s for _, s in phase_marks[1:]] + [cursor]
+    rank.phases = [(name, s, e) for (name, s), e in zip(phase_marks, bounds)]
 
 
 # --- pipelines ----------------------------------------------------------------------------------------
@@ -368,90 +443,87 @@ def pipeline_job(
     nelems: int = 8192,
     host_gap: int = 15,
     forward_us: tuple[int, ...] | None = None,
+    dp: int = 1,
+    tp: int = 1,
 ) -> Job:
-    """A pipeline of `stages` ranks (stage k on rank order[k]; default rank k), `microbatches` per
-    step: a stage's forward of microbatch i waits for its activations from the stage before, its
-    backward for the gradients from the stage after; it sends its outputs on as soon as it has
-    them; the optimizer runs once all of a step's sends have ended and the host has spent
-    `host_gap` µs (the stage idles: nothing computes or communicates). A forward takes
-    forward_us[stage], a backward twice that. One group: default_pg, or
-    mesh_pp where order is given (a mesh's pp dimension)."""
-    order = tuple(order or range(stages))
-    assert sorted(order) == list(range(stages)), order
-    world = stages
-    group = Group("0", "default_pg", tuple(range(world))) if order == tuple(range(stages)) else Group("1", "mesh_pp", tuple(range(world)))
-    groups = [group] if group.name == "0" else [Group("0", "default_pg", tuple(range(world))), group]
+    """A pipeline of `stages` stages, `microbatches` per step: a stage's forward of microbatch i
+    waits for its activations from the stage before, its backward for the gradients from the stage
+    after; it sends its outputs on as soon as it has them; the optimizer runs once all of a step's
+    sends have ended and the host has spent `host_gap` µs (the stage idles: nothing computes or
+    communicates). A forward takes forward_us[stage], a backward twice that.
+
+    dp = tp = 1: one rank per stage (stage k on rank order[k]; default rank k), in one group:
+    default_pg, or mesh_pp where order is given. Else a 3-D job on a (pp, dp, tp) mesh, rank =
+    (stage · dp + d) · tp + t: each stage is a dp x tp block of ranks; a rank sends to the rank of
+    the same (d, t) in the next stage (its mesh_pp group); with tp > 1 each forward and backward
+    all-gathers its input and reduce-scatters its output over mesh_tp (waited for at once); with
+    dp > 1 each step all-gathers the stage's parameters over mesh_dp at its start and
+    reduce-scatters their gradients before the optimizer (FSDP2 with one unit per stage)."""
+    per = dp * tp
+    world = stages * per
     fwd = list(forward_us or [30 + 10 * s for s in range(stages)])  # by default the later stages compute a little longer
-    bwd = [2 * f for f in fwd]
-    opt = 25
-    t = transfer_us("send", nelems * FLOAT, 2)
-    # Each message (direction, from-stage, microbatch, step) has a send start and a recv start;
-    # the simulation is relaxed until they agree (a fixed point: every wait depends on earlier work).
-    send_start: dict[tuple, int] = {}
-    recv_start: dict[tuple, int] = {}
-    for _ in range(10_000):
-        ranks, new_send, new_recv = [], {}, {}
-        for s in range(stages):
-            rank = Rank(order[s], list(groups))
-            _simulate_stage(rank, s, stages, microbatches, schedule, steps, style, group, order, fwd[s], bwd[s], opt, host_gap, t, nelems,
-                            send_start, recv_start, new_send, new_recv)  # fmt: skip
-            ranks.append(rank)
-        if new_send == send_start and new_recv == recv_start:
-            break
-        send_start, recv_start = new_send, new_recv
+    opt, params = 25, 65536
+    default = Group("0", "default_pg", tuple(range(world)))
+    if per == 1:
+        order = tuple(order or range(stages))
+        assert sorted(order) == list(range(stages)), order
+        pp = default if order == tuple(range(stages)) else Group("1", "mesh_pp", tuple(range(world)))
+        groups = [default] if pp is default else [default, pp]
+        lines = {r: order for r in range(world)}
+        pp_of, dp_of, tp_of = dict.fromkeys(range(world), pp), {}, {}
     else:
-        raise AssertionError("the pipeline simulation did not settle")
-    ranks.sort(key=lambda r: r.rank)
-    return Job(style, world, groups, ranks, kernels=kernels, schedule=schedule, stages=order, microbatches=microbatches)
+        assert order is None, "a 3-D job's stages are its mesh's"
+        lines = {r: tuple(s * per + r % per for s in range(stages)) for r in range(world)}
+        pps = [Group(str(1 + i), "mesh_pp", tuple(s * per + i for s in range(stages))) for i in range(per)]
+        dps = [Group(str(1 + per + s * tp + t), "mesh_dp", tuple(s * per + d * tp + t for d in range(dp)))
+               for s in range(stages) for t in range(tp)]  # fmt: skip
+        tps = [Group(str(1 + per + stages * tp + s * dp + d), "mesh_tp", tuple(s * per + d * tp + t for t in range(tp)))
+               for s in range(stages) for d in range(dp)]  # fmt: skip
+        groups = [default, *pps, *(dps if dp > 1 else []), *(tps if tp > 1 else [])]
+        pp_of = {r: g for g in pps for r in g.ranks}
+        dp_of = {r: g for g in dps for r in g.ranks} if dp > 1 else {}
+        tp_of = {r: g for g in tps for r in g.ranks} if tp > 1 else {}
+    ranks = [Rank(r, [g for g in groups if r in g.ranks]) for r in range(world)]
+    programs = []
+    for r in range(world):
+        line = lines[r]
+        s = line.index(r)
+        h = iter(range(10**6))
+        prog: list[tuple] = []
 
+        def coll(group: Group, kind: str, n: int, stream: int, prog: list[tuple] = prog, h=h) -> None:
+            """Issue a collective and wait for it at once."""
+            k = next(h)
+            prog.extend([("coll", k, group, kind, n, stream), ("wait", k)])
 
-def _simulate_stage(
-    rank, s, p, m, schedule, steps, style, group, order, f, b, opt, host_gap, t, nelems, send_start, recv_start, new_send, new_recv
-):
-    cursor = T0
-    free: dict[int, int] = {}  # lane -> free from
-    gpu = style == "gpu"
-
-    def p2p(kind: str, key: tuple, peer_stage: int, mb: int, n: int) -> Comm:
-        nonlocal cursor
-        peer = order[peer_stage]
-        lane = (40 if kind == "send" else 41) + 2 * peer if gpu else PID
-        start = max(cursor, free.get(lane, 0)) + (0 if gpu else 1)  # CPU: after its 1 µs c10d op
-        if kind == "send":
-            new_send[key] = start
-            end = max(start, recv_start.get(key, 0)) + t if gpu else start + t
-        else:
-            new_recv[key] = start
-            end = max(start, send_start.get(key, 0)) + t
-        free[lane] = end
-        c = Comm(kind, group, cursor, start, end, nelems, lane, peer=peer, microbatch=mb, step=n)
-        rank.comms.append(c)
-        if not gpu:  # CPU: blocking, on the main thread
-            cursor = end
-        return c
-
-    for n in range(1, steps + 1):
-        first = cursor
-        sends: list[Comm] = []
-        for op, i in schedule_ops(schedule, s, p, m):
-            if op == "F" and s > 0:
-                cursor = max(cursor, p2p("recv", ("act", s - 1, i, n), s - 1, i, n).end)
-            if op == "B" and s < p - 1:
-                cursor = max(cursor, p2p("recv", ("grad", s + 1, i, n), s + 1, i, n).end)
-            d = f if op == "F" else b
-            rank.compute.append((cursor, cursor, cursor + d))
-            rank.labels.append((f"{'Forward' if op == 'F' else 'Backward'} {i}", cursor, cursor + d))
-            cursor += d
-            if op == "F" and s < p - 1:
-                sends.append(p2p("send", ("act", s, i, n), s + 1, i, n))
-            if op == "B" and s > 0:
-                sends.append(p2p("send", ("grad", s, i, n), s - 1, i, n))
-        cursor = max([cursor, *(c.end for c in sends)]) + host_gap
-        rank.compute.append((cursor, cursor, cursor + opt))
-        cursor += opt
-        rank.steps.append((n, first, cursor))
-    # The next step's range starts where this one's ended: make the ranges contiguous.
-    rank.steps = [(n, a, rank.steps[k + 1][1] if k + 1 < len(rank.steps) else e) for k, (n, a, e) in enumerate(rank.steps)]
+        for n in range(1, steps + 1):
+            prog.append(("step", n))
+            if r in dp_of:
+                coll(dp_of[r], "all_gather", params, 21)
+            sends = []
+            for op, i in schedule_ops(schedule, s, stages, microbatches):
+                prev, nxt = (s - 1, s + 1) if op == "F" else (s + 1, s - 1)  # where its input comes from, where its output goes
+                if 0 <= prev < stages:
+                    k = next(h)
+                    prog += [("recv", k, pp_of[r], line[prev], nelems, 41 + 2 * line[prev], i, n), ("wait", k)]
+                if r in tp_of:
+                    coll(tp_of[r], "all_gather", nelems, 22)
+                label = f"{'Forward' if op == 'F' else 'Backward'} {i}"
+                prog.append(("compute", fwd[s] if op == "F" else 2 * fwd[s], label))
+                if r in tp_of:
+                    coll(tp_of[r], "reduce_scatter", nelems, 22)
+                if 0 <= nxt < stages:
+                    sends.append(next(h))
+                    prog.append(("send", sends[-1], pp_of[r], line[nxt], nelems, 40 + 2 * line[nxt], i, n))
+            prog += [("wait", k) for k in sends]
+            if r in dp_of:
+                coll(dp_of[r], "reduce_scatter", params, 21)
+            prog += [("gap", host_gap), ("compute", opt, None)]
+        programs.append(prog)
+    _simulate(ranks, programs, style)
+    stage_lines = {r: lines[r] for r in range(world)}
+    return Job(style, world, groups, ranks, kernels=kernels, schedule=schedule, stages=lines[0], microbatches=microbatches,
+               lines=stage_lines)  # fmt: skip
 
 
 # --- writing the traces ---------------------------------------------------------------------------------
@@ -506,6 +578,8 @@ def gpu_doc(job: Job, rank: Rank) -> dict:
         events.append(_x("kernel", name, args["stream"], start, end - start, args, pid=0))
     for n, a, b in rank.steps:
         events.append(_x("user_annotation", f"ProfilerStep#{n}", PID, a - LEAD - 0.5, b - a))
+    # A phase holds the launches of the items issued in it (launched at issue - LEAD + 0.01 or later).
+    events += [_x("user_annotation", name, PID, a - LEAD - 0.25, b - a - 0.02) for name, a, b in rank.phases]
     return _head(job, rank, events)
 
 
@@ -527,7 +601,7 @@ def cpu_doc(job: Job, rank: Rank) -> dict:
         events.append(_thread(tid, "pt_gloo_runloop"))
     for n, a, b in rank.steps:
         events.append(_x("user_annotation", f"ProfilerStep#{n}", PID, a, b - a))
-    events += [_x("user_annotation", name, PID, a, b - a) for name, a, b in rank.labels]
+    events += [_x("user_annotation", name, PID, a, b - a) for name, a, b in rank.labels + rank.phases]
     events += [_x("cpu_op", "_c10d_functional::wait_tensor", PID, a, b - a, {"Input Dims": [[64]]}) for a, b in rank.waits]
     for _, start, end in rank.compute:
         events.append(
@@ -616,6 +690,7 @@ class StageTruth:
     bubble_us: int
     p2p_exposed_us: int
     idle_us: int
+    """Neither compute nor a send/recv: the host's gaps, and in a 3-D job the other dimensions' exposed collectives."""
     microbatches: int
     """Activation sends of stage 0 (recvs of the last stage) in this step."""
 
@@ -668,7 +743,8 @@ def pipeline_truth(job: Job) -> dict[int, list[StageTruth]]:
     """{rank: [StageTruth per step]} of a pipeline job."""
     out: dict[int, list[StageTruth]] = {}
     for rank in job.ranks:
-        stage = job.stages.index(rank.rank)
+        line = job.lines[rank.rank]
+        stage = line.index(rank.rank)
         compute = _compute(rank)
         p2p = Intervals.of((c.start, c.end) for c in rank.comms if c.peer is not None)
         rows = []
@@ -676,9 +752,7 @@ def pipeline_truth(job: Job) -> dict[int, list[StageTruth]]:
             window = Intervals.of([(a, b)])
             bubble = window - compute
             exposed = (p2p & window) - compute
-            first_sends = {
-                c.microbatch for c in job.ranks[job.stages[0]].comms if c.kind == "send" and c.step == n and c.peer == job.stages[1]
-            }
+            first_sends = {c.microbatch for c in job.ranks[line[0]].comms if c.kind == "send" and c.step == n and c.peer == line[1]}
             rows.append(StageTruth(stage, n, b - a, bubble.total, exposed.total, bubble.total - exposed.total, len(first_sends)))
         out[rank.rank] = rows
     return out

@@ -31,6 +31,8 @@ JOBS_2D = {
     "cpu": lambda: fsdp_tp_job(style="cpu"),
     "gpu-world-all-reduce": lambda: fsdp_tp_job(style="gpu", world_all_reduce=True),
     "gpu-2x4": lambda: fsdp_tp_job(dp=2, tp=4, layers=3, steps=3, style="gpu"),
+    "gpu-3d": lambda: pipeline_job(stages=3, dp=2, tp=2, style="gpu"),
+    "cpu-3d": lambda: pipeline_job(stages=3, dp=2, tp=2, schedule="gpipe", style="cpu"),
 }
 
 
@@ -44,6 +46,8 @@ PIPELINES = {
     for schedule in ("gpipe", "1f1b")
     for p, m in ((2, 4), (4, 8))
 }  # fmt: skip
+PIPELINES["gpu-3d-1f1b"] = lambda: pipeline_job(stages=3, dp=2, tp=2, schedule="1f1b", style="gpu")
+PIPELINES["cpu-3d-gpipe"] = lambda: pipeline_job(stages=2, dp=2, tp=2, schedule="gpipe", style="cpu")
 
 
 def _docs(job, tmp_path: Path) -> dict[int, dict]:
@@ -93,7 +97,7 @@ def test_each_ranks_calls_fall_in_exactly_one_dimension_and_the_dimensions_add_u
             assert t[rank.rank].comm_us == t[rank.rank].hidden_us + t[rank.rank].exposed_us
 
 
-@pytest.mark.parametrize("name", ["gpu", "gpu-world-all-reduce", "gpu-2x4"])
+@pytest.mark.parametrize("name", ["gpu", "gpu-world-all-reduce", "gpu-2x4", "gpu-3d"])
 def test_per_dimension_comm_and_exposed_agree_with_a_grid_read_from_the_trace_files(name, tmp_path):
     job = JOBS_2D[name]()
     truth, total = dimension_truth(job), exposed_truth(job)
@@ -204,10 +208,33 @@ def test_cpu_traces_name_no_group_and_each_group_runs_on_its_own_gloo_threads(tm
         assert sizes == {"2"}
 
 
-def test_today_the_analysis_reads_the_generated_gpu_traces_and_its_per_rank_exposed_time_is_the_truth(tmp_path):
+def test_today_the_analysis_reads_the_generated_gpu_traces_cleanly_and_its_per_rank_exposed_time_is_the_truth(tmp_path):
     job = fsdp_tp_job(style="gpu")
     write_job(job, tmp_path)
-    result = analyze_dir(tmp_path)
+    result = analyze_dir(tmp_path, max_workers=1)
+    assert {c.name: c.status for c in result.integrity.checks if c.status != "ok"} == {}
+    truth = exposed_truth(job)
+    assert {r.rank: r.exposed_comm_us for r in result.ranks} == pytest.approx({r: float(v) for r, v in truth.items()}, abs=1e-6)
+
+
+def test_today_the_analysis_gives_the_truths_per_rank_exposed_time_on_cpu_traces_without_wait_ops(tmp_path):
+    job = fsdp_tp_job(style="cpu", wait_ops=False)
+    write_job(job, tmp_path)
+    result = analyze_dir(tmp_path, max_workers=1)
+    truth = exposed_truth(job)
+    assert {r.rank: r.exposed_comm_us for r in result.ranks} == pytest.approx({r: float(v) for r, v in truth.items()}, abs=1e-6)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 35: the CPU analysis counts DTensor's `_c10d_functional::wait_tensor` (the main thread waiting for a tp "
+    "collective) as compute, so the tp calls read as hidden (rank 0: 260 of 1038 us exposed); remove this mark with the fix",
+)
+def test_the_main_threads_wait_for_a_functional_collective_is_not_compute(tmp_path):
+    job = fsdp_tp_job(style="cpu")
+    assert any(r.waits for r in job.ranks)
+    write_job(job, tmp_path)
+    result = analyze_dir(tmp_path, max_workers=1)
     truth = exposed_truth(job)
     assert {r.rank: r.exposed_comm_us for r in result.ranks} == pytest.approx({r: float(v) for r, v in truth.items()}, abs=1e-6)
 
@@ -237,7 +264,7 @@ def test_each_stages_bubble_is_its_exposed_p2p_plus_idle_and_agrees_with_a_grid(
     for rank in job.ranks:
         horizon = max(e for *_, e in rank.compute) + 2
         compute = _mask([(s, e) for _, s, e in rank.compute], horizon)
-        p2p = _mask([(c.start, c.end) for c in rank.comms], horizon)
+        p2p = _mask([(c.start, c.end) for c in rank.comms if c.peer is not None], horizon)
         for row, (_, a, b) in zip(truth[rank.rank], step_windows(job, rank)):
             window = _mask([(a, b)], horizon)
             assert row.window_us == int(window.sum())
@@ -294,3 +321,29 @@ def test_legacy_nccl_builds_name_their_send_recv_kernels_ncclkernel(tmp_path):
     docs = _docs(pipeline_job(stages=2, style="gpu", kernels="legacy"), tmp_path)
     names = {e["name"] for doc in docs.values() for e in doc["traceEvents"] if e.get("cat") == "kernel" and "SendRecv" in e["name"]}
     assert names == {"ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"}
+
+
+# --- 3-D jobs -------------------------------------------------------------------------------------
+
+
+def test_a_3d_job_has_a_pp_dp_and_tp_dimension_each_of_groups_of_its_own_size(tmp_path):
+    job = pipeline_job(stages=3, dp=2, tp=2, style="gpu")
+    truth = dimension_truth(job)
+    assert {d: {t.group_size for t in per.values()} for d, per in truth.items()} == {"mesh_pp": {3}, "mesh_dp": {2}, "mesh_tp": {2}}
+    assert {d: len(per) for d, per in truth.items()} == {"mesh_pp": 12, "mesh_dp": 12, "mesh_tp": 12}
+    assert truth["mesh_pp"][0].pg_names == ("1", "2", "3", "4") and len(truth["mesh_dp"][0].pg_names) == 6
+    for rank, doc in _docs(job, tmp_path).items():
+        pg = {g["pg_desc"]: g["ranks"] for g in doc["distributedInfo"]["pg_config"] if g["pg_desc"] != "default_pg"}
+        stage, d, t = rank // 4, rank // 2 % 2, rank % 2
+        assert pg == {"mesh_pp": [s * 4 + d * 2 + t for s in range(3)], "mesh_dp": [stage * 4 + i * 2 + t for i in range(2)],
+                      "mesh_tp": [stage * 4 + d * 2 + i for i in range(2)]}  # fmt: skip
+        assert {c.peer for c in job.ranks[rank].comms if c.peer is not None} == {p for p in pg["mesh_pp"] if abs(p - rank) == 4}
+        assert job.lines[rank] == tuple(pg["mesh_pp"])
+
+
+def test_today_the_analysis_gives_the_truths_per_rank_exposed_time_on_a_3d_gpu_job(tmp_path):
+    job = pipeline_job(stages=3, dp=2, tp=2, style="gpu")
+    write_job(job, tmp_path)
+    result = analyze_dir(tmp_path, max_workers=1)
+    truth = exposed_truth(job)
+    assert {r.rank: r.exposed_comm_us for r in result.ranks} == pytest.approx({r: float(v) for r, v in truth.items()}, abs=1e-6)

@@ -142,3 +142,20 @@ def test_pipeline_example_runs_two_gloo_stages_with_the_schedule_and_microbatche
                     ["send"] * m + ["recv"] * m if schedule == "gpipe" else ["send", "send", "recv", "send", "recv", "send", "recv", "recv"]
                 )
                 assert order == expected
+
+
+@pytest.mark.parametrize(
+    ("script", "world", "args", "line"),
+    [
+        ("fsdp_tp_train.py", "4", ["--tp", "3"], "fsdp_tp_train.py: --tp 3 must divide the world size (4)"),
+        ("pipeline_train.py", "1", [], "pipeline_train.py: one stage per rank needs 2 or more ranks (1 here)"),
+        ("pipeline_train.py", "2", ["--layers", "3"], "pipeline_train.py: --layers 3 is not a multiple of the 2 stages"),
+        ("pipeline_train.py", "2", ["--microbatches", "3"], "pipeline_train.py: --microbatches 3 does not divide --batch 16"),
+    ],
+)
+def test_the_multi_dimension_examples_refuse_a_shape_that_does_not_fit_in_one_line_before_any_rank_waits(script, world, args, line):
+    env = clean_env(WORLD_SIZE=world, RANK="0")  # as torchrun sets them; no rendezvous is reached
+    proc = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    (out,) = proc.stdout.splitlines()
+    assert out.startswith(line) and ": " in out.removeprefix(line)
