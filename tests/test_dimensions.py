@@ -275,7 +275,7 @@ def test_the_pipeline_example_reads_two_stages_in_order_with_their_bubble(tmp_pa
 
 from dims_traces import dimension_truth, fsdp_tp_job, ideal_bubble, pipeline_job, pipeline_truth, write_job  # noqa: E402
 
-DIM_NAME = {"mesh_dp": "dp", "mesh_tp": "tp", "default_pg": "world"}
+DIM_NAME = {"mesh_dp": "dp", "mesh_tp": "tp", "mesh_pp": "pp", "default_pg": "world"}
 
 
 @pytest.mark.parametrize(
@@ -285,9 +285,11 @@ DIM_NAME = {"mesh_dp": "dp", "mesh_tp": "tp", "default_pg": "world"}
         pytest.param(lambda: fsdp_tp_job(style="cpu"), id="cpu-2x2"),
         pytest.param(lambda: fsdp_tp_job(style="gpu", world_all_reduce=True), id="gpu-2x2-world"),
         pytest.param(lambda: fsdp_tp_job(dp=2, tp=4, layers=3, steps=3, style="gpu"), id="gpu-2x4"),
+        pytest.param(lambda: pipeline_job(stages=3, dp=2, tp=2, style="gpu"), id="gpu-3d"),
+        pytest.param(lambda: pipeline_job(stages=2, dp=2, tp=2, schedule="gpipe", style="cpu"), id="cpu-3d"),
     ],
 )
-def test_generated_2d_jobs_read_each_dimension_within_half_a_percent_of_the_truth(tmp_path, job):
+def test_generated_2d_and_3d_jobs_read_each_dimension_within_half_a_percent_of_the_truth(tmp_path, job):
     job = job()
     plain = to_json(analyze_dir(write_job(job, tmp_path)))
     truth = dimension_truth(job)
@@ -295,6 +297,7 @@ def test_generated_2d_jobs_read_each_dimension_within_half_a_percent_of_the_trut
     for desc, per_rank in truth.items():
         dim = plain["dimensions"][DIM_NAME[desc]]
         assert dim["pg_names"] == sorted(per_rank[next(iter(per_rank))].pg_names, key=int)
+        assert sorted(dim["ranks"], key=int) == [str(r) for r in sorted(per_rank)]
         for rank, t in per_rank.items():
             got = dim["ranks"][str(rank)]
             assert dim["group_size"] == t.group_size
@@ -346,3 +349,23 @@ def test_gloo_work_that_cannot_be_placed_in_a_group_is_counted_apart_and_named(t
     assert sum(unplaced.values()) == sum(c["count"] for c in plain["ranks"][0]["collectives"])
     # Counted apart: in no dimension, never merged into one.
     assert all("0" not in d["ranks"] for d in plain["dimensions"].values())
+
+
+@pytest.mark.parametrize("style", ["gpu", "cpu"])
+def test_a_generated_3d_job_reads_every_rank_at_its_stage_with_its_bubble(tmp_path, style):
+    job = pipeline_job(stages=3, dp=2, tp=2, schedule="gpipe" if style == "cpu" else "1f1b", style=style)
+    plain = to_json(analyze_dir(write_job(job, tmp_path)))
+    pipe = plain["pipeline"]
+    truth = pipeline_truth(job)
+    assert pipe["microbatches"] == job.microbatches
+    assert pipe["ideal_bubble_pct"] == pytest.approx(100 * ideal_bubble(3, job.microbatches), abs=1e-3)
+    # Every dp x tp block of ranks is one stage; the ranks in stage order, then rank order.
+    assert pipe["stages"] == sorted(truth, key=lambda r: (truth[r][0].stage, r))
+    for rank, rows in truth.items():
+        got = pipe["ranks"][str(rank)]
+        window = sum(t.window_us for t in rows)
+        assert got["stage"] == rows[0].stage
+        for key in ("bubble_us", "p2p_exposed_us", "idle_us"):
+            assert abs(got[key] - sum(getattr(t, key) for t in rows)) <= 0.01 * window, key
+    checks = {c["name"]: c for c in plain["integrity"]["checks"]}
+    assert checks["collectives.matched"]["status"] == "ok", checks["collectives.matched"]["detail"]
