@@ -225,11 +225,6 @@ def test_today_the_analysis_gives_the_truths_per_rank_exposed_time_on_cpu_traces
     assert {r.rank: r.exposed_comm_us for r in result.ranks} == pytest.approx({r: float(v) for r, v in truth.items()}, abs=1e-6)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 35: the CPU analysis counts DTensor's `_c10d_functional::wait_tensor` (the main thread waiting for a tp "
-    "collective) as compute, so the tp calls read as hidden (rank 0: 260 of 1038 us exposed); remove this mark with the fix",
-)
 def test_the_main_threads_wait_for_a_functional_collective_is_not_compute(tmp_path):
     job = fsdp_tp_job(style="cpu")
     assert any(r.waits for r in job.ranks)
