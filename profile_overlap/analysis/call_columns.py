@@ -16,6 +16,8 @@ from profile_overlap.analysis.collectives import CollectiveCall, CollectiveInsta
 
 UNKNOWN = -1
 """nbytes or group_size the trace does not give (None in the objects)."""
+SEND, RECV = 1, -1
+"""Calls.direction of a point-to-point send and recv."""
 
 
 def _opt(values: list[int]) -> list[int | None]:
@@ -58,6 +60,10 @@ class Calls(ArrayEq):
     hints: tuple[str, ...]
     hint: np.ndarray
     """int32 code of each call's phase hint in `hints`; -1 for none."""
+    peer: np.ndarray
+    """int64: a point-to-point call's other rank (global), UNKNOWN for a collective or an unknown peer."""
+    direction: np.ndarray
+    """int8: SEND or RECV for a point-to-point call whose direction is known, else 0."""
 
     @staticmethod
     def build(
@@ -71,6 +77,8 @@ class Calls(ArrayEq):
         group_size: np.ndarray,
         issued_us: np.ndarray,
         hint: Sequence[str | None],
+        peer: np.ndarray | None = None,
+        direction: np.ndarray | None = None,
     ) -> Calls:
         kinds: dict[str, int] = {}
         pgs: dict[str, int] = {}
@@ -90,6 +98,8 @@ class Calls(ArrayEq):
             issued_us=np.asarray(issued_us, np.float64),
             hints=tuple(hints),
             hint=hint_code,
+            peer=np.full(len(kind), UNKNOWN, np.int64) if peer is None else np.asarray(peer, np.int64),
+            direction=np.zeros(len(kind), np.int8) if direction is None else np.asarray(direction, np.int8),
         )
 
     @staticmethod
@@ -142,7 +152,7 @@ class Calls(ArrayEq):
             )
 
 
-_FLOATS_INTS = ("nbytes", "dur_us", "start_us", "launch_us", "group_size", "issued_us")
+_FLOATS_INTS = ("nbytes", "dur_us", "start_us", "launch_us", "group_size", "issued_us", "peer", "direction")
 
 
 @dataclass(frozen=True, eq=False)
@@ -183,11 +193,25 @@ class Instances(ArrayEq):
             yield CollectiveInstance(kind=self.kinds[k], pg=self.pgs[pg], seq=seq, nbytes=nb, dur_us=dur, start_us=start, group_size=group)
 
 
-def number_calls(calls: Calls) -> Instances:
-    """The calls in time order (stable), each numbered among the calls of its kind and process group."""
+def number_calls(calls: Calls, *, rank: int | None = None) -> Instances:
+    """The calls in time order (stable), each numbered among the calls of its kind and process group.
+    A point-to-point call of `rank` with a known peer and direction is numbered on its link
+    instead: the group "<pg> <sender>-><receiver>", so that the k-th send of a to b meets the
+    k-th recv of b from a on the other rank (Instances.pgs gains the links)."""
+    pgs = calls.pgs
+    pg = calls.pg
+    linked = (calls.direction != 0) & (calls.peer >= 0) & (rank is not None)
+    if linked.any():
+        names = {name: i for i, name in enumerate(pgs)}
+        src = np.where(calls.direction == SEND, rank if rank is not None else 0, calls.peer)
+        dst = np.where(calls.direction == SEND, calls.peer, rank if rank is not None else 0)
+        pg = pg.copy()
+        for i in np.flatnonzero(linked).tolist():
+            pg[i] = names.setdefault(f"{pgs[pg[i]]} {src[i]}->{dst[i]}", len(names))
+        pgs = tuple(names)
     order = np.argsort(calls.start_us, kind="stable")
     n = order.size
-    key = calls.pg[order].astype(np.int64) * max(len(calls.kinds), 1) + calls.kind[order]
+    key = pg[order].astype(np.int64) * max(len(calls.kinds), 1) + calls.kind[order]
     by_key = np.argsort(key, kind="stable")  # time order kept within a key
     sorted_key = key[by_key]
     new = np.ones(n, dtype=bool)
@@ -198,8 +222,8 @@ def number_calls(calls: Calls) -> Instances:
     return Instances(
         kinds=calls.kinds,
         kind=calls.kind[order],
-        pgs=calls.pgs,
-        pg=calls.pg[order],
+        pgs=pgs,
+        pg=pg[order],
         seq=seq,
         nbytes=calls.nbytes[order],
         dur_us=calls.dur_us[order],

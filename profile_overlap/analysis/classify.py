@@ -7,6 +7,7 @@ library or spelling, change this table; the rest of the analysis reads it.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from profile_overlap.core.modes import PHASES
@@ -19,6 +20,8 @@ GLOO_EVENT_PREFIX = "gloo:"
 """gloo's own annotations of its work items (on its worker threads)."""
 C10D_PREFIX = "c10d::"
 """The c10d dispatcher op of a collective, on the thread that called it."""
+FUNCTIONAL_PREFIX = "_c10d_functional::"
+"""DTensor's functional collectives and their wait (`_c10d_functional::wait_tensor`), on the calling thread."""
 RECORD_PARAM_COMMS = "record_param_comms"
 """PyTorch's annotation carrying a collective's sizes."""
 COLLECTIVE_OP_PREFIXES = (*LIBRARY_OP_PREFIXES, GLOO_EVENT_PREFIX, C10D_PREFIX)
@@ -28,7 +31,22 @@ _LIB = "|".join(COMM_LIBRARIES)
 # Kernel classes, by name only. Never via `External id`: in current PyTorch an NCCL kernel's
 # External id points at `record_param_comms`, which made the TensorBoard plugin count NCCL
 # kernels as computation.
-COMM_KERNEL_RE = re.compile(rf"^(?:{_LIB})|(?:{_LIB})(?:Dev)?Kernel")
+DEVICE_COLLECTIVES = (
+    ("multimem_all_reduce", "all_reduce"),
+    ("one_shot_all_reduce", "all_reduce"),
+    ("two_shot_all_reduce", "all_reduce"),
+    ("cross_device_reduce", "all_reduce"),
+    ("fused_all_gather_matmul", "all_gather"),
+    ("fused_all_gather_scaled_matmul", "all_gather"),
+    ("fused_matmul_reduce_scatter", "reduce_scatter"),
+    ("fused_scaled_matmul_reduce_scatter", "reduce_scatter"),
+)
+"""Device-initiated collectives, by a word in the kernel's name, with their kind: torch's
+symmetric-memory kernels (`multimem_all_reduce_kernel`, `one_shot_all_reduce_kernel`, ...), async
+TP's fused all-gather/reduce-scatter matmuls, and custom all-reduce kernels (vLLM's
+`cross_device_reduce_1stage`). They are communication, as NCCL's kernels are."""
+_DEVICE_RE = "|".join(re.escape(word) for word, _ in DEVICE_COLLECTIVES)
+COMM_KERNEL_RE = re.compile(rf"^(?:{_LIB})|(?:{_LIB})(?:Dev)?Kernel|{_DEVICE_RE}")
 MEMORY_KERNEL_RE = re.compile(r"Memcpy|Memset")
 SYNC_KERNEL_RE = re.compile(r"^(?:Event|Stream|Context|Device) Sync")
 PROFILER_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -123,6 +141,8 @@ _KIND = {
     "alltoall": "all_to_all",
     "sendrecv": "send_recv",
     "send": "send_recv",
+    "isend": "send_recv",
+    "irecv": "send_recv",
     "recv": "send_recv",
     "reduce": "reduce",
     "gather": "gather",
@@ -130,17 +150,36 @@ _KIND = {
     "barrier": "barrier",
 }
 _KIND_NOISE = re.compile(
-    "^(?:" + "|".join(re.escape(p) for p in COLLECTIVE_OP_PREFIXES) + r")|base|intotensor|tensor|coalesced|single|_|\s"
+    "^(?:" + "|".join(re.escape(p) for p in COLLECTIVE_OP_PREFIXES) + r")|base|intotensor|into|tensor|coalesced|single|_|\s"
 )
 _KERNEL_KIND = re.compile(rf"(?:{_LIB})(?:Dev)?Kernel_([A-Za-z]+)|^(?:{_LIB})([A-Za-z]+)")
 
 
+@functools.lru_cache(maxsize=4096)
 def collective_kind(name: str) -> str | None:
     """PyTorch's name for a collective from any of its spellings, or None."""
+    for word, kind in DEVICE_COLLECTIVES:
+        if word in name:
+            return kind
     if m := _KERNEL_KIND.search(name):
         name = m.group(1) or m.group(2)
     key = _KIND_NOISE.sub("", name.lower())
     return _KIND.get(key)
+
+
+P2P_KINDS = frozenset({"send", "recv"})
+"""Point-to-point directions (`p2p_direction`); their calls count as the kind `send_recv`."""
+_P2P_RE = re.compile(r"(?:^|[:_])(?:i?send|i?recv|recv_)$|SendRecv|Kernel_(?:Send|Recv)", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=4096)
+def p2p_direction(name: str) -> str | None:
+    """ "send" or "recv" for a point-to-point op or kernel (`gloo:send`, `c10d::recv_`,
+    `nccl:send`, `ncclDevKernel_SendRecv` reads "send_recv": None, direction unknown), else None."""
+    low = name.lower()
+    if not _P2P_RE.search(name) or "sendrecv" in low:
+        return None
+    return "recv" if "recv" in low else "send"
 
 
 def is_collective_op(name: str) -> bool:

@@ -6,7 +6,7 @@ clock, with calls matched across ranks by (process group, kind, order), which no
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -14,9 +14,12 @@ from profile_overlap.analysis.call_columns import collective_stats
 from profile_overlap.analysis.causes import Explained, explain
 from profile_overlap.analysis.checks import credible_world_size
 from profile_overlap.analysis.clocks import ClockAlignment, align_clocks
+from profile_overlap.analysis.dimensions import job_dimensions
 from profile_overlap.analysis.heatmap import heatmap
 from profile_overlap.analysis.integrity import Integrity, check_integrity
 from profile_overlap.analysis.per_rank import RankAnalysis
+from profile_overlap.analysis.pipeline import job_pipeline
+from profile_overlap.record.dimensions import Dimension, Pipeline
 from profile_overlap.record.exposed import Exposed
 from profile_overlap.record.heatmap import Heatmap
 
@@ -54,6 +57,10 @@ class TraceAnalysis:
     """Why communication is exposed (analysis/causes.py); None only in analyses built by hand."""
     heatmap: Heatmap | None = None
     """The rank x time heatmap of the median step (analysis/heatmap.py); None without steps or causes."""
+    dimensions: dict[str, Dimension] = field(default_factory=dict)
+    """Each dimension's numbers per rank (analysis/dimensions.py); empty only in analyses built by hand."""
+    pipeline: Pipeline | None = None
+    """The pipeline stages and their bubble (analysis/pipeline.py); None without send/recv."""
 
     @property
     def exposed(self) -> Exposed | None:
@@ -87,9 +94,11 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False,
     last_at = _last_arrivals(ranks, keys, clocks)
     waits = []
     lo = 0
+    per_call: list[tuple[np.ndarray, np.ndarray]] = []
     for r in ranks:
         mine = call[lo : lo + len(r.instances)]
         ok = ranks_in[mine] >= 2
+        per_call.append((fastest_of[mine], ok))
         fastest = fastest_of[mine[ok]]
         matched = int(ok.sum())
         # Summed in time order, one call after the other (as a running total would).
@@ -125,6 +134,10 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False,
         integrity=integrity,
         causes=causes,
         heatmap=heatmap(ranks, causes.splits, clocks) if causes is not None else None,
+        dimensions=job_dimensions(
+            [(r.rank, r.dimensions, r.instances) for r in ranks], [f for f, _ in per_call], [ok for _, ok in per_call]
+        ),
+        pipeline=job_pipeline([(r.rank, r.pipeline) for r in ranks]),
     )
 
 

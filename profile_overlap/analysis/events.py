@@ -9,29 +9,34 @@ compute intervals with labels, the ProfilerStep windows, and the collective call
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
-from profile_overlap.analysis.call_columns import UNKNOWN, Calls
+from profile_overlap.analysis.call_columns import RECV, SEND, UNKNOWN, Calls
 from profile_overlap.analysis.classify import (
     AUTOGRAD_FRAME_RE,
     C10D_PREFIX,
     COMM_KERNEL_RE,
+    FUNCTIONAL_PREFIX,
     GLOO_EVENT_PREFIX,
     LIBRARY_OP_PREFIXES,
     MEMORY_KERNEL_RE,
     PROFILER_STEP_RE,
     SYNC_KERNEL_RE,
     collective_kind,
+    p2p_direction,
 )
 from profile_overlap.analysis.collectives import collective_nbytes
 from profile_overlap.analysis.facts import FileFacts, cpu_unclassified, file_facts
+from profile_overlap.analysis.gloo_groups import infer_groups
 from profile_overlap.analysis.interference import NO_OPERATORS, Operators, cpu_operators, gpu_operators
 from profile_overlap.analysis.labels import Labeller
 from profile_overlap.analysis.phases import PhaseWindows, phase_windows
 from profile_overlap.analysis.steps import device_windows
-from profile_overlap.analysis.trace import CPU_OP, USER_ANNOTATION, Events, Trace
+from profile_overlap.analysis.trace import CPU_OP, USER_ANNOTATION, Events, ProcessGroupInfo, Trace
+from profile_overlap.analysis.trace_args import CollectiveArgs
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
 
@@ -81,6 +86,10 @@ class FileEvents:
     """What the integrity checks need beyond the metrics (analysis/facts.py)."""
     operators: Operators = NO_OPERATORS
     """The leaf compute calls and which operator each is (analysis/interference.py)."""
+    groups: tuple[ProcessGroupInfo, ...] = ()
+    """The process groups the trace declares (pg_config), in creation order."""
+    group_method: str = ""
+    """How the calls' process groups were found, in words (the integrity check says it per rank)."""
 
     def comm_and_compute(self) -> tuple[iv.Union, iv.Union]:
         """The union of communication and of compute, `exclude` taken out of compute (one file's
@@ -129,9 +138,11 @@ def extract(trace: Trace) -> FileEvents:
         kernel_times = tuple(np.concatenate([getattr(comm, k), getattr(compute, k)]) for k in ("launch", "start", "end"))
         exclude = iv.EMPTY
         unclassified = np.zeros(0, dtype=np.int64)
+        named = int(sum(1 for pg in calls.pg.tolist() if calls.pgs[pg] != "default"))
+        group_method = f"the calls' arguments: {named} of {len(calls)} call(s) name their group"
     else:
         device = "cpu"
-        comm, compute, calls, exclude, compute_rows = _cpu_events(trace, labeller, main)
+        comm, compute, calls, exclude, compute_rows, group_method = _cpu_events(trace, labeller, main)
         operators = cpu_operators(cpu, compute_rows)
         compute_rows = np.zeros(0, dtype=np.int64)
         kernel_times = None
@@ -183,6 +194,8 @@ def extract(trace: Trace) -> FileEvents:
             calls=calls,
         ),
         operators=operators,
+        groups=trace.groups,
+        group_method=group_method,
     )
 
 
@@ -266,6 +279,9 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
     kinds, pgs, hints = [], [], []
     nbytes_col = np.full(n, UNKNOWN, dtype=np.int64)
     group_col = np.full(n, UNKNOWN, dtype=np.int64)
+    peer = np.full(n, UNKNOWN, dtype=np.int64)
+    direction = np.zeros(n, dtype=np.int8)
+    group_ranks = {g.name: g.ranks for g in trace.groups}
     for i, row in enumerate(rows.tolist()):
         args = k.args.get(row)
         op: int | None = int(by_ext[i]) if by_ext[i] >= 0 else None
@@ -285,6 +301,18 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
         pg = (args.pg_name if args else None) or (op_args.pg_name if op_args else None) or "default"
         group = (args.group_size if args else None) or trace.pg_sizes.get(pg) or trace.world_size
         pgs.append(pg)
+        way = (
+            (p2p_direction(args.collective_name) if args and args.collective_name else None)
+            or (p2p_direction(cpu.name_of(op)) if op is not None else None)
+            or p2p_direction(name)
+        )
+        if way is not None:
+            direction[i] = SEND if way == "send" else RECV
+            side = "dst_rank" if way == "send" else "src_rank"
+            given = next((getattr(a, side) for a in (args, op_args) if a is not None and getattr(a, side) is not None), None)
+            ranks = group_ranks.get(pg) or _listed_ranks(args.pg_ranks if args else None)
+            others = [r for r in ranks if r != trace.rank]
+            peer[i] = given if given is not None else others[0] if len(ranks) == 2 and len(others) == 1 else UNKNOWN
         nbytes_col[i] = UNKNOWN if nbytes is None else nbytes
         group_col[i] = UNKNOWN if group is None else group
         hints.append(labeller.hint(launch[i], launch_tid[i]))
@@ -298,22 +326,40 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
         group_size=group_col,
         issued_us=np.full(n, np.nan),
         hint=hints,
+        peer=peer,
+        direction=direction,
     )
 
 
-def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> tuple[EventIntervals, EventIntervals, Calls, iv.Union, np.ndarray]:
-    """Communication, compute, the calls, the c10d time and the rows of the compute operators."""
+def _listed_ranks(value: str | list[int] | None) -> tuple[int, ...]:
+    """A kernel's `Process Group Ranks`: a list, or text such as "[0, 1]"."""
+    if isinstance(value, list):
+        return tuple(int(r) for r in value)
+    return tuple(int(x) for x in re.findall(r"\d+", value)) if isinstance(value, str) else ()
+
+
+def _cpu_events(
+    trace: Trace, labeller: Labeller, main: int | None
+) -> tuple[EventIntervals, EventIntervals, Calls, iv.Union, np.ndarray, str]:
+    """Communication, compute, the calls, the c10d time, the rows of the compute operators and how the groups were found."""
     cpu = trace.cpu
     # gloo:* annotations off the main thread are communication. Not by thread name alone: Kineto
     # can record a gloo worker under its pre-rename name ("python"), seen on torch 2.13, and a
     # name-based filter then silently drops that worker's collectives.
     is_gloo = np.array([n.startswith(GLOO_EVENT_PREFIX) for n in cpu.names] or [False])[cpu.name] & (cpu.cat == USER_ANNOTATION)
+    # Point-to-point work (`gloo:send`, `gloo:recv`) runs on the thread that called it, the main one too.
+    p2p_names = np.array([p2p_direction(n) is not None for n in cpu.names] or [False])
+    is_p2p = is_gloo & p2p_names[cpu.name]
     if main is not None:
-        is_gloo &= cpu.tid != main
+        is_gloo &= (cpu.tid != main) | is_p2p
     is_c10d = np.array([n.startswith(C10D_PREFIX) for n in cpu.names] or [False])[cpu.name]
+    # DTensor's functional collectives (`_c10d_functional::all_reduce`, `::wait_tensor`) issue and
+    # wait for communication: like c10d's ops, never compute, nor anything inside them.
+    is_functional = np.array([n.startswith(FUNCTIONAL_PREFIX) for n in cpu.names] or [False])[cpu.name]
     is_frame = np.array([bool(AUTOGRAD_FRAME_RE.search(n)) for n in cpu.names] or [False])[cpu.name]
     on_main = (cpu.tid == main) & (cpu.cat == CPU_OP)
-    compute_mask = on_main & ~is_c10d & ~is_frame
+    compute_mask = on_main & ~is_c10d & ~is_functional & ~is_frame
+    functional_rows = np.flatnonzero(on_main & is_functional)
     c10d_rows = np.flatnonzero(on_main & is_c10d)
     c10d_rows = c10d_rows[np.argsort(cpu.ts[c10d_rows], kind="stable")]
     gloo_rows = np.flatnonzero(is_gloo)
@@ -323,8 +369,20 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> tuple[Eve
     own_names = np.array([labeller.code(n) for n in cpu.names], dtype=np.int32)[cpu.name] if len(cpu) else np.zeros(0, np.int32)
     tids = cpu.tid.astype(np.int64)
     # Gloo runs each work item in submission order, so the k-th gloo event is the k-th c10d op
-    # (a reduce_scatter shows up as `gloo:all_reduce`); label it like the op.
-    op_of = _match_gloo_work(cpu, [int(r) for r in c10d_rows if collective_kind(cpu.name_of(r))], gloo_rows)
+    # (a reduce_scatter shows up as `gloo:all_reduce`); label it like the op. Point-to-point work
+    # belongs to the send/recv op open on its own thread when it starts.
+    p2p_rows = is_p2p[gloo_rows]
+    fallback = next(iter(trace.pg_sizes), "default") if len(trace.pg_sizes) == 1 else "default"
+    workers = {int(t): _thread_number(cpu.tids[int(t)]) for t in np.unique(tids[gloo_rows[~p2p_rows]]).tolist()}
+    found = infer_groups(workers, trace.groups, fallback=fallback)
+    worker_ops = [int(r) for r in c10d_rows if collective_kind(cpu.name_of(r)) and not p2p_names[cpu.name[r]]]
+    worker_rows = gloo_rows[~p2p_rows]
+    pool_of = [found.by_tid.get(int(t), fallback) for t in tids[worker_rows].tolist()]
+    if len(set(pool_of)) > 1:
+        op_of = _match_gloo_pools(cpu, worker_ops, worker_rows, pool_of)
+    else:
+        op_of = _match_gloo_work(cpu, worker_ops, worker_rows)
+    op_of = _merge_p2p_ops(cpu, c10d_rows[p2p_names[cpu.name[c10d_rows]]], gloo_rows, p2p_rows, op_of)
     comm_t = cpu.ts[gloo_rows].copy()
     comm_tid = tids[gloo_rows].copy()
     for i, op in enumerate(op_of):
@@ -340,7 +398,9 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> tuple[Eve
     )
     # Operators inside a c10d op are not compute. Drop them per event (for the timeline); the
     # measured union subtracts the c10d union exactly (`finish_rank`).
-    exclude = iv.union(cpu.ts[c10d_rows], end[c10d_rows])
+    p2p_main = gloo_rows[p2p_rows]
+    outside = np.concatenate([c10d_rows, functional_rows, p2p_main])
+    exclude = iv.union(cpu.ts[outside], end[outside])
     kept = ~iv.covers(exclude, compute.start)
     compute, compute_rows = compute.take(kept), compute_rows[kept]
 
@@ -348,8 +408,10 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> tuple[Eve
     kinds, hints = [], []
     nbytes_col = np.full(n, UNKNOWN, dtype=np.int64)
     issued = np.full(n, np.nan)
-    pg = next(iter(trace.pg_sizes), "default") if len(trace.pg_sizes) == 1 else "default"
-    group = trace.pg_sizes.get(pg) or trace.world_size
+    pgs = [found.p2p_group if p2p else found.by_tid.get(int(t), fallback) for p2p, t in zip(p2p_rows.tolist(), tids[gloo_rows].tolist())]
+    peer = np.full(n, UNKNOWN, dtype=np.int64)
+    direction = np.zeros(n, dtype=np.int8)
+    group_ranks = {g.name: g.ranks for g in trace.groups}
     for i, row in enumerate(gloo_rows.tolist()):
         gloo_args = cpu.args.get(row)
         op = op_of[i]
@@ -365,19 +427,125 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> tuple[Eve
         if op is not None:
             issued[i] = float(cpu.ts[op])
             hint = labeller.hint(float(cpu.ts[op]), int(tids[op]))
+        if p2p_rows[i]:
+            direction[i] = SEND if p2p_direction(cpu.name_of(row)) == "send" else RECV
+            peer[i] = _peer(op_args, group_ranks.get(pgs[i], ()))
         hints.append(hint)
+    sizes = np.array([trace.pg_sizes.get(pg) or trace.world_size or UNKNOWN for pg in pgs], dtype=np.int64)
     calls = Calls.build(
         kind=kinds,
-        pg=[pg] * n,
+        pg=pgs,
         nbytes=nbytes_col,
         dur_us=cpu.dur[gloo_rows],
         start_us=cpu.ts[gloo_rows],
         launch_us=cpu.ts[gloo_rows],
-        group_size=np.full(n, UNKNOWN if group is None else group, dtype=np.int64),
+        group_size=sizes,
         issued_us=issued,
         hint=hints,
+        peer=peer,
+        direction=direction,
     )
-    return comm, compute, calls, exclude, compute_rows
+    return comm, compute, calls, exclude, compute_rows, found.method
+
+
+def _thread_number(tid: str) -> int:
+    """A trace's thread id as a number (Kineto writes the OS thread id); -1 if it is not one."""
+    try:
+        return int(tid)
+    except ValueError:
+        return -1
+
+
+def _peer(op_args: CollectiveArgs | None, ranks: tuple[int, ...]) -> int:
+    """The other rank of a c10d send/recv op: its `Concrete Inputs` [tensors, group, peer, tag]
+    give the peer's rank in the group, mapped to the global rank through the group's ranks."""
+    values = op_args.concrete_inputs if op_args is not None else None
+    if not values or len(values) < 2:
+        return UNKNOWN
+    try:
+        local = int(values[-2])
+    except (TypeError, ValueError):
+        return UNKNOWN
+    if ranks:
+        return ranks[local] if 0 <= local < len(ranks) else UNKNOWN
+    return local
+
+
+def _merge_p2p_ops(
+    cpu: Events, p2p_ops: np.ndarray, gloo_rows: np.ndarray, p2p_rows: np.ndarray, worker_op_of: list[int | None]
+) -> list[int | None]:
+    """The op of every gloo event: worker events' from `worker_op_of` (in their order), and each
+    point-to-point event's, the latest send/recv op of its direction on its thread that started
+    at or before it (their work runs inside or right after the op)."""
+    by_key: dict[tuple[int, str | None], np.ndarray] = {}
+    for op in sorted(p2p_ops.tolist(), key=lambda r: float(cpu.ts[r])):
+        key = (int(cpu.tid[op]), p2p_direction(cpu.name_of(op)))
+        by_key[key] = np.append(by_key.get(key, np.zeros(0, np.int64)), op)
+    out: list[int | None] = []
+    workers = iter(worker_op_of)
+    for row, p2p in zip(gloo_rows.tolist(), p2p_rows.tolist()):
+        if not p2p:
+            out.append(next(workers))
+            continue
+        ops = by_key.get((int(cpu.tid[row]), p2p_direction(cpu.name_of(row))))
+        j = int(np.searchsorted(cpu.ts[ops], cpu.ts[row], side="right")) - 1 if ops is not None else -1
+        out.append(int(ops[j]) if ops is not None and j >= 0 else None)
+    return out
+
+
+def _numels(dims: object) -> set[int]:
+    """The element counts of every tensor in an `Input Dims` value (nested lists of sizes)."""
+    if isinstance(dims, list) and dims and all(isinstance(d, int) for d in dims):
+        n = 1
+        for d in dims:
+            n *= d
+        return {n}
+    if isinstance(dims, list):
+        return set().union(*(_numels(d) for d in dims)) if dims else set()
+    return set()
+
+
+def _gloo_kind(name: str) -> str | None:
+    """The kind of work gloo runs for a collective (it runs a reduce_scatter as an all_reduce)."""
+    kind = collective_kind(name)
+    return "all_reduce" if kind == "reduce_scatter" else kind
+
+
+def _match_gloo_pools(cpu: Events, ops: list[int], gloo_rows: np.ndarray, pool_of: list[str]) -> list[int | None]:
+    """The c10d op of each gloo work event when the rank's groups run on several worker pools
+    (gloo_groups): each pool runs its own group's work in submission order, but the groups' work
+    interleaves. Ops in issue order each take the next event of the pool whose next event fits it
+    (same work kind, an input of the same size, started at or after the op), the earliest such
+    event when several pools fit (then the choice changes no size or kind); events that no op
+    takes (work of ops issued before the trace began) get None."""
+    events: dict[str, list[int]] = {}
+    for i, pool in enumerate(pool_of):
+        events.setdefault(pool, []).append(i)
+    for rows in events.values():
+        rows.sort(key=lambda i: float(cpu.ts[gloo_rows[i]]))
+    at = dict.fromkeys(events, 0)
+    sizes = [_numels(a.input_dims) if (a := cpu.args.get(int(r))) is not None else set() for r in gloo_rows.tolist()]
+    out: list[int | None] = [None] * len(pool_of)
+    for op in ops:
+        t, kind = float(cpu.ts[op]), _gloo_kind(cpu.name_of(op))
+        op_args = cpu.args.get(op)
+        op_sizes = _numels(op_args.input_dims) if op_args is not None else set()
+        best: tuple[float, str] | None = None
+        for pool, rows in events.items():
+            while at[pool] < len(rows) and cpu.ts[gloo_rows[rows[at[pool]]]] < t:
+                at[pool] += 1  # started before the op: work of an op before the trace, or of no op we know
+            if at[pool] == len(rows):
+                continue
+            i = rows[at[pool]]
+            row = int(gloo_rows[i])
+            fits = _gloo_kind(cpu.name_of(row)) == kind and (not sizes[i] or not op_sizes or bool(sizes[i] & op_sizes))
+            if fits and (best is None or cpu.ts[row] < best[0]):
+                best = (float(cpu.ts[row]), pool)
+        if best is not None:
+            i = events[best[1]][at[best[1]]]
+            out[i] = op
+            at[best[1]] += 1
+    return out
 
 
 def _match_gloo_work(cpu: Events, ops: list[int], gloo_rows: np.ndarray) -> list[int | None]:

@@ -221,14 +221,33 @@ def _collective_checks(ranks: list[RankAnalysis]) -> list[Check]:
     no_group = {r.rank: r.facts.no_group_calls for r in ranks if r.facts.no_group_calls}
     declared = max(r.facts.declared_groups for r in ranks)
     risky = bool(no_group) and declared > 1
+    found_by = {r.rank: r.dimensions.method for r in ranks if r.dimensions is not None}
+    unplaced = {r.rank: r.dimensions.unplaced for r in ranks if r.dimensions is not None and r.dimensions.unplaced}
     detail = (
         f"{sum(no_group.values())} call(s) on {rank_list(list(no_group))} name no process group"
         + (f", while the traces declare {declared} groups: all are matched as one group" if risky else " (matched as one group)")
         if no_group
         else "every call names its process group"
     )
+    if unplaced:
+        kinds = sorted({k for per in unplaced.values() for k in per})
+        detail = (
+            f"{sum(sum(per.values()) for per in unplaced.values())} call(s) on {rank_list(list(unplaced))} could not be placed "
+            f"in a process group ({listed(kinds, 3)}): counted apart, in no dimension; " + detail
+        )
+    elif declared > 1 and not no_group and found_by:
+        hows: dict[str, list[int]] = defaultdict(list)
+        for rank, method in found_by.items():
+            hows[method.split(":")[0]].append(rank)
+        detail += "; groups found by " + "; ".join(f"{how} ({rank_list(rs)})" for how, rs in hows.items())
+    groups_figures: dict[str, Any] = {
+        "calls_without_group": no_group,
+        "declared_groups": declared,
+        "groups_found_by": found_by,
+        "unplaced_calls": unplaced,
+    }
     groups = with_meaning(
-        Check("collectives.process_group", status_of(False, risky), detail, {"calls_without_group": no_group, "declared_groups": declared}),
+        Check("collectives.process_group", status_of(False, risky or bool(unplaced)), detail, groups_figures),
         "calls of different groups may be matched with each other, skewing wait/transfer",
         WAIT,
     )

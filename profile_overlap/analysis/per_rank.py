@@ -15,10 +15,12 @@ import numpy as np
 
 from profile_overlap.analysis.call_columns import Calls, Instances, collective_stats, number_calls
 from profile_overlap.analysis.collectives import CollectiveStats
+from profile_overlap.analysis.dimensions import RankDimensions, rank_dimensions
 from profile_overlap.analysis.events import FileEvents, extract
 from profile_overlap.analysis.facts import RankFacts, rank_facts
 from profile_overlap.analysis.interference import RankSample, measure
 from profile_overlap.analysis.overlap_spans import OverlapSpans, overlap_spans
+from profile_overlap.analysis.pipeline import RankPipeline, rank_pipeline
 from profile_overlap.analysis.rank_input import rank_of
 from profile_overlap.analysis.rank_pool import busy, pool, step_window
 from profile_overlap.analysis.rank_times import RankTimes, rank_times
@@ -119,6 +121,10 @@ class RankAnalysis:
     """The intervals behind the totals (analysis/overlap_spans.py); only with finish_rank(keep_spans=True)."""
     interference: RankSample | None = None
     """How much longer compute ran with communication in flight than alone, per phase (analysis/interference.py); None without steps."""
+    dimensions: RankDimensions | None = None
+    """Its calls by dimension (analysis/dimensions.py); None only in analyses built by hand."""
+    pipeline: RankPipeline | None = None
+    """Its point-to-point view and bubble per step (analysis/pipeline.py); None without send/recv."""
 
 
 def _step_metrics(
@@ -190,7 +196,7 @@ def finish_rank(
     # Number the calls over the whole trace, before any window: the k-th call of a kind and group
     # is then the same call on every rank even where a step window cuts through the calls
     # differently on each rank (gloo starts the split's all_gathers across the step boundary).
-    every_call = number_calls(all_calls)
+    every_call = number_calls(all_calls, rank=rank)
     windows, step_num, step_start, step_end, calls, instances = step_window(pooled, every_call, steps=steps, rank=rank)
     comm_u, compute_u = busy(files, pooled)
     facts = rank_facts(
@@ -225,6 +231,16 @@ def finish_rank(
 
     world = max((f.world_size for f in files if f.world_size), default=None)
     kept = set(step_num.tolist())
+    steps_at = {"step_num": step_num, "step_start": step_start, "step_end": step_end}
+    dims = rank_dimensions(
+        calls,
+        compute_u,
+        groups=files[0].groups,
+        method="; ".join(dict.fromkeys(f.group_method for f in files if f.group_method)),
+        world=world,
+        phases=(phase, phase_start, phase_end),
+        **steps_at,
+    )
     return RankAnalysis(
         rank=rank,
         device=device,
@@ -267,6 +283,8 @@ def finish_rank(
             if step_num.size
             else None
         ),
+        dimensions=dims,
+        pipeline=rank_pipeline(calls, compute_u, **steps_at),
     )
 
 

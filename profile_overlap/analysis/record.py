@@ -256,6 +256,8 @@ def analysis_record(analysis: TraceAnalysis, *, replay: bool = True) -> Analysis
         exposed=analysis.exposed,
         spread=spread(ranks),
         interference=combine_interference([(r.rank, r.interference) for r in analysis.ranks if r.interference is not None]),
+        dimensions=analysis.dimensions,
+        pipeline=analysis.pipeline,
     )
 
 

@@ -64,12 +64,16 @@ class _Args(msgspec.Struct, gc=False):
     stream: int | str | None = None
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Concrete Inputs")
     collective_name: str | None = msgspec.field(default=None, name="Collective name")
     in_nelems: _Count | None = msgspec.field(default=None, name="In msg nelems")
     out_nelems: _Count | None = msgspec.field(default=None, name="Out msg nelems")
     dtype: str | None = None
     group_size: _Rank | None = msgspec.field(default=None, name="Group size")
     pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
+    src_rank: int | None = msgspec.field(default=None, name="Src Rank")
+    dst_rank: int | None = msgspec.field(default=None, name="Dst Rank")
     pg_ranks: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Process Group Ranks")
     name: str | None = None  # thread_name / process_name metadata
 
@@ -87,7 +91,9 @@ class _Event(msgspec.Struct, gc=False):
 
 class _PgConfig(msgspec.Struct):
     pg_name: str = ""
+    pg_desc: str = ""
     pg_size: _Rank = 0
+    ranks: list[int] | str | None = None
 
 
 class _DistributedInfo(msgspec.Struct):
@@ -136,6 +142,27 @@ class Events:
 
 
 @dataclass(frozen=True)
+class ProcessGroupInfo:
+    """One process group a rank's trace declares (Kineto's `distributedInfo.pg_config`)."""
+
+    name: str
+    desc: str
+    """`pg_desc`: "default_pg", a DeviceMesh dimension ("mesh_dp", "mesh_tp"), or "" when absent."""
+    size: int
+    ranks: tuple[int, ...]
+    """The group's global ranks, in group-rank order; empty when the trace does not list them."""
+
+
+def _ranks(value: list[int] | str | None) -> tuple[int, ...]:
+    """pg_config's `ranks`: a list, or a string such as "[0, 1]" (older Kineto)."""
+    if isinstance(value, list):
+        return tuple(int(r) for r in value)
+    if isinstance(value, str):
+        return tuple(int(x) for x in re.findall(r"\d+", value))
+    return ()
+
+
+@dataclass(frozen=True)
 class Trace:
     """The parts of one trace file that the analysis reads."""
 
@@ -148,6 +175,8 @@ class Trace:
     backend: str | None
     world_size: int | None
     pg_sizes: dict[str, int]
+    groups: tuple[ProcessGroupInfo, ...]
+    """The rank's process groups as pg_config declares them, in the order they were created."""
     thread_names: dict[str, tuple[str, ...]]
     """tid -> every name given to that thread by `thread_name` metadata events."""
     kernels: Events
@@ -241,9 +270,13 @@ class _SharedArgs:
             a.dtype,
             a.group_size,
             a.pg_name,
+            a.pg_desc,
+            a.src_rank,
+            a.dst_rank,
             bytes(a.pg_ranks),
             bytes(a.input_dims),
             bytes(a.input_type),
+            bytes(a.concrete_inputs),
         )
         code = self.codes.get(key)
         if code is None:
@@ -256,9 +289,13 @@ class _SharedArgs:
                     dtype=a.dtype,
                     group_size=a.group_size,
                     pg_name=a.pg_name,
-                    pg_ranks=msgspec.json.decode(key[6]) if key[6] else None,
-                    input_dims=msgspec.json.decode(key[7]) if key[7] else None,
-                    input_type=msgspec.json.decode(key[8]) if key[8] else None,
+                    pg_desc=a.pg_desc,
+                    src_rank=a.src_rank,
+                    dst_rank=a.dst_rank,
+                    pg_ranks=msgspec.json.decode(key[9]) if key[9] else None,
+                    input_dims=msgspec.json.decode(key[10]) if key[10] else None,
+                    input_type=msgspec.json.decode(key[11]) if key[11] else None,
+                    concrete_inputs=msgspec.json.decode(key[12]) if key[12] else None,
                 )
             )
         return code
@@ -395,6 +432,7 @@ def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
         backend=info.backend if info else None,
         world_size=info.world_size if info else None,
         pg_sizes={pg.pg_name: pg.pg_size for pg in (info.pg_config if info else [])},
+        groups=tuple(ProcessGroupInfo(pg.pg_name, pg.pg_desc, pg.pg_size, _ranks(pg.ranks)) for pg in (info.pg_config if info else [])),
         thread_names={tid: tuple(names) for tid, names in sink.thread_names.items()},
         kernels=kernels,
         cpu=cpu,

@@ -22,9 +22,15 @@ class CollectiveArgs(msgspec.Struct, frozen=True):
     dtype: str | None = None
     group_size: int | None = None
     pg_name: str | None = None
+    pg_desc: str | None = None
+    src_rank: int | None = None
+    dst_rank: int | None = None
+    """A point-to-point call's global source and destination rank (record_param_comms' `Src Rank`, `Dst Rank`)."""
     pg_ranks: str | list[int] | None = None
     input_dims: list[Any] | None = None
     input_type: list[Any] | None = None
+    concrete_inputs: list[Any] | None = None
+    """Scalar arguments as text (c10d::send / recv_: [..., peer, tag])."""
 
 
 class RowArgs(Mapping[int, CollectiveArgs]):

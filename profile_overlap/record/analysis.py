@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from profile_overlap.record.dimensions import Dimension, Pipeline
 from profile_overlap.record.exposed import Exposed
 from profile_overlap.record.integrity import IntegrityRecord
 from profile_overlap.record.interference import Interference
@@ -148,6 +149,11 @@ class AnalysisRecord(msgspec.Struct, frozen=True, kw_only=True):
     interference: Interference | None = None
     """How much longer compute ran with communication in flight than alone, over the ranks, per rank
     and per phase (record/interference.py); None without profiled steps, and in records before it."""
+    dimensions: dict[str, Dimension] = msgspec.field(default_factory=dict)
+    """Per dimension (process groups of one kind), its groups and per-rank numbers (record/dimensions.py);
+    absent before dimensions were measured."""
+    pipeline: Pipeline | None = None
+    """The pipeline stages and their bubble; None for a job without send/recv."""
 
     def rank(self, rank: int) -> RankRecord | None:
         return next((r for r in self.ranks if r.rank == rank), None)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
+from profile_overlap.render import dimensions
 from profile_overlap.render.exposed import console_lines as exposed_lines
 from profile_overlap.render.integrity import console_lines as integrity_lines
 from profile_overlap.render.interference import line as interference_line
@@ -45,6 +46,11 @@ def render(
     else:
         console.print("No ProfilerStep#N annotations: per-step metrics need prof.step() in the training loop.")
     _interference(record, console)
+    if record is not None:
+        for table in dimensions.console_tables(record):
+            console.print(table)
+        if line := dimensions.console_verdict(record):
+            console.print(line, markup=False, soft_wrap=True)
     print_notes(analysis, console)
 
 

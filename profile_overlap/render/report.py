@@ -21,7 +21,7 @@ from profile_overlap.core.dtypes import DTYPE_BYTES
 from profile_overlap.record.folder import Run, RunStatus
 from profile_overlap.record.metrics import CheckResult, ModeSummary, RunMetrics
 from profile_overlap.record.summary import summary_of
-from profile_overlap.render import advice, exposed, integrity, modes, notes, notes_job, report_job, whatif
+from profile_overlap.render import advice, dimensions, exposed, integrity, modes, notes, notes_job, report_job, whatif
 from profile_overlap.render.document import Code, Inline, Items, Paragraph, Ref, Report, Section, Table
 from profile_overlap.render.numbers import mib, ms, pct, times
 from profile_overlap.render.perfetto_link import perfetto_blocks
@@ -57,6 +57,7 @@ def build(run: Run) -> Report:
         Section("attribution", "Communication by phase", modes.attribution_blocks(m, s)),
         *(() if job else (Section("yield", "What overlapping won: overlap yield and interference", yield_blocks(m)),)),
         Section("collectives", "Collectives", (collectives_table(s),)),
+        *dimensions.report_sections(m),
         Section("stragglers", "Stragglers: wait vs transfer", straggler_blocks(m)),
         *exposed.report_sections(m),
         *whatif.report_sections(run.dir),
@@ -78,6 +79,7 @@ def verdict_blocks(run: Run) -> tuple:
     m, s = run.metrics, summary_of(run.metrics).modes
     blocks = [Paragraph(verdict(m, s), tone="verdict_failed" if run.failed else "verdict"), *integrity.verdict_paragraphs(m)]
     blocks += exposed.verdict_paragraphs(m)
+    blocks += dimensions.verdict_paragraphs(m)
     others = modes.versus_first(m)
     if others is not None and m.passed and m.speedup and set(s) - {"sequential", "split"}:
         blocks.append(Paragraph(others))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from profile_overlap.record.metrics import JOB, JobFacts, ModeSummary, RunMetrics
 from profile_overlap.record.summary import summary_of
-from profile_overlap.render import integrity
+from profile_overlap.render import dimensions, integrity
 from profile_overlap.render.document import Code, Inline, Paragraph, Ref, Table
 from profile_overlap.render.numbers import gbps, ms, pct
 
@@ -49,6 +49,7 @@ def verdict(m: RunMetrics, job: JobFacts, x: ModeSummary) -> Inline:
 
 def verdict_blocks(m: RunMetrics, job: JobFacts) -> tuple:
     blocks = [Paragraph(verdict(m, job, next(iter(summary_of(m).modes.values()))), tone="verdict"), *integrity.verdict_paragraphs(m)]
+    blocks += dimensions.verdict_paragraphs(m)
     if job.missing_ranks:
         blocks.append(Paragraph((missing_text(m, job),), tone="warning"))
     return tuple(blocks)

@@ -33,7 +33,7 @@ from profile_overlap.record.load import load_metrics
 from profile_overlap.record.metrics import ModeMetrics, RunMetrics
 from profile_overlap.record.summary import summary_of
 from profile_overlap.record.timeline import Timeline, load_timeline
-from profile_overlap.render import console
+from profile_overlap.render import console, dimensions
 from profile_overlap.render import markdown as report_md
 from profile_overlap.render.advice import tensorboard_text
 
@@ -131,6 +131,8 @@ def _mode_summaries(metrics: RunMetrics, mode: str, *, png: bytes | None, run_te
     steps = sorted({s.step for r in ranks for s in r.steps})
     yield from _step_summaries(ranks, steps)
     yield from _profile_summaries(m, ranks, steps)
+    for tag, value, step in dimensions.tensorboard_scalars(m.analysis, steps[-1] if steps else None):
+        yield _scalar(tag, value), step
     yield from _run_summaries(metrics, mode, png=png, run_text=run_text, run_dir=run_dir)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from profile_overlap.analysis.cross_rank import TraceAnalysis
+from profile_overlap.analysis.dimensions import base_group
 from profile_overlap.analysis.per_rank import RankAnalysis
 from profile_overlap.core import intervals as iv
 
@@ -82,9 +83,17 @@ def rank_tracks(r: RankAnalysis, to_ns: Callable[[float], int], mode: str, *, wa
         add(STEPS, s.start_us, s.start_us + s.step_us, f"step {s.step}", args)
     for step, phase, a, b in r.phase_windows:
         add(PHASES, a, b, phase, {"step": step})
+    # Each call names its dimension (analysis/dimensions.py); with two or more, the slice's name
+    # carries it too, so that Perfetto colours (and its search groups) calls by dimension.
+    dimension_of = dict(r.dimensions.dimension_of) if r.dimensions is not None else {}
+    named = len(r.dimensions.dims) >= 2 if r.dimensions is not None else False
     for inst in r.instances:
+        dim = dimension_of.get(base_group(inst.pg))
         args = {"pg": inst.pg, "seq": inst.seq, "nbytes": inst.nbytes, "group_size": inst.group_size, "dur_us": _r(inst.dur_us)}
-        out.calls[(inst.pg, inst.kind, inst.seq)] = add(COLLECTIVES, inst.start_us, inst.start_us + inst.dur_us, inst.kind, args)
+        if dim is not None:
+            args["dimension"] = dim
+        name = f"{inst.kind} [{dim}]" if named and dim is not None else inst.kind
+        out.calls[(inst.pg, inst.kind, inst.seq)] = add(COLLECTIVES, inst.start_us, inst.start_us + inst.dur_us, name, args)
     if r.spans is not None:
         for track, (starts, ends) in ((COMPUTE, r.spans.compute), (HIDDEN, r.spans.hidden)):
             name = track.removeprefix("comm ")

@@ -123,6 +123,40 @@ function stepTable(mode, analysis) {
   return foldable(mode, "step", table(["mode", "rank", "step", "step_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap %"], rows));
 }
 
+// Each dimension (process groups of one kind: dp, tp, pp, ...) on its own, from the record's
+// analysis.dimensions, and the pipeline's stages with their bubble (analysis.pipeline). Nothing is
+// computed here; a job of one dimension has no table (its rank table says it all).
+const DIMENSION_COLORS = ["#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"];
+
+function hasDimensions(analysis) {
+  return Object.keys(analysis.dimensions ?? {}).length >= 2 || analysis.pipeline != null;
+}
+
+function dimensionTable(mode, analysis) {
+  const rows = [];
+  const names = Object.keys(analysis.dimensions ?? {});
+  names.forEach((name, i) => {
+    const d = analysis.dimensions[name];
+    const swatch = el("span", {}, el("i", { class: "po-swatch", style: `background:${DIMENSION_COLORS[i % DIMENSION_COLORS.length]}` }),
+      `${name} (groups ${d.pg_names.join(", ")} of ${d.group_size ?? "?"})`);
+    for (const [rank, x] of Object.entries(d.ranks)) {
+      rows.push([mode, swatch.cloneNode(true), rank, x.calls, bytes(x.bytes), exact(x.comm_us), exact(x.hidden_us), exact(x.exposed_us),
+        exact(x.wait_us), exact(x.transfer_us), exact(x.busbw_gbps)]);
+    }
+  });
+  const parts = [table(["mode", "dimension", "rank", "calls", "bytes", "comm_us", "hidden_us", "exposed_us", "wait_us", "transfer_us",
+    "busbw GB/s"], rows)];
+  const p = analysis.pipeline;
+  if (p) {
+    parts.push(el("p", { class: "po-muted", text: `${mode}: pipeline stages ${p.stages.join(" → ")}, ${p.microbatches ?? "?"} microbatches ` +
+      `per step, ideal bubble ${fixed(p.ideal_bubble_pct, 2)}% = (p-1)/(m+p-1)` }));
+    parts.push(table(["mode", "rank", "stage", "bubble_us", "bubble %", "p2p_exposed_us", "idle_us"],
+      Object.entries(p.ranks).map(([rank, x]) => [mode, rank, x.stage, exact(x.bubble_us), exact(x.bubble_pct), exact(x.p2p_exposed_us),
+        exact(x.idle_us)])));
+  }
+  return el("div", { class: "po-dimensions", "data-mode": mode }, ...parts);
+}
+
 function collectiveTable(mode, analysis) {
   const rows = [];
   for (const r of analysis.ranks) {
@@ -262,6 +296,12 @@ async function showRun(main, run, view) {
       ...analysed.map((m) => integrityPanel(m, metrics.modes[m].analysis)),
       ...(large.length ? [el("h3", { text: "Over the ranks: each number's spread, worst and best ranks, outliers" }),
         ...large.map((m) => spreadTable(m, metrics.modes[m].analysis))] : [])] : []),
+    ...(analysed.some((m) => hasDimensions(metrics.modes[m].analysis)) ? [
+      el("h3", { text: "Per dimension (process groups of one kind) and pipeline stage" }),
+      el("p", { class: "po-muted", text: "Each dimension's calls on each rank, inside the step windows: exposed = the union of its calls " +
+        "minus compute; dimensions can run at once, so their exposed times add up to at least the rank's. Bubble = the step minus " +
+        "the stage's compute: exposed point-to-point communication + idle." }),
+      ...analysed.filter((m) => hasDimensions(metrics.modes[m].analysis)).map((m) => dimensionTable(m, metrics.modes[m].analysis))] : []),
     ...(small.length ? [
       el("h3", { text: "Ranks: overlap, and the wait vs transfer split (stragglers)" }),
       el("p", { class: "po-muted", text: "Each collective call is matched across ranks; transfer = the fastest rank's duration, " +
