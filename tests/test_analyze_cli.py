@@ -35,7 +35,18 @@ def test_tables_and_json_schema(tmp_path):
         assert title in p.stdout
     assert "14.95" in p.stdout and "19.93" in p.stdout  # overlap % of rank 0 and 1
     record = json.loads(out.read_text())
-    assert set(record) == {"ranks", "world_size", "slowest_rank", "source", "integrity", "exposed", "spread"}
+    assert set(record) == {
+        "ranks",
+        "world_size",
+        "slowest_rank",
+        "source",
+        "integrity",
+        "exposed",
+        "spread",
+        "interference",
+        "dimensions",
+        "pipeline",
+    }
     assert set(record["exposed"]) == {"ranks", "top", "stragglers", "critical_path"}
     assert "why exposed, these traces" in p.stdout
     assert record["world_size"] == 128 and record["source"] == str(TRACE_FILTER)
