@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from profile_overlap.core.errors import UserError
-from profile_overlap.core.io import write_json_atomic
+from profile_overlap.core.io import write_bytes_atomic
 from profile_overlap.core.terminal import printable
 
 
@@ -73,7 +73,7 @@ def parse_steps(text: str) -> tuple[int | None, int | None]:
 
 def main(args: argparse.Namespace) -> int:
     from profile_overlap.analysis.folder import analyze_dir
-    from profile_overlap.analysis.record import analysis_record, replay_default, streamed_json
+    from profile_overlap.analysis.record import analysis_record, record_json
     from profile_overlap.render import analysis_console
     from profile_overlap.render.console import make_console
     from profile_overlap.render.rank_tables import csv_paths, write_tables
@@ -105,7 +105,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         try:
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(args.json, streamed_json(analysis, record), indent=1, default=replay_default)
+            write_bytes_atomic(args.json, record_json(analysis, record))
             ranks_csv, steps_csv = write_tables(record, args.json)
         except OSError as err:
             raise UserError(f"cannot write {args.json}: {err.strerror}; pick a writable path for --json") from None
