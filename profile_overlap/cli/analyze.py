@@ -5,8 +5,8 @@
     python -m profile_overlap analyze traces/ --tensorboard     # then: tensorboard --logdir traces
     python -m profile_overlap analyze traces/ --strict          # exit 1 when an integrity check fails
 
-Prints one table per rank, then the collectives, the profiler steps and the cross-rank
-wait/transfer split, then the integrity checks (a line per check that is not ok). Does not import torch,
+Prints one table per rank, then the collectives, one line counting the profiler steps (their rows
+with --per-step) and the cross-rank wait/transfer split, then the integrity checks (a line per check that is not ok). Does not import torch,
 except under torchrun (`torchrun --nnodes N --nproc-per-node M -m profile_overlap analyze DIR`), where
 the files are spread over the job's ranks (analysis/cluster.py) and rank 0 prints and writes.
 """
@@ -40,8 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--per-rank",
         action="store_true",
-        help="print the full per-rank, collective and per-step tables (by default, above 8 ranks, each number's spread "
+        help="print the full per-rank and collective tables (by default, above 8 ranks, each number's spread "
         "over the ranks; --json OUT also writes the tables to OUT's .ranks.csv and .steps.csv)",
+    )
+    parser.add_argument(
+        "--per-step",
+        action="store_true",
+        help="also print a row per rank and profiled step (by default one line counts the steps; "
+        "--json OUT writes the rows to OUT's .steps.csv)",
     )
     parser.add_argument("--skip-bad", action="store_true", help="warn about unreadable or non-trace files and analyze the rest")
     parser.add_argument(
@@ -100,8 +106,10 @@ def main(args: argparse.Namespace) -> int:
     record = analysis_record(analysis, replay=False)  # the --json file gets the replay steps as it is written
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 140))
     tables = "in {} and {}".format(*csv_paths(args.json)) + ", or pass --per-rank" if args.json else ""
+    rows_at = str(csv_paths(args.json)[1]) if args.json else ""
     console = make_console(file=sys.stdout, width=width, highlight=False)
-    analysis_console.render(analysis, console, record=record, per_rank=args.per_rank, tables=tables)
+    shown = {"per_rank": args.per_rank, "per_step": args.per_step, "tables": tables, "steps_csv": rows_at}
+    analysis_console.render(analysis, console, record=record, **shown)
     if args.json:
         try:
             args.json.parent.mkdir(parents=True, exist_ok=True)
