@@ -123,13 +123,14 @@ def measure_command(folder: Path, *, json_out: Path | None, console: Path, tree:
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         raise RuntimeError(f"analyze {folder} failed: {p.stderr.read().decode()[-2000:] if p.stderr else ''}")
-    return {"seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024}
+    return {"seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024, "cpu_s": usage.ru_utime + usage.ru_stime}
 
 
 def command(cases: list[tuple[str, Path, list[Path], float]], *, runs: int, tmp: Path, baseline: Path | None) -> None:
     """Per case (label, folder, files, GB uncompressed), run by run in turn: the floor, analyze_dir in
     process (default workers), the command, the command with --json (and the baseline's two commands);
-    medians, and the median of each run's ratio to that run's floor (steadier on a busy machine)."""
+    medians, and the median of each run's ratio to that run's floor (steadier on a busy machine); CPU is
+    user + system time, workers included (steadier still than wall time under load)."""
     kinds = ["floor", "ours", "cmd", "cmd_json"] + (["base_cmd", "base_cmd_json"] if baseline else [])
     label = {
         "floor": "floor: orjson.loads (gzip first for .gz), one file after the other",
@@ -153,13 +154,17 @@ def command(cases: list[tuple[str, Path, list[Path], float]], *, runs: int, tmp:
                     got[kind].append(measure_command(folder, json_out=json_out, console=tmp / "console.txt", tree=tree))
         load = os.getloadavg()[0]
         print(f"\n{name}: {len(files):,} files, {gb:.3f} GB uncompressed; {runs} runs, the kinds alternating; load average {load:.1f}\n")
-        print("| what | time (s), median | x floor (median of per-run ratios) | peak RSS (MiB) | MiB per GB |")
-        print("|---|---:|---:|---:|---:|")
+        print(
+            "| what | time (s), median | x floor (median of per-run ratios) | CPU (s), median | CPU x floor's | peak RSS (MiB) | MiB per GB |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for kind in kinds:
-            secs = [r["seconds"] for r in got[kind]]
+            secs = statistics.median(r["seconds"] for r in got[kind])
             ratio = statistics.median(a["seconds"] / f["seconds"] for a, f in zip(got[kind], got["floor"]))
+            cpu = statistics.median(r["cpu_s"] for r in got[kind])
+            cpu_ratio = statistics.median(a["cpu_s"] / f["cpu_s"] for a, f in zip(got[kind], got["floor"]))
             peak = max(r["peak_rss_mb"] for r in got[kind])
-            print(f"| {label[kind]} | {statistics.median(secs):.2f} | {ratio:.2f} | {peak:.0f} | {peak / gb:.0f} |", flush=True)
+            print(f"| {label[kind]} | {secs:.2f} | {ratio:.2f} | {cpu:.2f} | {cpu_ratio:.2f} | {peak:.0f} | {peak / gb:.0f} |", flush=True)
 
 
 def hta_available() -> bool:
