@@ -154,9 +154,7 @@ def command(cases: list[tuple[str, Path, list[Path], float]], *, runs: int, tmp:
                     got[kind].append(measure_command(folder, json_out=json_out, console=tmp / "console.txt", tree=tree))
         load = os.getloadavg()[0]
         print(f"\n{name}: {len(files):,} files, {gb:.3f} GB uncompressed; {runs} runs, the kinds alternating; load average {load:.1f}\n")
-        print(
-            "| what | time (s), median | x floor (median of per-run ratios) | CPU (s), median | CPU x floor's | peak RSS (MiB) | MiB per GB |"
-        )
+        print("| what | time (s), median | x floor (median of per-run ratios) | CPU (s) | CPU x floor | peak RSS (MiB) | MiB per GB |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         for kind in kinds:
             secs = statistics.median(r["seconds"] for r in got[kind])
