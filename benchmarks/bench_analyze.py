@@ -10,6 +10,7 @@ peak memory (RSS high-water, children included) is its own.
     python benchmarks/bench_analyze.py --large 0.5,1,2,4 --tmp /tmp   # one trace of each size (GB): peak RSS, CPU
     python benchmarks/bench_analyze.py --large 1 --tmp /tmp --baseline /tmp/base   # and the baseline on each file
     python benchmarks/bench_analyze.py --parse --baseline /tmp/base   # the streaming parse alone, beside the baseline
+    python benchmarks/bench_analyze.py --command --tmp /tmp --many 1024   # the `analyze` command as a user runs it (below)
 
 Targets: analysis time <= 1.5x the floor; peak memory <= 1.5x the largest uncompressed file.
 """
@@ -38,9 +39,9 @@ from pathlib import Path
 t = time.perf_counter()
 paths = [Path(p) for p in sys.argv[1:]]
 if len(paths) == 1 and paths[0].is_dir():
-    paths = sorted(paths[0].glob("*.json.gz"))
+    paths = sorted(paths[0].glob("*.json*"))
 for p in paths:
-    with gzip.open(p) as f:
+    with (gzip.open(p) if p.name.endswith(".gz") else open(p, "rb")) as f:
         doc = orjson.loads(f.read())
     del doc
 seconds = time.perf_counter() - t
@@ -114,6 +115,64 @@ def measure(kind: str, files: list[Path], *, tree: Path | None = None) -> dict:
     if p.returncode != 0:
         raise RuntimeError(f"{kind} failed:\n{p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def measure_command(folder: Path, *, json_out: Path | None, console: Path, tree: Path | None = None) -> dict:
+    """`python -m profile_overlap analyze DIR [--json OUT]` as a user runs it: a fresh interpreter
+    (start and imports included), the console written to a file (not a terminal: COLUMNS=140);
+    wall time around the process, peak RSS its own or its largest worker's (wait4's ru_maxrss)."""
+    import time
+
+    env = dict(os.environ, PYTHONPATH=str(tree or REPO), COLUMNS="140")
+    cmd = [sys.executable, "-m", "profile_overlap", "analyze", str(folder)] + (["--json", str(json_out)] if json_out else [])
+    with console.open("w") as out:
+        t = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, cwd=tree or REPO, env=env)
+        _, status, usage = os.wait4(p.pid, 0)
+        seconds = time.perf_counter() - t
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise RuntimeError(f"analyze {folder} failed: {p.stderr.read().decode()[-2000:] if p.stderr else ''}")
+    return {"seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024, "cpu_s": usage.ru_utime + usage.ru_stime}
+
+
+def command(cases: list[tuple[str, Path, list[Path], float]], *, runs: int, tmp: Path, baseline: Path | None) -> None:
+    """Per case (label, folder, files, GB uncompressed), run by run in turn: the floor, analyze_dir in
+    process (default workers), the command, the command with --json (and the baseline's two commands);
+    medians, and the median of each run's ratio to that run's floor (steadier on a busy machine); CPU is
+    user + system time, workers included (steadier still than wall time under load)."""
+    kinds = ["floor", "ours", "cmd", "cmd_json"] + (["base_cmd", "base_cmd_json"] if baseline else [])
+    label = {
+        "floor": "floor: orjson.loads (gzip first for .gz), one file after the other",
+        "ours": "analyze_dir in process (one worker per core), imports excluded",
+        "cmd": "`analyze DIR`, console to a file",
+        "cmd_json": "`analyze DIR --json OUT`, console to a file",
+        "base_cmd": f"baseline ({baseline}) `analyze DIR`",
+        "base_cmd_json": f"baseline ({baseline}) `analyze DIR --json OUT`",
+    }
+    for name, folder, files, gb in cases:
+        got: dict[str, list[dict]] = {k: [] for k in kinds}
+        for _ in range(runs):
+            for kind in kinds:
+                tree = baseline if kind.startswith("base_") else None
+                if kind == "floor":
+                    got[kind].append(measure("floor", files))
+                elif kind == "ours":
+                    got[kind].append(measure("ours", files))
+                else:
+                    json_out = tmp / "out.json" if kind.endswith("_json") else None
+                    got[kind].append(measure_command(folder, json_out=json_out, console=tmp / "console.txt", tree=tree))
+        load = os.getloadavg()[0]
+        print(f"\n{name}: {len(files):,} files, {gb:.3f} GB uncompressed; {runs} runs, the kinds alternating; load average {load:.1f}\n")
+        print("| what | time (s), median | x floor (median of per-run ratios) | CPU (s) | CPU x floor | peak RSS (MiB) | MiB per GB |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for kind in kinds:
+            secs = statistics.median(r["seconds"] for r in got[kind])
+            ratio = statistics.median(a["seconds"] / f["seconds"] for a, f in zip(got[kind], got["floor"]))
+            cpu = statistics.median(r["cpu_s"] for r in got[kind])
+            cpu_ratio = statistics.median(a["cpu_s"] / f["cpu_s"] for a, f in zip(got[kind], got["floor"]))
+            peak = max(r["peak_rss_mb"] for r in got[kind])
+            print(f"| {label[kind]} | {secs:.2f} | {ratio:.2f} | {cpu:.2f} | {cpu_ratio:.2f} | {peak:.0f} | {peak / gb:.0f} |", flush=True)
 
 
 def hta_available() -> bool:
@@ -289,7 +348,13 @@ def main() -> int:
         action="store_true",
         help="only this: the streaming parse (load_trace) of --ranks files of --mb, timed in fresh processes (beside --baseline)",
     )
-    ap.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()), help="where --large writes its files")
+    ap.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()), help="where --large and --command write their files")
+    ap.add_argument(
+        "--command",
+        action="store_true",
+        help="only this: the `analyze` command as a user runs it (fresh process, console to a file, with and without --json) "
+        "beside analyze_dir in process and the floor, on --ranks x --mb plain and gzipped, and on --many N files of --many-kb",
+    )
     ap.add_argument("--many-kb", type=float, default=100, help="uncompressed size of each of the --many files in kB (default 100)")
     ap.add_argument(
         "--from-trace",
@@ -311,6 +376,28 @@ def main() -> int:
 
     if args.large:
         return large([float(x) for x in args.large.split(",")], args.tmp, args.baseline)
+    if args.command:
+        with tempfile.TemporaryDirectory(prefix="bench_command_", dir=args.tmp) as tmp_dir:
+            tmp = Path(tmp_dir)
+            cases = []
+            for suffix, name in ((".json", "plain"), (".json.gz", "gzipped")):
+                folder = tmp / name
+                folder.mkdir()
+                files = [folder / f"rank{r}.pt.trace{suffix}" for r in range(args.ranks)]
+                mb = int(args.mb * 1e6)
+                sizes = [write_large_trace(f, target_bytes=mb, rank=r, world_size=args.ranks).nbytes for r, f in enumerate(files)]
+                cases.append((f"{args.ranks} x {sizes[0] / 1e6:.1f} MB, {name}", folder, files, sum(sizes) / 1e9))
+            if args.many:
+                folder = tmp / "many"
+                folder.mkdir()
+                files = [folder / f"rank{r}.pt.trace.json.gz" for r in range(args.many)]
+                sizes = [
+                    write_large_trace(f, target_bytes=int(args.many_kb * 1e3), rank=r, world_size=args.many, layers_per_step=20).nbytes
+                    for r, f in enumerate(files)
+                ]
+                cases.append((f"{args.many:,} ranks x {sizes[0] / 1e3:.0f} kB, gzipped", folder, files, sum(sizes) / 1e9))
+            command(cases, runs=args.runs, tmp=tmp, baseline=args.baseline)
+        return 0
     kinds = ["floor", "ours_1proc", "ours"] + (["hta"] if hta_available() else [])
     with tempfile.TemporaryDirectory(prefix="bench_analyze_") as tmp:
         tmp = Path(tmp)

@@ -122,7 +122,7 @@ def test_a_ranks_analysis_keeps_no_python_object_per_collective_call(tmp_path):
 
 
 def test_analyze_json_writes_every_replayed_call_as_the_record_has_it(tmp_path, capsys):
-    # The command writes the replay steps one at a time (analysis/record.py, streamed_json).
+    # The command writes the replay steps one at a time (analysis/record.py, record_json).
     traces = tmp_path / "traces"
     traces.mkdir()
     for r in range(2):

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profile_overlap.analysis.collectives import CallKey, CollectiveInstance
+from profile_overlap.analysis.call_columns import Instances
+from profile_overlap.analysis.collectives import CollectiveInstance
 
 CONFIDENCE = 0.95
 """Coverage of the interval behind uncertainty_us."""
@@ -133,33 +134,67 @@ class _PairEstimate:
     bounds_us: tuple[float, float] | None
 
 
-def _pair(calls: dict[CallKey, CollectiveInstance], b: Iterable[CollectiveInstance]) -> _PairEstimate | None:
-    """Rank b's clock minus rank a's, from their calls matched by (process group, kind, order);
-    `calls`: rank a's, by that key."""
-    pairs = [(calls[k], i) for i in b if (k := (i.pg, i.kind, i.seq)) in calls]
-    symmetric = [(x, y) for x, y in pairs if x.kind in SYMMETRIC_KINDS]
-    if symmetric:
-        pairs = symmetric
-    if not pairs:
+@dataclass(frozen=True)
+class _RankCalls:
+    """One rank's calls as columns for matching: each call's (process group, kind, order) as one
+    integer, the same on every rank (`_rank_calls`), sorted, with the start, end and symmetric flag."""
+
+    key: np.ndarray
+    start_us: np.ndarray
+    end_us: np.ndarray
+    symmetric: np.ndarray
+
+
+def _rank_calls(calls: Instances | Iterable[CollectiveInstance], codes: dict[tuple[str, str], int]) -> _RankCalls:
+    if isinstance(calls, Instances):
+        pairs = [(pg, kind) for pg in calls.pgs for kind in calls.kinds]
+        table = np.array([codes.setdefault(p, len(codes)) for p in pairs] or [0], dtype=np.int64)
+        code = table[calls.pg.astype(np.int64) * len(calls.kinds) + calls.kind] if len(calls) else np.zeros(0, np.int64)
+        seq, start, dur = calls.seq, calls.start_us, calls.dur_us
+        kinds = np.array([k in SYMMETRIC_KINDS for k in calls.kinds] or [False])[calls.kind] if len(calls) else np.zeros(0, bool)
+    else:
+        listed = list(calls)
+        code = np.array([codes.setdefault((i.pg, i.kind), len(codes)) for i in listed], dtype=np.int64)
+        seq = np.array([i.seq for i in listed], dtype=np.int64)
+        start = np.array([i.start_us for i in listed], dtype=np.float64)
+        dur = np.array([i.dur_us for i in listed], dtype=np.float64)
+        kinds = np.array([i.kind in SYMMETRIC_KINDS for i in listed], dtype=bool)
+    key = code * (1 << 40) + seq
+    order = np.argsort(key, kind="stable")
+    return _RankCalls(key=key[order], start_us=start[order], end_us=(start + dur)[order], symmetric=kinds[order])
+
+
+def _pair(a: _RankCalls, b: _RankCalls) -> _PairEstimate | None:
+    """Rank b's clock minus rank a's, from their calls matched by (process group, kind, order)."""
+    at = np.minimum(np.searchsorted(a.key, b.key), max(a.key.size - 1, 0))
+    both = (a.key[at] == b.key) if a.key.size else np.zeros(b.key.size, bool)
+    x, y = at[both], np.flatnonzero(both)
+    if not x.size:
         return None
-    diffs = [(y.start_us + y.dur_us) - (x.start_us + x.dur_us) for x, y in pairs]
+    symmetric = bool(a.symmetric[x].any())
+    if symmetric:
+        keep = a.symmetric[x]
+        x, y = x[keep], y[keep]
+    diffs = b.end_us[y] - a.end_us[x]
     median, half = median_ci(diffs)
     ci = (median - half, median + half)
     if not symmetric:  # no causal bound without a symmetric collective
-        return _PairEstimate(median, half, len(diffs), None)
-    lo = max(y.start_us - (x.start_us + x.dur_us) for x, y in pairs)
-    hi = min((y.start_us + y.dur_us) - x.start_us for x, y in pairs)
+        return _PairEstimate(median, half, int(diffs.size), None)
+    lo = float(np.max(b.start_us[y] - a.end_us[x]))
+    hi = float(np.min(b.end_us[y] - a.start_us[x]))
     if lo > hi:  # the calls contradict any single offset: keep the median's interval, flag by the bounds
-        return _PairEstimate(median, half, len(diffs), (lo, hi))
+        return _PairEstimate(median, half, int(diffs.size), (lo, hi))
     offset = min(max(median, lo), hi)
     # The 95% interval, cut to what causality allows (or the bounds alone when the two do not meet).
     lo_i, hi_i = (max(ci[0], lo), min(ci[1], hi)) if ci[0] <= hi and ci[1] >= lo else (lo, hi)
-    return _PairEstimate(offset, max(offset - lo_i, hi_i - offset), len(diffs), (lo, hi))
+    return _PairEstimate(offset, max(offset - lo_i, hi_i - offset), int(diffs.size), (lo, hi))
 
 
-def align_clocks(instances: Mapping[int, Iterable[CollectiveInstance]], *, reference_rank: int | None = None) -> ClockAlignment:
+def align_clocks(instances: Mapping[int, Instances | Iterable[CollectiveInstance]], *, reference_rank: int | None = None) -> ClockAlignment:
     """Estimate every rank's clock offset against the reference rank (the lowest rank by default)."""
     assert instances
+    codes: dict[tuple[str, str], int] = {}
+    columns = {rank: _rank_calls(calls, codes) for rank, calls in instances.items()} if len(instances) > 1 else {}
     ref = min(instances) if reference_rank is None else reference_rank
     offsets = {ref: 0.0}
     uncertainty = {ref: 0.0}
@@ -172,11 +207,10 @@ def align_clocks(instances: Mapping[int, Iterable[CollectiveInstance]], *, refer
         base = queue.popleft()
         if all(rank in offsets for rank in instances):
             break  # nothing left to align (one rank: no need to index its calls)
-        calls = {(i.pg, i.kind, i.seq): i for i in instances[base]}
         for rank in sorted(instances):
             if rank in offsets:
                 continue
-            est = _pair(calls, instances[rank])
+            est = _pair(columns[base], columns[rank])
             if est is None:
                 continue
             offsets[rank] = offsets[base] + est.offset_us

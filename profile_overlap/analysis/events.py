@@ -277,6 +277,7 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
 
     n = rows.size
     kinds, pgs, hints = [], [], []
+    memo: dict[tuple[int, int, int, int], tuple[str, int | None, str, int | None]] = {}
     nbytes_col = np.full(n, UNKNOWN, dtype=np.int64)
     group_col = np.full(n, UNKNOWN, dtype=np.int64)
     peer = np.full(n, UNKNOWN, dtype=np.int64)
@@ -288,18 +289,26 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
         if op is None or not cpu.args[op].input_dims:
             op = enclosing_op(i) if op is None or args is None else op
         op_args = cpu.args.get(op) if op is not None else None
-        name = k.name_of(row)
-        kinds.append(
-            (collective_kind(args.collective_name) if args and args.collective_name else None)
-            or (collective_kind(cpu.name_of(op)) if op is not None else None)
-            or collective_kind(name)
-            or _short_name(name)
-        )
-        nbytes = collective_nbytes(args) if args else None
-        if nbytes is None:
-            nbytes = collective_nbytes(op_args)
-        pg = (args.pg_name if args else None) or (op_args.pg_name if op_args else None) or "default"
-        group = (args.group_size if args else None) or trace.pg_sizes.get(pg) or trace.world_size
+        # A trace repeats a few collectives every step, and their arguments are shared objects
+        # (trace.py): the kind, size and group follow from (kernel name, op name, the two args).
+        memo_key = (int(k.name[row]), -1 if op is None else int(cpu.name[op]), id(args), id(op_args))
+        known = memo.get(memo_key)
+        if known is None:
+            name = k.name_of(row)
+            kind = (
+                (collective_kind(args.collective_name) if args and args.collective_name else None)
+                or (collective_kind(cpu.name_of(op)) if op is not None else None)
+                or collective_kind(name)
+                or _short_name(name)
+            )
+            nbytes = collective_nbytes(args) if args else None
+            if nbytes is None:
+                nbytes = collective_nbytes(op_args)
+            pg = (args.pg_name if args else None) or (op_args.pg_name if op_args else None) or "default"
+            group = (args.group_size if args else None) or trace.pg_sizes.get(pg) or trace.world_size
+            known = memo[memo_key] = (kind, nbytes, pg, group)
+        kind, nbytes, pg, group = known
+        kinds.append(kind)
         pgs.append(pg)
         way = (
             (p2p_direction(args.collective_name) if args and args.collective_name else None)

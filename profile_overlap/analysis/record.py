@@ -4,7 +4,7 @@ metrics.json) and timeline.json (`timeline_record`). Keys only ever get added (o
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -13,8 +13,9 @@ from profile_overlap.analysis.cross_rank import RankWait, TraceAnalysis
 from profile_overlap.analysis.exposed_timeline import rank_exposure
 from profile_overlap.analysis.interference import combine as combine_interference
 from profile_overlap.analysis.per_rank import PhaseMetrics, RankAnalysis
-from profile_overlap.analysis.replay import ReplayStep
+from profile_overlap.analysis.replay import OTHER, ReplayStep
 from profile_overlap.analysis.spread import spread
+from profile_overlap.core.json_text import as_python_json, reindent
 from profile_overlap.core.modes import PHASES
 from profile_overlap.record.analysis import (
     AnalysisRecord,
@@ -26,6 +27,7 @@ from profile_overlap.record.analysis import (
     ReplayStepRecord,
     StepRecord,
     as_json,
+    builtin,
 )
 from profile_overlap.record.build import build_record
 from profile_overlap.record.integrity import IntegrityCheck, IntegrityRecord
@@ -233,11 +235,16 @@ def _rank(r: RankAnalysis, w: RankWait | None, *, replay: bool) -> RankRecord:
 
 
 def _replay(s: ReplayStep) -> ReplayStepRecord:
+    c = s.calls
+    names = (*PHASES, OTHER)
     return ReplayStepRecord(
         step=s.step,
         pre_us=_round(s.pre_us),
         phase_us={name: _round(x) for name, x in zip(PHASES, s.phase_us)},
-        calls=tuple(ReplayCallRecord(kind=c.kind, nbytes=c.nbytes, phase=c.phase, share_us=_round(c.share_us)) for c in s.calls),
+        calls=tuple(
+            ReplayCallRecord(kind=c.kinds[k], nbytes=None if nb < 0 else nb, phase=names[p], share_us=round(share, 3))
+            for k, nb, p, share in zip(c.kind.tolist(), c.nbytes.tolist(), c.phase.tolist(), c.share_us.tolist())
+        ),
         backward_cuts_us=None if s.backward_cuts_us is None else tuple(_round(x) for x in s.backward_cuts_us),
     )
 
@@ -278,23 +285,33 @@ def traced_record(
     return build_record(run_dir=run_dir or facts.source, config=config, env=env, modes=modes, job=facts)
 
 
-def streamed_json(analysis: TraceAnalysis, record: AnalysisRecord) -> dict[str, Any]:
-    """`record` (analysis_record(analysis, replay=False)) as JSON has it, each rank's replay steps
-    left as they are for `replay_default` to turn into JSON one step at a time as the file is
-    written (json.dump(..., default=replay_default)). A multi-GB trace has a replay entry per
-    collective call: as structs and dicts all at once they take more memory than its analysis."""
-    plain: dict[str, Any] = as_json(record)
-    for rank, r in zip(plain["ranks"], analysis.ranks, strict=True):
-        assert rank["rank"] == r.rank and rank["replay"] == []
-        rank["replay"] = r.replay
-    return plain
+_REPLAY_SLOT = b'\n   "replay": []'
+"""A rank's empty replay in the record's indented JSON (depth 3: record, ranks, rank): a string's
+quotes are escaped, so these bytes occur nowhere else."""
 
 
-def replay_default(step: object) -> Any:
-    """json.dump's `default` for `streamed_json`: one replay step as JSON has it."""
-    if not isinstance(step, ReplayStep):
-        raise TypeError(f"{type(step).__name__} is not JSON serializable")
-    return as_json(_replay(step))
+def record_json(analysis: TraceAnalysis, record: AnalysisRecord) -> Iterator[bytes]:
+    """The `analyze --json` file: `record` (analysis_record(analysis, replay=False)) encoded by msgspec
+    from the structs, indented as json.dump(..., indent=1) writes it (core/json_text.py), with each
+    rank's replay steps encoded one at a time into its empty slot as the pieces are written. A multi-GB
+    trace has a replay entry per collective call: as structs all at once they take more memory than
+    its analysis."""
+    text = as_python_json(msgspec.json.encode(record, enc_hook=builtin), indent=1)
+    at = 0
+    for r in analysis.ranks:
+        slot = text.index(_REPLAY_SLOT, at)
+        yield text[at:slot]
+        if r.replay:
+            yield _REPLAY_SLOT[:-1]
+            for n, step in enumerate(r.replay):
+                yield (b"\n    " if n == 0 else b",\n    ") + reindent(
+                    as_python_json(msgspec.json.encode(_replay(step), enc_hook=builtin), indent=1), 4
+                )
+            yield b"\n   ]"
+        else:
+            yield _REPLAY_SLOT
+        at = slot + len(_REPLAY_SLOT)
+    yield text[at:] + b"\n"
 
 
 def to_json(analysis: TraceAnalysis) -> dict[str, Any]:

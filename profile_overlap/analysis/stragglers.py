@@ -12,7 +12,6 @@ divided by its number of profiled steps, the largest extra is its cause.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
@@ -68,8 +67,25 @@ def breakdown(times: RankTimes, rows: np.ndarray) -> np.ndarray:
     return out
 
 
+def group_medians(values: np.ndarray, group: np.ndarray, groups: int) -> np.ndarray:
+    """Per group, the median of its rows (what np.median(rows, axis=0) gives, to the bit: the middle
+    value, or the mean of the two middle values), for all groups at once. values: (n, ...) rows;
+    group: each row's group in [0, groups), every group non-empty."""
+    flat = values.reshape(values.shape[0], -1)
+    count = np.bincount(group, minlength=groups)
+    start = np.concatenate([[0], np.cumsum(count)[:-1]])
+    lower, upper = start + (count - 1) // 2, start + count // 2
+    out = np.empty((groups, flat.shape[1]))
+    for c in range(flat.shape[1]):  # a column at a time (20), every group in one sort
+        column = flat[:, c]
+        ordered = column[np.lexsort((column, group))]
+        out[:, c] = (ordered[lower] + ordered[upper]) / 2
+    return out.reshape((groups, *values.shape[1:]))
+
+
 def stragglers(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], keys: dict[int, np.ndarray]) -> tuple[Straggler, ...]:
-    """One row per rank that others waited for: its largest extra (phase, what), per step."""
+    """One row per rank that others waited for: its largest extra (phase, what), per step. Over all
+    calls at once: each waited call's rows (one per rank that made it) grouped by call."""
     waited = []
     for r, split in zip(ranks, splits):
         sel = (split.call_wait_us > 0) & (split.late_rank >= 0) & (r.times.calls.step >= 0)
@@ -77,33 +93,52 @@ def stragglers(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], keys:
     waited_keys = np.unique(np.concatenate(waited)) if waited else np.zeros(0, np.int64)
     if not waited_keys.size:
         return ()
-    late_of: dict[int, int] = {}
-    where: dict[int, dict[int, int]] = defaultdict(dict)
-    values: dict[int, np.ndarray] = {}
-    for r, split in zip(ranks, splits):
+    # Every rank's rows of the waited calls, rank after rank (the ranks' order), each rank's in its calls' order.
+    key_parts, rank_parts, late_parts, value_parts = [], [], [], []
+    for n, (r, split) in enumerate(zip(ranks, splits)):
         rows = np.flatnonzero(np.isin(keys[r.rank], waited_keys) & (r.times.calls.step >= 0))
-        values[r.rank] = breakdown(r.times, rows)
-        for n, (i, k) in enumerate(zip(rows.tolist(), keys[r.rank][rows].tolist())):
-            where[k][r.rank] = n
-            late_of.setdefault(k, int(split.late_rank[i]))
-    extra: dict[int, np.ndarray] = defaultdict(lambda: np.zeros((len(REGIONS), len(WHAT))))
-    base: dict[int, np.ndarray] = defaultdict(lambda: np.zeros(len(REGIONS)))
-    for k, at in where.items():
-        late = late_of[k]
-        if late not in at or len(at) < 2:
-            continue
-        mine = values[late][at[late]]
-        peers = np.stack([values[q][n] for q, n in at.items() if q != late])
-        median = np.median(peers, axis=0)
-        extra[late] += mine[:, 1:] - median[:, 1:]
-        base[late] += median[:, 0]
-    steps = {r.rank: max(len(r.steps), 1) for r in ranks}
+        key_parts.append(keys[r.rank][rows])
+        rank_parts.append(np.full(rows.size, n))
+        late_parts.append(split.late_rank[rows])
+        value_parts.append(breakdown(r.times, rows))
+    key, who, late, values = (np.concatenate(p) for p in (key_parts, rank_parts, late_parts, value_parts))
+    # Each call's late rank (its position in `ranks`) as the first rank holding the call names it.
+    calls, first, call = np.unique(key, return_index=True, return_inverse=True)
+    numbers = np.array([r.rank for r in ranks])
+    by_number = np.argsort(numbers, kind="stable")
+    at = np.minimum(np.searchsorted(numbers[by_number], late[first]), numbers.size - 1)
+    late_of = np.where(numbers[by_number][at] == late[first], by_number[at], -1)
+    count = np.bincount(call, minlength=calls.size)
+    is_late = who == late_of[call]
+    has_late = np.bincount(call[is_late], minlength=calls.size) > 0
+    usable = has_late & (count >= 2)
+    peer = ~is_late & usable[call]
+    if not usable.any():
+        return ()
+    # The peers' median per call (all of a call's rows but the late rank's).
+    peer_call = np.flatnonzero(usable)
+    compact = np.full(calls.size, -1)
+    compact[peer_call] = np.arange(peer_call.size)
+    rows = np.flatnonzero(peer)
+    by_call = rows[np.argsort(compact[call[rows]], kind="stable")]
+    median = group_medians(values[by_call], compact[call[by_call]], peer_call.size)
+    mine_row = np.full(calls.size, -1)
+    mine_row[call[is_late]] = np.flatnonzero(is_late)
+    # Summed call after call in order of first appearance, as a running total per late rank would.
+    order = np.argsort(first[peer_call], kind="stable")
+    chosen, med = peer_call[order], median[order]
+    extra = np.zeros((len(ranks), len(REGIONS), len(WHAT)))
+    base = np.zeros((len(ranks), len(REGIONS)))
+    np.add.at(extra, late_of[chosen], values[mine_row[chosen]][:, :, 1:] - med[:, :, 1:])
+    np.add.at(base, late_of[chosen], med[:, :, 0])
+    steps = [max(len(r.steps), 1) for r in ranks]
     out = []
-    for rank, table in extra.items():
+    for n in sorted(set(late_of[chosen].tolist())):
+        table = extra[n]
         p, w = np.unravel_index(int(np.argmax(table)), table.shape)
         if table[p, w] <= 0:
             continue
-        per_step_ms = float(table[p, w]) / steps[rank] / 1e3
-        pct = 100 * float(table[p, w]) / float(base[rank][p]) if base[rank][p] > 0 else None
-        out.append(Straggler(rank=rank, phase=REGIONS[p], extra_ms=per_step_ms, extra_pct=pct, what=WHAT[w]))
+        per_step_ms = float(table[p, w]) / steps[n] / 1e3
+        pct = 100 * float(table[p, w]) / float(base[n][p]) if base[n][p] > 0 else None
+        out.append(Straggler(rank=ranks[n].rank, phase=REGIONS[p], extra_ms=per_step_ms, extra_pct=pct, what=WHAT[w]))
     return tuple(sorted(out, key=lambda s: (-s.extra_ms, s.rank)))

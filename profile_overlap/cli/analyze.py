@@ -5,8 +5,8 @@
     python -m profile_overlap analyze traces/ --tensorboard     # then: tensorboard --logdir traces
     python -m profile_overlap analyze traces/ --strict          # exit 1 when an integrity check fails
 
-Prints one table per rank, then the collectives, the profiler steps and the cross-rank
-wait/transfer split, then the integrity checks (a line per check that is not ok). Does not import torch,
+Prints one table per rank, then the collectives, one line counting the profiler steps (their rows
+with --per-step) and the cross-rank wait/transfer split, then the integrity checks (a line per check that is not ok). Does not import torch,
 except under torchrun (`torchrun --nnodes N --nproc-per-node M -m profile_overlap analyze DIR`), where
 the files are spread over the job's ranks (analysis/cluster.py) and rank 0 prints and writes.
 """
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from profile_overlap.core.errors import UserError
-from profile_overlap.core.io import write_json_atomic
+from profile_overlap.core.io import write_bytes_atomic
 from profile_overlap.core.terminal import printable
 
 
@@ -40,8 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--per-rank",
         action="store_true",
-        help="print the full per-rank, collective and per-step tables (by default, above 8 ranks, each number's spread "
+        help="print the full per-rank and collective tables (by default, above 8 ranks, each number's spread "
         "over the ranks; --json OUT also writes the tables to OUT's .ranks.csv and .steps.csv)",
+    )
+    parser.add_argument(
+        "--per-step",
+        action="store_true",
+        help="also print a row per rank and profiled step (by default one line counts the steps; "
+        "--json OUT writes the rows to OUT's .steps.csv)",
     )
     parser.add_argument("--skip-bad", action="store_true", help="warn about unreadable or non-trace files and analyze the rest")
     parser.add_argument(
@@ -73,7 +79,7 @@ def parse_steps(text: str) -> tuple[int | None, int | None]:
 
 def main(args: argparse.Namespace) -> int:
     from profile_overlap.analysis.folder import analyze_dir
-    from profile_overlap.analysis.record import analysis_record, replay_default, streamed_json
+    from profile_overlap.analysis.record import analysis_record, record_json
     from profile_overlap.render import analysis_console
     from profile_overlap.render.console import make_console
     from profile_overlap.render.rank_tables import csv_paths, write_tables
@@ -100,12 +106,14 @@ def main(args: argparse.Namespace) -> int:
     record = analysis_record(analysis, replay=False)  # the --json file gets the replay steps as it is written
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 140))
     tables = "in {} and {}".format(*csv_paths(args.json)) + ", or pass --per-rank" if args.json else ""
+    rows_at = str(csv_paths(args.json)[1]) if args.json else ""
     console = make_console(file=sys.stdout, width=width, highlight=False)
-    analysis_console.render(analysis, console, record=record, per_rank=args.per_rank, tables=tables)
+    shown = {"per_rank": args.per_rank, "per_step": args.per_step, "tables": tables, "steps_csv": rows_at}
+    analysis_console.render(analysis, console, record=record, **shown)
     if args.json:
         try:
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(args.json, streamed_json(analysis, record), indent=1, default=replay_default)
+            write_bytes_atomic(args.json, record_json(analysis, record))
             ranks_csv, steps_csv = write_tables(record, args.json)
         except OSError as err:
             raise UserError(f"cannot write {args.json}: {err.strerror}; pick a writable path for --json") from None

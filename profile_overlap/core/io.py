@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,18 @@ def _create_beside(path: Path) -> Path:
 def write_text_atomic(path: Path, text: str, *, durable: bool = False) -> Path:
     def write(tmp: Path) -> None:
         tmp.write_text(text, encoding="utf-8")
+
+    return replace_atomically(path, write, durable=durable)
+
+
+def write_bytes_atomic(path: Path, chunks: Iterable[bytes], *, durable: bool = True) -> Path:
+    """A file written from its pieces as they come (a record encoded part by part: core/json_text.py);
+    durable (records): fsynced before the rename."""
+
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
 
     return replace_atomically(path, write, durable=durable)
 

@@ -20,10 +20,10 @@ from profile_overlap.record.spread import Spread
 
 def as_json(record: object) -> Any:
     """A typed record as JSON has it: dicts, lists, str, numbers, None (what json.loads gives back)."""
-    return msgspec.json.decode(msgspec.json.encode(record, enc_hook=_builtin))
+    return msgspec.json.decode(msgspec.json.encode(record, enc_hook=builtin))
 
 
-def _builtin(x: Any) -> Any:
+def builtin(x: Any) -> Any:
     """Subclasses of builtins (torch's TorchVersion is a str) as their builtin; anything else is a bug."""
     for kind in (str, int, float):
         if isinstance(x, kind):

@@ -1,7 +1,9 @@
-"""The console of `analyze DIR`: per rank, the collectives, the profiler steps, the cross-rank
-wait/transfer split and the integrity checks that are not ok. Above PER_RANK_UP_TO ranks (unless
---per-rank) the per-rank tables give way to each number's spread over the ranks (record/spread.py),
-and one line says where the full tables are. Nothing is recomputed here."""
+"""The console of `analyze DIR`: per rank, the collectives, the cross-rank wait/transfer split and
+the integrity checks that are not ok. Above PER_RANK_UP_TO ranks (unless --per-rank) the per-rank
+tables give way to each number's spread over the ranks (record/spread.py), and one line says where
+the full tables are. The per-step rows print only with --per-step (a long trace has thousands of
+steps; --json OUT writes them to OUT.steps.csv): otherwise one line counts the steps and says where
+they are. Nothing is recomputed here."""
 
 from __future__ import annotations
 
@@ -27,24 +29,32 @@ OUTLIERS_SHOWN = 6
 
 
 def render(
-    analysis: TraceAnalysis, console: Console, *, record: AnalysisRecord | None = None, per_rank: bool = False, tables: str = ""
+    analysis: TraceAnalysis,
+    console: Console,
+    *,
+    record: AnalysisRecord | None = None,
+    per_rank: bool = False,
+    per_step: bool = False,
+    tables: str = "",
+    steps_csv: str = "",
 ) -> None:
     """Tables from the analysis record; nothing is recomputed here. `tables` says where the full
-    tables are (for the summary's last line)."""
+    tables are (for the summary's last line), `steps_csv` where the per-step rows are written."""
     if record is not None and not per_rank and len(analysis.ranks) > PER_RANK_UP_TO:
         console.print(spread_table(analysis, record))
         where = tables or "pass --per-rank to print them, or --json OUT to write them to OUT.ranks.csv and OUT.steps.csv"
         console.print(f"Full per-rank, per-step and collective tables: {where}", markup=False, soft_wrap=True)
         _interference(record, console)
+        if per_step:
+            print_steps(analysis, console)
         print_notes(analysis, console, grouped=True)
         return
     console.print(rank_table(analysis))
     console.print(collectives_table(analysis))
-    steps = step_table(analysis)
-    if steps.row_count:
-        console.print(steps)
+    if per_step:
+        print_steps(analysis, console)
     else:
-        console.print("No ProfilerStep#N annotations: per-step metrics need prof.step() in the training loop.")
+        console.print(steps_line(analysis, steps_csv), markup=False, soft_wrap=True)
     _interference(record, console)
     if record is not None:
         for table in dimensions.console_tables(record):
@@ -52,6 +62,32 @@ def render(
         if line := dimensions.console_verdict(record):
             console.print(line, markup=False, soft_wrap=True)
     print_notes(analysis, console)
+
+
+def print_steps(analysis: TraceAnalysis, console: Console) -> None:
+    steps = step_table(analysis)
+    if steps.row_count:
+        console.print(steps)
+    else:
+        console.print(NO_STEPS)
+
+
+NO_STEPS = "No ProfilerStep#N annotations: per-step metrics need prof.step() in the training loop."
+
+
+def steps_line(analysis: TraceAnalysis, steps_csv: str = "") -> str:
+    """The profiled steps counted, in place of their rows: how many, which, and where the rows are."""
+    counts = sorted({len(r.steps) for r in analysis.ranks})
+    if counts == [0]:
+        return NO_STEPS
+    numbers = [s.step for r in analysis.ranks for s in r.steps[:1] + r.steps[-1:]]
+    many = f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,} to {counts[-1]:,}"
+    where = (
+        f"in {steps_csv}, or pass --per-step"
+        if steps_csv
+        else "pass --per-step to print them, or --json OUT to write them to OUT.steps.csv"
+    )
+    return f"Profiler steps: {many} per rank (ProfilerStep#{min(numbers)} to #{max(numbers)}); per-step rows: {where}"
 
 
 def _interference(record: AnalysisRecord | None, console: Console) -> None:

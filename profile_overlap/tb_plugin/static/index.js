@@ -32,7 +32,7 @@ function spreadTable(mode, analysis) {
   return el("div", { class: "po-spread", "data-mode": mode },
     el("p", { class: "po-muted", text: `${mode}: ${analysis.ranks.length.toLocaleString("en-US")} ranks; each per-rank number ` +
       "over the ranks (µs; overlap in %); outliers: |x − median| > max(3 · 1.4826 · MAD, 5% of the median). Full tables: " +
-      "analyze --json OUT writes OUT.ranks.csv and OUT.steps.csv; analyze --per-rank prints them." }),
+      "analyze --json OUT writes OUT.ranks.csv and OUT.steps.csv; analyze --per-rank --per-step prints them." }),
     table(["per rank", "min", "p10", "median", "p90", "max", "worst ranks", "best ranks", "outliers"],
       (analysis.spread || []).map((s) => [s.metric === "overlap_pct" ? "overlap %" : s.metric,
         ...[s.min, s.p10, s.median, s.p90, s.max].map((x) => f(x, digits(s))), named(s.worst), named(s.best), outliers(s.outliers)])));
