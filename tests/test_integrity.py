@@ -63,6 +63,10 @@ def test_traces_in_tests_data():
         errors = {n: c.detail for n, c in checks(folder).items() if c.status == "error"}
         if folder.name == "hta_trace_filter_2rank":
             assert list(errors) == ["collectives.matched"] and "all_reduce #1" in errors["collectives.matched"], errors
+        elif folder.name == "tracelens_b200_1rank":
+            # Its MoE GEMMs start up to 3.7 µs before the previous kernel on their stream ends: programmatic
+            # dependent launch (Hopper and later) lets a kernel start early on purpose; the check calls it an error.
+            assert list(errors) == ["streams.overlap"] and "up to 3.7 µs" in errors["streams.overlap"], errors
         else:
             assert errors == {}, (folder.name, errors)
 
