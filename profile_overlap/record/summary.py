@@ -135,6 +135,8 @@ def speedup(modes: dict[str, ModeMetrics]) -> Speedup | None:
     if not all(name in modes and modes[name].step_time.times_ms for name in (SPEEDUP_BASELINE, SPEEDUP_MODE)):
         return None
     seq, split = modes[SPEEDUP_BASELINE], modes[SPEEDUP_MODE]
+    if median_ms(split.step_time) <= 0:
+        return None
     measured = median_ms(seq.step_time) / median_ms(split.step_time)
     predicted = None
     if seq.analysis and seq.analysis.ranks:
@@ -360,7 +362,8 @@ def speedup_vs_first(metrics: RunMetrics, spread: noise.NoiseSummary) -> tuple[R
     rows = []
     for name in names:
         this = metrics.modes[name].step_time
-        timed = bool(first.times_ms and this.times_ms)
+        # A step of 0 ms (a trace's step that launched no kernel has an empty device window) has no ratio.
+        timed = bool(first.times_ms and this.times_ms) and median_ms(this) > 0
         rows.append(
             RelativeSpeedup(
                 mode=name,
