@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import tracemalloc
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -137,19 +138,25 @@ def test_perfetto_on_an_event_field_of_the_wrong_type_is_one_line(tmp_path, caps
     assert not (tmp_path / "p.perfetto.json.gz").exists()
 
 
-@pytest.mark.parametrize("field, value", [("ts", 5e15), ("dur", 5e15)])  # on a profiler clock (int64 ns), beyond Perfetto
-def test_perfetto_on_a_time_beyond_its_clock_is_one_line_naming_the_file(tmp_path, capsys, field, value):
+def _two_ranks_with_a_far_kernel(tmp_path: Path, field: str, value: float) -> Path:
+    """Two GPU ranks' traces, rank 1's last compute kernel with `field` (ts or dur) set to `value`."""
     from synthetic import gpu_trace, write_trace
-
-    from profile_overlap.cli.main import main
 
     folder = tmp_path / "traces"
     folder.mkdir()
     for rank in (0, 1):
         doc = gpu_trace([(20, 100, 300)], [(7, 0, 200), (7, 400, 500)], steps=[(1, 0, 1000)], rank=rank, world_size=2)
         if rank == 1:
-            doc["traceEvents"][-1][field] = value  # the last compute kernel
+            doc["traceEvents"][-1][field] = value
         write_trace(doc, folder / f"rank{rank}.pt.trace.json")
+    return folder
+
+
+@pytest.mark.parametrize("field, value", [("ts", 5e15), ("dur", 5e15)])  # on a profiler clock (int64 ns), beyond Perfetto
+def test_perfetto_on_a_time_beyond_its_clock_is_one_line_naming_the_file(tmp_path, capsys, field, value):
+    from profile_overlap.cli.main import main
+
+    folder = _two_ranks_with_a_far_kernel(tmp_path, field, value)
     assert main(["perfetto", str(folder), "--out", str(tmp_path / "p.perfetto.json.gz")]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
@@ -180,17 +187,9 @@ def test_a_number_beyond_the_columns_range_is_one_line(tmp_path, capsys, where, 
 def test_analyze_on_a_time_beyond_any_profiler_clock_is_one_line_and_no_numpy_warning(tmp_path, capfd, field, value):
     import warnings
 
-    from synthetic import gpu_trace, write_trace
-
     from profile_overlap.cli.main import main
 
-    folder = tmp_path / "traces"
-    folder.mkdir()
-    for rank in (0, 1):
-        doc = gpu_trace([(20, 100, 300)], [(7, 0, 200), (7, 400, 500)], steps=[(1, 0, 1000)], rank=rank, world_size=2)
-        if rank == 1:
-            doc["traceEvents"][-1][field] = value  # the last compute kernel
-        write_trace(doc, folder / f"rank{rank}.pt.trace.json")
+    folder = _two_ranks_with_a_far_kernel(tmp_path, field, value)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an overflow warning would be a second line on the user's terminal
         assert main(["analyze", str(folder)]) == 2
