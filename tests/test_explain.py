@@ -30,12 +30,12 @@ def test_explain_prints_the_three_schedules():
 
 
 def test_readme_shows_the_same_sketches():
-    readme = (REPO / "README.md").read_text()
-    start = readme.index("### The schedules")
-    section = readme[start : readme.index("\n### ", start + 1)]
+    readme = (REPO / "docs" / "run.md").read_text()
+    start = readme.index("## The schedules")
+    section = readme[start : readme.index("\n## ", start + 1)]
     for schedule in SCHEDULES:
         assert "\n".join([schedule.mode, *schedule.sketch()]) in section, schedule.mode
-    assert "[Metrics](#metrics)" in section
+    assert "[Metrics](metrics.md)" in section
 
 
 def test_sketches_follow_the_pipelines():

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFINITIONS_PATH = Path(__file__).resolve().parent / "static" / "metric_defs.md"
-"""The README's "Metrics" section, shipped with the package so that reports can link to it."""
+"""docs/metrics.md (the Metrics reference), shipped with the package so that reports can embed it and link to it."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,8 @@ class Definitions:
 
 
 def definitions() -> Definitions:
-    text = DEFINITIONS_PATH.read_text(encoding="utf-8")
+    # The page's headings one level down (# Metrics -> ## Metrics, its sections ###): the report nests them under its appendix.
+    text = re.sub(r"^(#{1,5}) ", r"#\1 ", DEFINITIONS_PATH.read_text(encoding="utf-8"), flags=re.M)
     sections: dict[str, str] = {}
     title = ""
     for line in text.splitlines():

@@ -106,7 +106,7 @@ def render(report: Report, *, figure_svg: str | None) -> str:
         out.append("</section>")
     out.append(
         '<section id="definitions"><h2>Appendix: metric definitions</h2>'
-        "<p>Every number in this report links here. This is the Metrics section of profile_overlap's README.</p>"
+        "<p>Every number in this report links here. This is profile_overlap's Metrics reference, docs/metrics.md.</p>"
         f"{defs_html}</section>"
     )
     out.append("</main></body></html>\n")

@@ -70,7 +70,7 @@ def render(report: Report, *, figure_png: str | None) -> str:
     out += [
         "## Appendix: metric definitions",
         "",
-        "Every number in this report links here. This is the Metrics section of profile_overlap's README.",
+        "Every number in this report links here. This is profile_overlap's Metrics reference, docs/metrics.md.",
         "",
     ]
     # The definitions are our own Markdown; headings move one level down under the appendix.
