@@ -1,7 +1,7 @@
 """profile_overlap: measure how much communication hides behind compute when all_reduce is
 split into reduce_scatter + all_gather (ZeRO/FSDP), from real torch.profiler traces.
 
-Profile your own job (README, "Profile your own job"):
+Profile your own job (docs/profile-your-job.md):
 
     with profile_overlap.profile("runs/myjob") as prof:      # a torch.profiler.profile
         ...; prof.step()

@@ -120,3 +120,25 @@ def test_every_anchor_a_report_links_to_is_a_heading_of_the_metrics_page():
     assert links and links - own <= slugs, sorted(links - own - slugs)
     assert "docs/metrics.md" in report
 
+
+def test_every_docs_reference_in_the_code_names_a_page_and_heading_that_exist():
+    """Docstrings, comments and console text cite the manual as `docs/PAGE.md "Heading"` (a heading's
+    start, e.g. "Over ranks") or `docs/PAGE.md#anchor`; and none cites the README, which is no reference."""
+    code = [p for p in (REPO / "profile_overlap").rglob("*") if p.suffix in (".py", ".js", ".html", ".md")]
+    cited, broken, readme = 0, [], []
+    for path in code:
+        text = path.read_text(encoding="utf-8")
+        where = path.relative_to(REPO)
+        for m in re.finditer(r"docs/([\w-]+\.md)(?:#([\w-]+))?(?:,? \(?\"([^\"]+)\")?", text):
+            cited += 1
+            page, anchor, title = DOCS / m.group(1), m.group(2), m.group(3)
+            if not page.exists():
+                broken.append(f"{where}: {m.group(0)}: no such page")
+            elif anchor and anchor not in _slugs(page):
+                broken.append(f"{where}: {m.group(0)}: no such anchor")
+            elif title and not any(_plain(h).startswith(title) for h in _headings(page)):
+                broken.append(f"{where}: {m.group(0)}: no heading starts so")
+        readme += [f"{where}: {line.strip()}" for line in text.splitlines() if re.search(r"(?<!benchmarks/)README", line)]
+    assert cited > 20
+    assert not broken, "\n".join(broken)
+    assert not readme, "cite docs/PAGE.md instead:\n" + "\n".join(readme)

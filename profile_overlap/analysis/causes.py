@@ -1,5 +1,5 @@
 """Why communication is exposed (stage 3): each rank's exposed time split into wait and transfer,
-the calls that cost most, the stragglers and the critical path (README Metrics, "Why exposed").
+the calls that cost most, the stragglers and the critical path (docs/metrics.md "Why exposed").
 
 On the aligned clock (clocks.py), an exposed instant of rank r is *wait* when some call in flight
 on r has not yet started on a peer (the call's latest start over the ranks, matched by process

@@ -1,6 +1,6 @@
 """The integrity checks' building blocks: a Check and the set of them, their statuses, the
-numbers a check can affect, and the thresholds (defined in the README's Metrics section,
-"Integrity checks"). The checks themselves: integrity.py and integrity_events.py."""
+numbers a check can affect, and the thresholds (defined in
+docs/metrics.md "Integrity checks"). The checks themselves: integrity.py and integrity_events.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Process groups -> dimensions, and each dimension's communication per rank and step (rank stage:
 `rank_dimensions`), then over the job with the cross-rank wait and transfer (world stage:
-`job_dimensions`). Definitions: the README's Metrics, "Dimensions".
+`job_dimensions`). Definitions: docs/metrics.md "Dimensions".
 
 A call's group is the one it names (GPU: its arguments) or the one inferred for it (gloo:
 analysis/gloo_groups.py). Groups with the same `pg_desc` form one dimension ("mesh_tp" -> "tp",

@@ -1,6 +1,6 @@
 """One trace file -> classified events (stage 1, run in worker processes by `folder.analyze_dir`).
 
-What counts (the README's "Metrics" section, also shipped as render/static/metric_defs.md): comm =
+What counts (docs/metrics.md, also shipped as render/static/metric_defs.md): comm =
 NCCL/RCCL kernels (GPU) or `gloo:*` work on gloo's worker threads (CPU); compute = every other
 kernel except memcpy/memset/sync (GPU) or the main thread's operators outside `c10d::*` (CPU).
 The names behind these rules are in `classify`. `extract` turns a Trace into FileEvents: comm and

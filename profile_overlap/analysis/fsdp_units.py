@@ -1,5 +1,5 @@
-"""What FSDP2 costs the training thread besides its collectives, from the ranges it records (README
-"What to change"): what advise's `--fsdp-group` and `--reshard-after-forward false` take off.
+"""What FSDP2 costs the training thread besides its collectives, from the ranges it records
+(docs/advise.md): what advise's `--fsdp-group` and `--reshard-after-forward false` take off.
 
 - Per fully_shard unit: the busy time inside the FSDP:: ranges that name it (`FSDP::pre_forward
   (blocks.0)`, `FSDP::backward_prefetch for blocks.0`, ...). Each unit pays its hooks once per pass

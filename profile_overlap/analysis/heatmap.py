@@ -1,6 +1,6 @@
 """The rank x time heatmap of the median profiled step (record/heatmap.py): per rank, on the aligned
 clock, the fraction of each time bin that is wait, transfer, a call in flight and compute, read from
-the geometry the causes already computed (RankTimes, RankSplit). Definitions: README "Heatmap"."""
+the geometry the causes already computed (RankTimes, RankSplit). Definitions: docs/metrics.md "Rank x time heatmap"."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Each check looks at one way a trace set can give wrong numbers without a warning (ranks
 missing, steps that differ, collectives that do not match, events in no class, streams that
 cannot be right, time outside the steps) and says `ok`, `warning` or `error`, with the figures
-it rests on and one line on what it means for the numbers. The README's Metrics section
+it rests on and one line on what it means for the numbers. docs/metrics.md
 ("Integrity checks") defines every check and threshold. Computed once, from the facts the
 per-file and per-rank stages keep (analysis/facts.py), when the ranks are combined.
 """
@@ -41,7 +41,7 @@ __all__ = ["ERROR", "OK", "WARNING", "Check", "Integrity", "check_integrity"]
 
 
 def check_integrity(ranks: Sequence[RankAnalysis], *, duplicates: Sequence[str] = ()) -> Integrity:
-    """Every check, in the README's order. duplicates: files left out because another file
+    """Every check, in docs/metrics.md's order. duplicates: files left out because another file
     claimed the same rank and time (analyze --skip-bad, own jobs)."""
     ranks = list(ranks)
     if not ranks:

@@ -1,5 +1,5 @@
-"""Integrity checks of the events themselves: classification, GPU streams and timing (the
-README's Metrics section, "Integrity checks"). Called by integrity.check_integrity."""
+"""Integrity checks of the events themselves: classification, GPU streams and timing
+(docs/metrics.md "Integrity checks"). Called by integrity.check_integrity."""
 
 from __future__ import annotations
 

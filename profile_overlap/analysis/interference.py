@@ -1,5 +1,5 @@
 """Interference: how much longer compute runs while communication is in flight than when it runs
-alone, measured from the same operators seen both ways in a rank's profiled steps (README Metrics,
+alone, measured from the same operators seen both ways in a rank's profiled steps (docs/metrics.md
 "Interference"; DESIGN.md "Interference").
 
 An operator is one outermost compute event: on CPU a main-thread operator inside no other compute

@@ -1,7 +1,7 @@
 """One rank's classified events -> its metrics (stage 2: `finish_rank`, or `analyze_rank` from files).
 
 overlap_us = |∪comm ∩ ∪compute| and overlap_pct = 100 · overlap_us / comm_us, over the whole
-trace and per ProfilerStep window (the README's "Metrics" section). The result, RankAnalysis, is
+trace and per ProfilerStep window (docs/metrics.md). The result, RankAnalysis, is
 small and picklable so a run can gather it across ranks (`cross_rank.combine`).
 """
 

@@ -1,5 +1,5 @@
 """A trace's phase windows: the step's forward/backward/optimizer labels where it has them, else
-the phases found from what torch records anyway (the README's Metrics, "Phases").
+the phases found from what torch records anyway (docs/metrics.md "Phases").
 
 Labels win step by step: a `ProfilerStep` with a label keeps its labelled windows, one without
 gets windows inferred from, in this order of trust, the engines' own ranges (FSDP2, DDP,

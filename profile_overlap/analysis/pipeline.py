@@ -1,7 +1,7 @@
 """Pipeline stages and their bubble: per rank that sends/recv, its point-to-point calls and the
 bubble of each step (rank stage: `rank_pipeline`); over the ranks, the stage order, the
-microbatches and the ideal bubble (world stage: `job_pipeline`). Definitions: the README's
-Metrics, "Pipeline stages".
+microbatches and the ideal bubble (world stage: `job_pipeline`). Definitions:
+docs/metrics.md "Pipeline stages".
 
 Stage order comes from who sends to whom: in every schedule of torch.distributed.pipelining
 (GPipe, 1F1B, ...) a step starts with forwards, so a stage's first send of a step carries

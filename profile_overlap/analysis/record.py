@@ -250,7 +250,7 @@ def _replay(s: ReplayStep) -> ReplayStepRecord:
 
 
 def analysis_record(analysis: TraceAnalysis, *, replay: bool = True) -> AnalysisRecord:
-    """The typed `analyze --json` record (schema in the README, "Output"; record/analysis.py).
+    """The typed `analyze --json` record (schema in docs/outputs.md; record/analysis.py).
     replay=False: without the ranks' replay steps (`streamed_json` adds them as it writes)."""
     waits = {w.rank: w for w in analysis.waits}
     ranks = tuple(_rank(r, waits.get(r.rank), replay=replay) for r in analysis.ranks)

@@ -1,5 +1,5 @@
 """Each per-rank number's distribution over the ranks, its worst and best ranks and its outliers
-(record/spread.py; definitions: README Metrics, "Over ranks"). Computed once from the rank records."""
+(record/spread.py; definitions: docs/metrics.md "Over ranks"). Computed once from the rank records."""
 
 from __future__ import annotations
 

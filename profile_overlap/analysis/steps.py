@@ -1,4 +1,4 @@
-"""A GPU trace's step windows on the device (the README's Metrics, "Per profiler step").
+"""A GPU trace's step windows on the device (docs/metrics.md "Per profiler step").
 
 On GPU the CPU runs ahead: step N's kernels run after its `ProfilerStep#N` range has closed, so
 the CPU window holds the tail of step N-1 and misses the end of step N. Each kernel therefore

@@ -9,7 +9,7 @@ TensorBoard draws one line per rank on each chart.
     exposed/{wait_ms, transfer_ms}         rank 0 only, per cycle of the live record, at its last step:
                                            why exposed, rank mean per profiled step (all ranks' traces)
 
-The numbers are the analysis's per-step numbers (README, "Per profiler step" and "Phases"); the
+The numbers are the analysis's per-step numbers (docs/metrics.md "Per profiler step" and "Phases"); the
 phase tags are those of the run's own TensorBoard files. Written with tensorboard's own event
 writer: no torch, no TensorFlow.
 """

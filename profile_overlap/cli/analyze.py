@@ -25,7 +25,7 @@ from profile_overlap.core.terminal import printable
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", type=Path, help="folder of trace files (*.json or *.json.gz, searched recursively)")
-    parser.add_argument("--json", type=Path, metavar="OUT", help="also write the metrics record to OUT (schema in the README)")
+    parser.add_argument("--json", type=Path, metavar="OUT", help="also write the metrics record to OUT (schema in docs/outputs.md)")
     parser.add_argument(
         "--steps",
         metavar="A:B",

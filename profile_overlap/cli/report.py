@@ -74,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  python -m profile_overlap report --compare runs/<before> runs/<after>\n"
         '  python -m profile_overlap report runs/<run> --fail-if "overlap_pct<60" --fail-if "speedup<1.1"\n\n'
         + textwrap.fill("--fail-if names: " + ", ".join(HEADLINE_NAMES), width=110)
-        + '\n(defined in the README\'s Metrics section, "Headline names").'
+        + '\n(defined in docs/metrics.md, "Headline names").'
     )
     parser.add_argument("run_dir", type=Path, nargs="?", metavar="RUN_DIR", help="a run folder (runs/<run>)")
     parser.add_argument(

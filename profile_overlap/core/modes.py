@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PHASES = ("forward", "backward", "optimizer")
-"""The phases of a training step, in step order (definitions: README "Phases")."""
+"""The phases of a training step, in step order (definitions: docs/metrics.md "Phases")."""
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """The `advise` record: changes ranked by predicted gain, each with the cause it addresses, the exact
 flag or code line, and (after `advise --verify`) the gain measured in alternating blocks. Built once
 by tools/advise.py and stored as RUN_DIR/advice.json; the console, the report's "What to change"
-section, the Overlap tab and TensorBoard only read it. Every number is defined in the README's
-Metrics section ("What to change"); times in ms."""
+section, the Overlap tab and TensorBoard only read it. Every number is defined in
+docs/metrics.md ("Advice"); times in ms."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ class AdviceItem(msgspec.Struct, frozen=True):
     """baseline_ms − predicted_gain_ms; None when the change is not replayed."""
     predicted_gain_ms: float | None
     gain_low_ms: float | None
-    """Interval of the predicted gain: gain ± (model error · gain + noise); README "What to change"."""
+    """Interval of the predicted gain: gain ± (model error · gain + noise); docs/advise.md."""
     gain_high_ms: float | None
     worth_it: bool
     """predicted_gain_ms exceeds the run-to-run noise of the mode's step time."""

@@ -1,5 +1,5 @@
 """The analysis record, typed: what `analyze --json` writes and each mode's `analysis` in metrics.json
-(schema in the README, "Output"). Field names are the JSON keys; msgspec decodes JSON straight into
+(schema in docs/outputs.md). Field names are the JSON keys; msgspec decodes JSON straight into
 these and `msgspec.to_builtins` writes them back in field order. The analysis builds them once
 (analysis/record.py); renderers read them by attribute.
 

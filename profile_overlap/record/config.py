@@ -20,7 +20,7 @@ RUN_FIELDS_END = "nproc_per_node"
 
 
 class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
-    # run/config.Config's flags, in Config.to_dict()'s order (README "Configuration" defines them)
+    # run/config.Config's flags, in Config.to_dict()'s order (docs/commands.md defines them)
     mode: str = ""
     compare_modes: str | None = None
     model: str = "mlp"

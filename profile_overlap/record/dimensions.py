@@ -1,5 +1,5 @@
 """Dimensions and pipeline stages, typed: the `dimensions` and `pipeline` keys of the analysis
-record (definitions: the README's Metrics, "Dimensions" and "Pipeline stages"). The analysis
+record (definitions: docs/metrics.md "Dimensions" and "Pipeline stages"). The analysis
 (analysis/dimensions.py, analysis/pipeline.py) builds these structs once; the record stores them
 and the renderers read them by attribute."""
 

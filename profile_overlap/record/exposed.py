@@ -1,6 +1,6 @@
 """Why communication is exposed: the typed record of analysis/causes.py (`analyze --json`'s
 top-level "exposed", and each mode's `exposed` in metrics.json). Every field is defined in the
-README's Metrics section ("Why exposed"); times in µs unless the name says otherwise."""
+docs/metrics.md ("Why exposed"); times in µs unless the name says otherwise."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The rank x time heatmap of the median profiled step, typed (analysis/heatmap.py builds it; the
-report's figure, the PNG and the Overlap tab draw it). Definitions: README Metrics, "Heatmap".
+report's figure, the PNG and the Overlap tab draw it). Definitions: docs/metrics.md "Rank x time heatmap".
 
 Each layer holds one string per row, one character per time bin: the hex digit round(15 · f), f the
 fraction of the bin the layer covers on that row (0: none, f: all of it). `phase` holds one letter

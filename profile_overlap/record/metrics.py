@@ -2,7 +2,7 @@
 (field names are the JSON keys; record/summary.py reads it back with msgspec).
 
 Renderers (console, TensorBoard, reports) read this record and never recompute. Every number
-here is defined in the README's "Metrics" section.
+here is defined in docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -278,7 +278,7 @@ class ModeMetrics(msgspec.Struct, frozen=True, kw_only=True):
     trace_dir: str | None
     """Folder of this mode's traces, relative to the run folder."""
     analysis: AnalysisRecord | None
-    """The `analyze --json` record of this mode's traces (schema in the README); None without profiling."""
+    """The `analyze --json` record of this mode's traces (schema in docs/outputs.md); None without profiling."""
     model_param_bytes: int | None = None
     """Bytes of the model's parameters (all of them, unsharded and unpadded); None in records before schema 3."""
 

@@ -1,5 +1,5 @@
 """How the per-rank numbers spread over the ranks (`analyze --json`'s "spread"; analysis/spread.py
-builds it). Definitions: README Metrics, "Over ranks"."""
+builds it). Definitions: docs/metrics.md "Over ranks"."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The `whatif` record: predicted step times of each mode at other world sizes and bandwidths, the
 self-replay error and the crossovers, built once by tools/whatif.py and stored as
 RUN_DIR/whatif.json; the console, the plot and the report's "What if" section only read it.
-Every number is defined in the README's Metrics section ("What if")."""
+Every number is defined in docs/metrics.md ("What if")."""
 
 from __future__ import annotations
 

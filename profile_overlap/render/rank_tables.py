@@ -1,6 +1,6 @@
 """The full per-rank and per-step tables as CSV files beside `analyze --json OUT`: OUT's name with
 .ranks.csv and .steps.csv (one row per rank; one per rank and profiled step). Every column is a
-field of the record (README "Output"); an empty cell is an unknown (None)."""
+field of the record (docs/outputs.md); an empty cell is an unknown (None)."""
 
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ PHASE_NUMBERS: dict[str, Callable[[PhaseRecord], float | None]] = {
 }
 """Per-phase scalars `phase/<phase>/<name>` -> the number of the step's phase entry in the analysis record."""
 
-# The HParams dashboard's metrics: tag -> display name. Defined in the README's Metrics section.
+# The HParams dashboard's metrics: tag -> display name. Defined in docs/metrics.md.
 HEADLINE = {
     "headline/median_step_ms": "median step ms",
     "headline/overlap_pct": "overlap %",

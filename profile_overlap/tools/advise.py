@@ -1,4 +1,4 @@
-"""`advise`: what to change in a run or job, ranked by predicted gain (README "What to change").
+"""`advise`: what to change in a run or job, ranked by predicted gain (docs/advise.md).
 
     python -m profile_overlap advise runs/<run> [--top 5] [--json advice.json]
 

@@ -3,7 +3,7 @@ knob changed (tools/whatif_model.py), against the same step replayed as run.
 
 Predicted gain = replay(as run) − replay(changed): both replays share the measured compute and
 collectives, so what the model gets wrong about the run itself mostly cancels; what is left is
-carried by the interval (README "What to change").
+carried by the interval (docs/advise.md).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def units_of(params: list[tuple[int, int]], found: whatif.Units) -> whatif.Units
 
 SERIAL_OVERLAP_PCT = 5.0
 """fsdp2 measured with less of its communication overlapped than this (%) is replayed serial: its
-collectives ran beside no compute, so no schedule change can hide them (README "What to change")."""
+collectives ran beside no compute, so no schedule change can hide them (docs/advise.md)."""
 
 
 def replay_as_run(m: whatif.Measured, units: whatif.Units, cfg: RunConfig, world: int, *, overlap_pct: float | None = None) -> Replayed:

@@ -5,7 +5,7 @@ computed with torch exactly as the collectives define them: all_reduce gives eve
 reduce_scatter gives rank r the r-th 1/N chunk of the sum; all_gather concatenates the chunks.
 
 SCHEDULES sketches the three modes of `--mode compare` (run/pipelines.py) as text timelines, one
-row for compute and one for communication: `explain` prints them and the README shows them.
+row for compute and one for communication: `explain` prints them and docs/run.md shows them.
 """
 
 from __future__ import annotations

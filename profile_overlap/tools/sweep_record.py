@@ -15,7 +15,7 @@ FORMER_MODES = ("sequential", "split", "split-blocking")
 
 
 class ModeEntry(msgspec.Struct, frozen=True, kw_only=True):
-    """One mode's numbers at one point (README "Metrics" defines each)."""
+    """One mode's numbers at one point (docs/metrics.md defines each)."""
 
     step_ms: float | None = None
     speedup_vs_first: float | None = None

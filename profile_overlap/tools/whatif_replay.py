@@ -46,7 +46,7 @@ class Task:
 
 @dataclass(frozen=True)
 class StepTimes:
-    """One replayed step: its length and the overlap numbers inside it (README Metrics, `whatif`)."""
+    """One replayed step: its length and the overlap numbers inside it (docs/metrics.md "What if")."""
 
     step_us: float
     """Start of this step's first compute task to the start of the next step's: the period of

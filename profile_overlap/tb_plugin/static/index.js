@@ -75,7 +75,7 @@ function failures(metrics, status) {
     ...bad.map((c) => el("div", { text: `${c.name}: FAILED (${error(c)} at ${where(c)}; tolerance ${c.tolerance} relative)` })));
 }
 
-// The analysis's integrity checks (README Metrics, "Integrity checks"): a line when all are ok,
+// The analysis's integrity checks (docs/metrics.md "Integrity checks"): a line when all are ok,
 // else each check that is not ok with what it found and what it means; errors in red.
 function integrityPanel(mode, analysis) {
   const integrity = analysis.integrity;
