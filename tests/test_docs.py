@@ -57,7 +57,7 @@ def test_slugs_follow_githubs_rules():
 def test_metrics_page_is_the_shipped_definitions():
     """Reports embed the packaged copy (an installed wheel has no docs/); it must be docs/metrics.md exactly."""
     shipped = (REPO / "profile_overlap" / "render" / "static" / "metric_defs.md").read_text(encoding="utf-8")
-    assert (DOCS / "metrics.md").read_text(encoding="utf-8") == shipped
+    assert (DOCS / "metrics.md").read_text(encoding="utf-8") == shipped, "cp docs/metrics.md profile_overlap/render/static/metric_defs.md"
 
 
 def test_quickstart_has_the_two_commands_ci_runs():

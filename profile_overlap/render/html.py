@@ -85,7 +85,7 @@ def render(report: Report, *, figure_svg: str | None) -> str:
     """The whole document. figure_svg: the timeline (timeline.to_svg), or None to leave it out."""
     defs_html, anchors = _definitions_html()
     missing = report.refs() - set(anchors)
-    assert not missing, f"the report links to undefined metrics: {sorted(missing)} (add them to metric_defs.md)"
+    assert not missing, f"the report links to undefined metrics: {sorted(missing)} (add them to docs/metrics.md)"
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',

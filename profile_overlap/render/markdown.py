@@ -55,7 +55,7 @@ def render(report: Report, *, figure_png: str | None) -> str:
     defs = definitions()
     links = {key: "#" + slug(_plain(title)) for key, title in defs.sections.items()}
     missing = report.refs() - set(links)
-    assert not missing, f"the report links to undefined metrics: {sorted(missing)} (add them to metric_defs.md)"
+    assert not missing, f"the report links to undefined metrics: {sorted(missing)} (add them to docs/metrics.md)"
 
     def inline(parts) -> str:
         return "".join(f"[{escape(p.text)}]({links[p.key]})" if isinstance(p, Ref) else escape(p) for p in parts)
