@@ -17,15 +17,15 @@ GOLDEN_RUN = Path(__file__).resolve().parent / "golden" / "run"
 
 def test_the_record_config_has_every_run_flag_in_the_order_config_json_writes_them():
     fields = list(RunConfig.__struct_fields__)
-    assert fields[: fields.index(RUN_FIELDS_END) + 1] == list(Config().to_dict())
+    assert fields[: fields.index(RUN_FIELDS_END) + 1] == list(Config.of().to_dict())
 
 
-@pytest.mark.parametrize("config", [Config(), Config(mode="split", model="transformer", name="x", repeats=3, lr=0.01)])
+@pytest.mark.parametrize("config", [Config.of(), Config.of(mode="split", model="transformer", name="x", repeats=3, lr=0.01)])
 def test_a_runs_config_is_written_back_byte_for_byte(config):
     flat = config.to_dict()
     typed = RunConfig.from_dict(flat)
     assert json.dumps(typed.to_json()) == json.dumps(flat)
-    assert (typed.layers, typed.model, typed.name) == (config.layers, config.model, config.name)
+    assert (typed.layers, typed.model, typed.name) == (config.workload.layers, config.workload.model, config.job.name)
 
 
 def test_a_jobs_and_a_folders_few_keys_stay_few():

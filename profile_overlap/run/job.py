@@ -18,15 +18,15 @@ from profile_overlap.core import rank_output
 from profile_overlap.core import status as run_status
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import ensure_writable_dir
-from profile_overlap.run.config import JobSection
+from profile_overlap.run.config import Config, JobSection
 from profile_overlap.run.teardown import release_group_defaults
 
 RUN_NAME = "{stamp}-{mode}-{backend}-w{world}"
 
 
 def resolve_backend(config: JobSection) -> str:
-    if config.backend != "auto":
-        return config.backend
+    if config.job.backend != "auto":
+        return config.job.backend
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
@@ -80,15 +80,19 @@ def make_dir(create) -> Path:
 
 
 def create_fresh_dir(config: JobSection, *, backend: str, world: int, label: str | None = None) -> Path:
-    out = ensure_writable_dir(Path(config.out))
-    if config.name:
-        path = out / config.name
+    """A new folder in --out: --name, else RUN_NAME of `label` (a run's: its --mode)."""
+    out = ensure_writable_dir(Path(config.job.out))
+    if config.job.name:
+        path = out / config.job.name
         try:
             path.mkdir()
         except FileExistsError:
             raise UserError(f"run folder {path} already exists and is never overwritten: pick another --name") from None
         return path
-    base = RUN_NAME.format(stamp=time.strftime("%Y%m%d-%H%M%S"), mode=label or config.mode, backend=backend, world=world)
+    if label is None:
+        assert isinstance(config, Config)  # the other job commands name their folders
+        label = config.workload.mode
+    base = RUN_NAME.format(stamp=time.strftime("%Y%m%d-%H%M%S"), mode=label, backend=backend, world=world)
     for suffix in ["", *(f"-{i}" for i in range(2, 1000))]:
         try:
             (out / (base + suffix)).mkdir()
@@ -137,7 +141,7 @@ def process_group(config: JobSection) -> Iterator[tuple[str, torch.device]]:
     backend = resolve_backend(config)
     device = check_devices(backend)
     signal.signal(signal.SIGTERM, _raise_terminated)
-    init_process_group(backend, device, config.timeout_s)
+    init_process_group(backend, device, config.job.timeout_s)
     try:
         _agree_on_config(config)
         try:
