@@ -41,7 +41,13 @@ PROPER_NAMES = frozenset({"Adam", "Kineto", "TensorBoard"})
 
 
 def flag(
-    default: Any = None, *, option: str | None = None, metavar: str | None = None, group: str | None = None, local: bool = False, **kwargs
+    default: Any = None,
+    *,
+    option: str | None = None,
+    metavar: str | None = None,
+    group: str | None = None,
+    local: bool = False,
+    **kwargs: Any,
 ) -> Any:
     """A dataclass field that is a flag: `default`, plus how the flag is shown (see the module docstring)."""
     metadata = {"option": option, "metavar": metavar, "group": group, "local": local}
@@ -58,7 +64,7 @@ class Flag:
     """The flag, e.g. --timeout."""
     kind: type
     """int, float, str or bool."""
-    choices: tuple | None
+    choices: tuple[Any, ...] | None
     """The values of a Literal type."""
     default: Any
     """The field's default."""
@@ -99,7 +105,7 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def _scalar_type(hint) -> tuple[type, tuple | None]:
+def _scalar_type(hint: Any) -> tuple[type, tuple[Any, ...] | None]:
     """(type, choices) of a field's type: `int | None` is int, `Literal["a", "b"]` is str with choices."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         (hint,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
