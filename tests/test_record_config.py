@@ -49,3 +49,11 @@ def test_an_older_records_config_keeps_its_keys_and_order_and_reads_defaults_for
 def test_a_config_key_the_record_does_not_know_is_refused_when_building_it():
     with pytest.raises(ValueError, match="no field 'colour'"):
         RunConfig.from_dict({"mode": "split", "colour": "red"})
+
+
+def test_a_flag_an_older_record_lacks_reads_the_default_the_run_command_has_today():
+    from profile_overlap.run import flags
+
+    record = RunConfig()
+    differing = [f.name for f in flags.flags(Config) if f.name != "mode" and getattr(record, f.name) != f.default]
+    assert differing == []  # (mode: "" in the record is a folder's, which ran no mode of ours)
