@@ -49,10 +49,10 @@ def run_job(args: argparse.Namespace) -> None:
     from profile_overlap.run.config import Config
     from profile_overlap.run.harness import DTYPES
 
-    config = Config(**{k: getattr(args, k) for k in ("layers", "dim", "batch", "dtype") if getattr(args, k) is not None})
+    config = Config.of(**{k: getattr(args, k) for k in ("layers", "dim", "batch", "dtype") if getattr(args, k) is not None})
     backend = job.resolve_backend(config)
     device = job.check_devices(backend)
-    job.init_process_group(backend, device, config.timeout_s)  # its ordering rule matters here too
+    job.init_process_group(backend, device, config.job.timeout_s)  # its ordering rule matters here too
     rank, world = dist.get_rank(), dist.get_world_size()
     config.check_world_size(world)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -66,11 +66,11 @@ def run_job(args: argparse.Namespace) -> None:
         "steps_per_block": args.steps,
         "modes": {},
     }
-    for mode in config.modes:
-        state = pipelines.build_state(mode, config=config, rank=rank, world_size=world, device=device, dtype=DTYPES[config.dtype])
+    for mode in config.workload.modes:
+        state = pipelines.build_state(mode, config=config, rank=rank, world_size=world, device=device, dtype=DTYPES[config.workload.dtype])
         step_fn = pipelines.PIPELINES[mode]
         step = 0
-        for _ in range(config.warmup_steps):
+        for _ in range(config.schedule.warmup_steps):
             step_fn(state, step)
             step += 1
         blocks = []

@@ -87,7 +87,7 @@ def test_advice_on_four_modes_is_ranked_and_every_flag_passes_the_runs_checks(en
             name = option.removeprefix("--").replace("-", "_")
             kind = {"bucket_cap_mb": float, "first_bucket_mb": float, "fsdp_prefetch": int, "fsdp_group": int, "split_prefetch": int}
             values = {k: v for k, v in config.items() if k != "nproc_per_node"}
-            Config(**{**values, "compare_modes": None, "mode": item["mode"], name: kind.get(name, str)(value)})
+            Config.of(**{**values, "compare_modes": None, "mode": item["mode"], name: kind.get(name, str)(value)})
         if item["predicted_gain_ms"] is not None and item["gain_low_ms"] is not None:
             assert item["gain_low_ms"] <= item["predicted_gain_ms"] <= item["gain_high_ms"]
     bucket = next(i for i in items if i["kind"] == "ddp-bucket")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from profile_overlap.record.metrics import Env
 from profile_overlap.tools.bench_config import COLLECTIVES, BenchConfig, parse_sizes, size_ladder
 from profile_overlap.tools.bench_record import build_result
 
@@ -166,7 +167,7 @@ def _result(rs_us: float, *, backend: str = "gloo"):
         backend=backend,
         device_type="cpu",
         config=BenchConfig(sizes="1K:4K:4"),
-        env={},
+        env=Env(world_size=4),
         run_dir=None,
     )
 

@@ -19,9 +19,9 @@ MIB = 1024 * 1024
 
 
 def test_the_engine_shape_flags_default_to_todays_behaviour():
-    config = Config(mode="compare", compare_modes="ddp,fsdp2", model="transformer", layers=2)
-    assert (config.first_bucket_mb, config.fsdp_group, config.fsdp_units) == (None, 1, 4)
-    assert Config(mode="fsdp2", model="transformer", layers=2, fsdp_group=3).fsdp_units == 2  # units 0-2, then 3
+    config = Config.of(mode="compare", compare_modes="ddp,fsdp2", model="transformer", layers=2)
+    assert (config.engines.first_bucket_mb, config.engines.fsdp_group, config.fsdp_units) == (None, 1, 4)
+    assert Config.of(mode="fsdp2", model="transformer", layers=2, fsdp_group=3).fsdp_units == 2  # units 0-2, then 3
 
 
 @pytest.mark.parametrize(
@@ -90,14 +90,14 @@ def test_a_verification_run_of_one_mode_drops_the_other_engines_shape_and_advice
     from profile_overlap.tools.advise import _valid
 
     def record(**flags) -> RunConfig:  # the config as metrics.json holds it
-        d = Config(**flags).to_dict()
+        d = Config.of(**flags).to_dict()
         return msgspec.convert(d, RunConfig).with_keys(d)
 
     cfg = record(mode="compare", compare_modes="ddp,fsdp2", model="transformer", layers=2, first_bucket_mb=0.1, fsdp_group=2)
-    fsdp = Config(**advise_replay.rerun_values(cfg, "fsdp2", {"reshard_after_forward": "false"}))
-    ddp = Config(**advise_replay.rerun_values(cfg, "ddp", {}))
-    assert (fsdp.modes, fsdp.first_bucket_mb, fsdp.fsdp_group) == (("fsdp2",), None, 2)
-    assert (ddp.modes, ddp.first_bucket_mb, ddp.fsdp_group) == (("ddp",), 0.1, 1)
+    fsdp = advise_replay.rerun_config(cfg, "fsdp2", {"reshard_after_forward": "false"})
+    ddp = advise_replay.rerun_config(cfg, "ddp", {})
+    assert (fsdp.workload.modes, fsdp.engines.first_bucket_mb, fsdp.engines.fsdp_group) == (("fsdp2",), None, 2)
+    assert (ddp.workload.modes, ddp.engines.first_bucket_mb, ddp.engines.fsdp_group) == (("ddp",), 0.1, 1)
     # Prefetching 1 unit ahead needs 2 or more fsdp2 units: the whole model in one fully_shard call has 1.
     with_prefetch = record(mode="fsdp2", model="transformer", layers=2, fsdp_prefetch=1)
     assert _valid(with_prefetch, "fsdp2", {"fsdp_group": 2}) and not _valid(with_prefetch, "fsdp2", {"fsdp_group": 4})

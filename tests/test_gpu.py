@@ -123,7 +123,7 @@ def test_the_gpu_check_fits_one_device_call_and_every_command_and_flag_it_runs_e
             args = _parse_with_its_own_parser(monkeypatch, main, argv)
             if "--mode" in argv:
                 config = from_args(args)  # the run's own checks of the values, as on the device
-                assert config.backend == "nccl" and config.dtype == "bfloat16", name
+                assert config.job.backend == "nccl" and config.workload.dtype == "bfloat16", name
         else:
             script = runpy.run_path(str(REPO / program), run_name="checked")
             entry = script["main"]

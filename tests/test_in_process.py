@@ -171,7 +171,7 @@ def test_a_one_rank_compare_run_in_this_process_trains_every_mode_alike_and_writ
     from profile_overlap.run import harness
     from profile_overlap.run.config import Config
 
-    config = Config(mode="compare", layers=2, dim=32, batch=8, steps=2, warmup_steps=1, profile=False)
+    config = Config.of(mode="compare", layers=2, dim=32, batch=8, steps=2, warmup_steps=1, profile=False)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         metrics = harness.run_in_folder(config, backend="gloo", device=torch.device("cpu"), run_dir=tmp_path)

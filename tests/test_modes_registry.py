@@ -43,9 +43,9 @@ def test_the_mode_flags_offer_the_registry_modes():
     parser = build_parser("run")
     (mode,) = [a for a in parser._actions if "--mode" in a.option_strings]
     assert tuple(mode.choices) == (*MODES, "compare")
-    assert Config(mode="compare").modes == registry.COMPARE_MODES
+    assert Config.of(mode="compare").workload.modes == registry.COMPARE_MODES
     with pytest.raises(ValueError, match=f"choose from {', '.join(MODES)}"):
-        Config(mode="compare", compare_modes="sequential,zero3")
+        Config.of(mode="compare", compare_modes="sequential,zero3")
 
 
 def test_the_overlap_tab_titles_each_mode_from_the_registry(tmp_path):

@@ -13,9 +13,9 @@ from conftest import FEW_STEPS, TINY_TRANSFORMER, cli, only_run_dir
 
 
 def test_the_prefetch_flags_default_to_todays_behaviour():
-    config = Config(mode="compare", compare_modes="split,fsdp2", model="transformer", layers=2)
-    assert (config.split_prefetch, config.fsdp_prefetch) == (0, 0)
-    assert config.num_units == 4  # embedding, two blocks, head
+    config = Config.of(mode="compare", compare_modes="split,fsdp2", model="transformer", layers=2)
+    assert (config.workload.split_prefetch, config.engines.fsdp_prefetch) == (0, 0)
+    assert config.workload.num_units == 4  # embedding, two blocks, head
 
 
 @pytest.mark.parametrize(

@@ -142,13 +142,13 @@ def test_runs_in_the_same_second_get_distinct_folders(tmp_path, monkeypatch):
     from profile_overlap.run.config import Config
 
     monkeypatch.setattr(job.time, "strftime", lambda fmt: "20260101-000000")
-    config = Config(out=str(tmp_path))
+    config = Config.of(out=str(tmp_path))
     first = job.create_fresh_dir(config, backend="gloo", world=2)
     second = job.create_fresh_dir(config, backend="gloo", world=2)
     assert first != second and first.is_dir() and second.is_dir()
     assert second.name == first.name + "-2"
     with pytest.raises(UserError, match="already exists and is never overwritten"):
-        job.create_fresh_dir(Config(out=str(tmp_path), name=first.name), backend="gloo", world=2)
+        job.create_fresh_dir(Config.of(out=str(tmp_path), name=first.name), backend="gloo", world=2)
 
 
 @pytest.mark.slow

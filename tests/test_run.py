@@ -168,7 +168,8 @@ def test_self_launched_ranks_get_one_intra_op_thread_as_under_torchrun_unless_ch
     """Two threads per CPU rank made a rank's numbers depend on timing (README, "Console")."""
     code = (
         "import types, threads_probe; from profile_overlap.run.launch import launch_or_run; "
-        f"launch_or_run(types.SimpleNamespace(nproc_per_node=2, out={str(tmp_path)!r}), entry=threads_probe.report)"
+        f"job = types.SimpleNamespace(nproc_per_node=2, out={str(tmp_path)!r}); "
+        "launch_or_run(types.SimpleNamespace(job=job), entry=threads_probe.report)"
     )
     env = {k: v for k, v in clean_env().items() if k != "OMP_NUM_THREADS"} | ({"OMP_NUM_THREADS": chosen} if chosen else {})
     env["PYTHONPATH"] = str(REPO / "tests" / "helpers")

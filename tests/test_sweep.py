@@ -75,13 +75,14 @@ def _sweep_config(argv: list[str]):
 
 def test_points_take_their_own_model_defaults_unless_given():
     configs = _sweep_config(["--vary", "model=mlp,transformer"]).point_configs()
-    assert [(c.model, c.layers, c.dim, c.batch) for c in configs] == [("mlp", 8, 512, 64), ("transformer", 4, 256, 8)]
+    workloads = [c.workload for c in configs]
+    assert [(w.model, w.layers, w.dim, w.batch) for w in workloads] == [("mlp", 8, 512, 64), ("transformer", 4, 256, 8)]
     configs = _sweep_config(["--vary", "model=mlp,transformer", "--dim", "64", "--layers", "2"]).point_configs()
-    assert [(c.layers, c.dim, c.batch) for c in configs] == [(2, 64, 64), (2, 64, 8)]
+    assert [(c.workload.layers, c.workload.dim, c.workload.batch) for c in configs] == [(2, 64, 64), (2, 64, 8)]
     # The hyphenated spelling of a flag is the same knob.
     sweep = _sweep_config(["--vary", "seq-len=16,32", "--vary", "dim=128,256", "--model", "transformer"])
     assert sweep.vary == (("seq_len", (16, 32)), ("dim", (128, 256)))
-    assert [(c.seq_len, c.dim) for c in sweep.point_configs()] == [(16, 128), (16, 256), (32, 128), (32, 256)]
+    assert [(c.workload.seq_len, c.workload.dim) for c in sweep.point_configs()] == [(16, 128), (16, 256), (32, 128), (32, 256)]
 
 
 def test_every_point_must_fit_the_world_size():

@@ -125,7 +125,7 @@ def test_bad_model_flags_get_one_line(tmp_path, args, message):
 
 
 def test_each_rank_gets_its_own_batch_the_same_in_every_mode():
-    config = Config(model="transformer", dim=32, layers=1, heads=2, seq_len=8, batch=2)
+    config = Config.of(model="transformer", dim=32, layers=1, heads=2, seq_len=8, batch=2)
     kw = dict(dtype=torch.float32, device=torch.device("cpu"))
     a0, b0 = models.batch(config, rank=0, step=3, **kw), models.batch(config, rank=0, step=3, **kw)
     assert torch.equal(a0[0], b0[0]) and torch.equal(a0[1], b0[1])
@@ -137,7 +137,7 @@ def test_each_rank_gets_its_own_batch_the_same_in_every_mode():
 
 @pytest.mark.parametrize("model", ["mlp", "transformer"])
 def test_units_hold_every_parameter_once_as_views_of_one_flat_buffer(model):
-    config = Config(model=model, dim=30, layers=2, heads=2, seq_len=8, batch=2)
+    config = Config.of(model=model, dim=30, layers=2, heads=2, seq_len=8, batch=2)
     net = models.build_model(config, dtype=torch.float32, device=torch.device("cpu"))
     before = [p.detach().clone() for p in net.parameters()]
     units = [FlatUnit(i, m, world_size=4, rank=1) for i, m in enumerate(net.units())]

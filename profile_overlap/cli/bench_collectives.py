@@ -34,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
     if not launch.under_torchrun():
         # Self-launched, the world size is known now: refuse bad sizes before starting any rank.
         try:
-            config.check_world_size(config.nproc_per_node or launch.default_nproc())
+            config.check_world_size(config.job.nproc_per_node or launch.default_nproc())
         except ValueError as err:
             raise UserError(str(err)) from None
     return launch.launch_or_run(config, entry=run_rank, command=COMMAND)

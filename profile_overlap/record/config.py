@@ -1,6 +1,7 @@
 """The run's config in the record (metrics.json's "config"), typed.
 
-A run writes every flag of run/config.Config (Config.to_dict(), flat, in that order); a job's record
+A run writes every flag of run/config.Config (Config.to_dict(): its sections flattened, in
+Config.FLAG_ORDER; run/config.from_record builds the Config again from this, for advise); a job's record
 holds the job's few facts as they stood before RunMetrics.job (kept for other tools); a bare folder's
 holds where its traces came from. Older runs wrote fewer flags, in an older order. So every field has
 a default (what a run that did not write it used), and `keys` remembers which keys the JSON had, in
@@ -20,7 +21,7 @@ RUN_FIELDS_END = "nproc_per_node"
 
 
 class RunConfig(msgspec.Struct, frozen=True, kw_only=True):
-    # run/config.Config's flags, in Config.to_dict()'s order (docs/commands.md defines them)
+    # run/config.Config's flags, in Config.FLAG_ORDER (docs/commands.md defines them)
     mode: str = ""
     compare_modes: str | None = None
     model: str = "mlp"

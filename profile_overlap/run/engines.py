@@ -90,27 +90,27 @@ def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.
     if engine == "DistributedDataParallel":
         from torch.nn.parallel import DistributedDataParallel
 
-        caps = {"bucket_cap_mb": config.bucket_cap_mb}
-        if config.first_bucket_mb is not None:
+        caps = {"bucket_cap_mb": config.engines.bucket_cap_mb}
+        if config.engines.first_bucket_mb is not None:
             # torch applies the list in gradient-ready order (at the rebuild after the first step),
             # the last cap to every later bucket.
-            caps = {"bucket_cap_mb_list": [config.first_bucket_mb, config.bucket_cap_mb]}
+            caps = {"bucket_cap_mb_list": [config.engines.first_bucket_mb, config.engines.bucket_cap_mb]}
         model = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None, **caps)
     elif engine == "fully_shard":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
         mesh = init_device_mesh(device.type, (world_size,))
-        n = config.fsdp_group
+        n = config.engines.fsdp_group
         groups = [units[k : k + n] for k in range(0, len(units), n)]
         for group in groups:
-            fully_shard(group if len(group) > 1 else group[0], mesh=mesh, reshard_after_forward=config.reshard)
+            fully_shard(group if len(group) > 1 else group[0], mesh=mesh, reshard_after_forward=config.engines.reshard)
         fully_shard(net, mesh=mesh)
         model = net  # fully_shard shards in place: the same module, its class now also an FSDPModule
-        set_prefetch([g[0] for g in groups], config.fsdp_prefetch)
+        set_prefetch([g[0] for g in groups], config.engines.fsdp_prefetch)
     else:
         raise ValueError(f"not an engine: {mode}")
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=ADAM_BETAS, eps=ADAM_EPS)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.workload.lr, betas=ADAM_BETAS, eps=ADAM_EPS)
     return EngineState(
         mode=mode,
         rank=rank,

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import msgspec
 import torch
 import torch.distributed as dist
 
@@ -36,7 +35,6 @@ from profile_overlap.core.modes import ENGINE_MODES
 from profile_overlap.record.build import build_record
 from profile_overlap.record.metrics import (
     CheckResult,
-    Env,
     Memory,
     ModeMetrics,
     RunMetrics,
@@ -46,7 +44,7 @@ from profile_overlap.render import console, outputs
 from profile_overlap.run import engines, pipelines
 from profile_overlap.run.config import DTYPE_BYTES, Config
 from profile_overlap.run.dtypes import torch_dtype
-from profile_overlap.run.environment import environment
+from profile_overlap.run.environment import env_json, environment
 from profile_overlap.run.job import create_fresh_dir, failure_recorded, make_dir, process_group
 from profile_overlap.run.profiler import profiled_steps
 from profile_overlap.run.timing import timed_steps
@@ -113,14 +111,14 @@ def prepare_mode(mode: str, *, config: Config, device: torch.device) -> ModeRun:
     build = engines.build_state if mode in ENGINE_MODES else pipelines.build_state
     memory = OwnPeak()
     with memory.segment(device):
-        state = build(mode, config=config, rank=rank, world_size=world, device=device, dtype=DTYPES[config.dtype])
+        state = build(mode, config=config, rank=rank, world_size=world, device=device, dtype=DTYPES[config.workload.dtype])
         run = ModeRun(mode, state, engines.engine_step if mode in ENGINE_MODES else pipelines.PIPELINES[mode], memory=memory)
         # The engines reduce inside torch, where the bucket check cannot look: only our pipelines are checked.
         checker = None
         if isinstance(state, pipelines.State):
             checker = DecompositionChecker(state)
             state.check = checker.check_bucket
-        for _ in range(config.warmup_steps):
+        for _ in range(config.schedule.warmup_steps):
             run.step_fn(state, run.step)
             run.step += 1
         if isinstance(state, pipelines.State):
@@ -130,15 +128,15 @@ def prepare_mode(mode: str, *, config: Config, device: torch.device) -> ModeRun:
 
 
 def timed_block(run: ModeRun, *, config: Config, device: torch.device, alone: bool) -> None:
-    """One block of `config.steps` timed steps. Unless the mode runs `alone` (one block right after its
+    """One block of `config.schedule.steps` timed steps. Unless the mode runs `alone` (one block right after its
     warmup), the block starts with one untimed step and ends by waiting for the collectives still in
     flight: another mode's block just left the caches cold and must find nothing of this mode running."""
     with run.memory.segment(device):
         if not alone:
             run.step_fn(run.state, run.step)
             run.step += 1
-        run.blocks.append(timed_steps(run.step_fn, run.state, first_step=run.step, num_steps=config.steps, device=device))
-        run.step += config.steps
+        run.blocks.append(timed_steps(run.step_fn, run.state, first_step=run.step, num_steps=config.schedule.steps, device=device))
+        run.step += config.schedule.steps
         if not alone:
             run.state.finish()
 
@@ -153,18 +151,18 @@ def finish_mode(run: ModeRun, *, config: Config, device: torch.device, run_dir: 
     """Profile the mode (unless it failed or --no-profile), check that every rank agrees, build its record."""
     trace = None
     with run.memory.segment(device):
-        if config.profile and not run.failed:
+        if config.schedule.profile and not run.failed:
             trace_dir = run_dir / run.mode
             trace_dir.mkdir(exist_ok=True)
             worker = f"{socket.gethostname()}_{dist.get_rank()}"
             trace = profiled_steps(
                 run.step_fn, run.state, first_step=run.step, config=config, trace_dir=trace_dir, worker=worker, device=device
             )
-            run.step += config.profile_steps + 1
+            run.step += config.schedule.profile_steps + 1
         run.state.finish()
         if not run.failed:
             name = f"{run.mode}: parameters equal on every rank"
-            run.checks.append(ranks_agree(run.state.params, name=name, dtype=DTYPES[config.dtype]))
+            run.checks.append(ranks_agree(run.state.params, name=name, dtype=DTYPES[config.workload.dtype]))
     return _mode_metrics(run, trace=trace, run_dir=run_dir, device=device)
 
 
@@ -242,18 +240,18 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
     rank = dist.get_rank()
     if rank == 0:
         write_json_atomic(run_dir / CONFIG_JSON, config.to_dict())
-        write_json_atomic(run_dir / ENV_JSON, env)
+        write_json_atomic(run_dir / ENV_JSON, env_json(env))
         run_status.write(run_dir, "running")
 
     modes: dict[str, ModeMetrics] = {}
     analyses: dict[str, TraceAnalysis | None] = {}
     final_params: dict[str, list[torch.Tensor]] = {}
     if rank == 0:
-        rank_output.say(f"profile_overlap {config.mode}: {env['world_size']} ranks, {backend} ({device.type}); run folder {run_dir}")
-    count = len(config.modes)
-    if config.repeats == 1:
+        rank_output.say(f"profile_overlap {config.workload.mode}: {env.world_size} ranks, {backend} ({device.type}); run folder {run_dir}")
+    count = len(config.workload.modes)
+    if config.schedule.repeats == 1:
         # Each mode in turn: warmup, one block of timed steps, profiled steps.
-        for index, mode in enumerate(config.modes, start=1):
+        for index, mode in enumerate(config.workload.modes, start=1):
             started = time.perf_counter()
             run = prepare_mode(mode, config=config, device=device)
             if not run.failed:
@@ -266,16 +264,16 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
     else:
         # Every mode's state at once, then R rounds of one block per mode, then the profiled steps.
         runs = {}
-        for index, mode in enumerate(config.modes, start=1):
+        for index, mode in enumerate(config.workload.modes, start=1):
             started = time.perf_counter()
             runs[mode] = prepare_mode(mode, config=config, device=device)
             _progress(f"[{index}/{count}] {mode}", _warmup_done(runs[mode], config), started)
-        order = rounds([m for m in config.modes if not runs[m].failed], config.repeats)
+        order = rounds([m for m in config.workload.modes if not runs[m].failed], config.schedule.repeats)
         for index, modes_in_order in enumerate(order, start=1):
             started = time.perf_counter()
             for mode in modes_in_order:
                 timed_block(runs[mode], config=config, device=device, alone=False)
-            _progress(f"round {index}/{len(order)}", [f"{config.steps} timed steps of {', '.join(modes_in_order)}"], started)
+            _progress(f"round {index}/{len(order)}", [f"{config.schedule.steps} timed steps of {', '.join(modes_in_order)}"], started)
         for index, mode in enumerate(list(runs), start=1):
             started = time.perf_counter()
             run = runs.pop(mode)
@@ -286,18 +284,20 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
             del run
             release(device)
     cross = []
-    trained = [m for m in config.modes if modes[m].step_time.times_ms]  # the same on every rank
+    trained = [m for m in config.workload.modes if modes[m].step_time.times_ms]  # the same on every rank
     for other in trained[1:]:
         # Every mode against the first: the same steps on the same data end with equal parameters.
         name = f"{trained[0]} == {other}: final parameters"
-        cross.append(compare_params(final_params[trained[0]], final_params[other], name=name, dtype=DTYPES[config.dtype], device=device))
+        cross.append(
+            compare_params(final_params[trained[0]], final_params[other], name=name, dtype=DTYPES[config.workload.dtype], device=device)
+        )
     metrics = build_record(
         run_dir=str(run_dir),
         config=config.to_dict(),
-        env=msgspec.convert(env, Env),
+        env=env,
         modes=modes,
         checks=tuple(cross),
-        rounds=tuple(order) if config.repeats > 1 else (tuple(m for m in config.modes if modes[m].step_time.times_ms),),
+        rounds=tuple(order) if config.schedule.repeats > 1 else (tuple(m for m in config.workload.modes if modes[m].step_time.times_ms),),
     )
     if rank == 0:
         failed = [c for c in metrics.all_checks() if not c.passed]
@@ -319,7 +319,7 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
 def _warmup_done(run: ModeRun, config: Config) -> list[str]:
     if run.failed:
         return ["verification FAILED on the warmup steps, so nothing was timed"]
-    warmup = f"{config.warmup_steps} warmup step{'s' if config.warmup_steps != 1 else ''}"
+    warmup = f"{config.schedule.warmup_steps} warmup step{'s' if config.schedule.warmup_steps != 1 else ''}"
     return [warmup if run.mode in ENGINE_MODES else f"{warmup} verified"]
 
 
@@ -329,7 +329,7 @@ def _timed_done(mode: ModeMetrics, config: Config) -> list[str]:
         blocks = len(mode.step_time.blocks_ms)
         done.append(f"{len(mode.step_time.times_ms)} timed" + (f" in {blocks} blocks" if blocks > 1 else ""))
     if mode.trace_dir:
-        done.append(f"{config.profile_steps} profiled and analysed")
+        done.append(f"{config.schedule.profile_steps} profiled and analysed")
     return done
 
 

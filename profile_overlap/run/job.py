@@ -8,8 +8,10 @@ import datetime as dt
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -18,15 +20,15 @@ from profile_overlap.core import rank_output
 from profile_overlap.core import status as run_status
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import ensure_writable_dir
-from profile_overlap.run.config import JobSection
+from profile_overlap.run.config import Config, JobSection
 from profile_overlap.run.teardown import release_group_defaults
 
 RUN_NAME = "{stamp}-{mode}-{backend}-w{world}"
 
 
 def resolve_backend(config: JobSection) -> str:
-    if config.backend != "auto":
-        return config.backend
+    if config.job.backend != "auto":
+        return config.job.backend
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
@@ -51,44 +53,51 @@ def _agree_on_config(config: JobSection) -> None:
     """Every rank must run the same config; compare a digest and name the differing fields."""
     world = dist.get_world_size()
     mine = (config.digest(), config.to_dict())
-    everyone: list = [None] * world
+    everyone: list[tuple[str, dict[str, Any]] | None] = [None] * world
     dist.all_gather_object(everyone, mine)
-    if all(digest == everyone[0][0] for digest, _ in everyone):
+    gathered = [e for e in everyone if e is not None]
+    if all(digest == gathered[0][0] for digest, _ in gathered):
         return
-    reference = everyone[0][1]
+    reference = gathered[0][1]
     differing = sorted(
-        {k for _, cfg in everyone for k, v in cfg.items() if v != reference[k] and k not in ("nproc_per_node", "name", "out")}
+        {k for _, cfg in gathered for k, v in cfg.items() if v != reference[k] and k not in ("nproc_per_node", "name", "out")}
     )
-    detail = ", ".join(f"{k}: " + "/".join(str(cfg[k]) for _, cfg in everyone) for k in differing)
+    detail = ", ".join(f"{k}: " + "/".join(str(cfg[k]) for _, cfg in gathered) for k in differing)
     raise UserError(f"ranks were started with different configs ({detail}): start every node with the same flags")
 
 
-def make_dir(create) -> Path:
+def make_dir(create: Callable[..., Path]) -> Path:
     """Rank 0 creates a fresh folder with `create()` (never reusing one); every rank learns its path.
     The job's first folder (the run, sweep or benchmark folder) receives every rank's log."""
-    box: list = [None]
+    box: list[str | UserError | None] = [None]
     if dist.get_rank() == 0:
         try:
             box[0] = str(create())
         except UserError as err:
             box[0] = err
     dist.broadcast_object_list(box, src=0)
-    if isinstance(box[0], UserError):
-        raise box[0]
-    rank_output.attach(Path(box[0]), dist.get_rank())
-    return Path(box[0])
+    made = box[0]
+    if isinstance(made, UserError):
+        raise made
+    assert made is not None  # rank 0's path, broadcast
+    rank_output.attach(Path(made), dist.get_rank())
+    return Path(made)
 
 
 def create_fresh_dir(config: JobSection, *, backend: str, world: int, label: str | None = None) -> Path:
-    out = ensure_writable_dir(Path(config.out))
-    if config.name:
-        path = out / config.name
+    """A new folder in --out: --name, else RUN_NAME of `label` (a run's: its --mode)."""
+    out = ensure_writable_dir(Path(config.job.out))
+    if config.job.name:
+        path = out / config.job.name
         try:
             path.mkdir()
         except FileExistsError:
             raise UserError(f"run folder {path} already exists and is never overwritten: pick another --name") from None
         return path
-    base = RUN_NAME.format(stamp=time.strftime("%Y%m%d-%H%M%S"), mode=label or config.mode, backend=backend, world=world)
+    if label is None:
+        assert isinstance(config, Config)  # the other job commands name their folders
+        label = config.workload.mode
+    base = RUN_NAME.format(stamp=time.strftime("%Y%m%d-%H%M%S"), mode=label, backend=backend, world=world)
     for suffix in ["", *(f"-{i}" for i in range(2, 1000))]:
         try:
             (out / (base + suffix)).mkdir()
@@ -102,7 +111,7 @@ class Terminated(Exception):
     """SIGTERM: the launcher stops every rank when one fails, or the job was cancelled."""
 
 
-def _raise_terminated(signum, frame) -> None:
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated("stopped by SIGTERM from the launcher (another rank failed, or the job was cancelled)")
 
 
@@ -137,7 +146,7 @@ def process_group(config: JobSection) -> Iterator[tuple[str, torch.device]]:
     backend = resolve_backend(config)
     device = check_devices(backend)
     signal.signal(signal.SIGTERM, _raise_terminated)
-    init_process_group(backend, device, config.timeout_s)
+    init_process_group(backend, device, config.job.timeout_s)
     try:
         _agree_on_config(config)
         try:
@@ -160,7 +169,7 @@ def process_group(config: JobSection) -> Iterator[tuple[str, torch.device]]:
 
 
 @contextlib.contextmanager
-def failure_recorded(run_dir: Path):
+def failure_recorded(run_dir: Path) -> Iterator[None]:
     """Any fault inside marks run_dir failed or interrupted (the first rank to fail names the
     reason) and becomes a one-line error; PROFILE_OVERLAP_DEBUG=1 keeps the traceback."""
     try:

@@ -18,7 +18,7 @@ from typing import Any
 
 from profile_overlap.core import rank_output
 from profile_overlap.core.errors import UserError
-from profile_overlap.run.config import Config
+from profile_overlap.run.config import Config, JobSection
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -72,8 +72,8 @@ def run_rank(config: Config) -> int:
     return code
 
 
-def launch_or_run(config: Any, *, entry: Callable[[Any], int] = run_rank, command: str = "run") -> int:
-    """Run `entry(config)` as this rank under torchrun, else launch `config.nproc_per_node` local
+def launch_or_run(config: JobSection, *, entry: Callable[[Any], int] = run_rank, command: str = "run") -> int:
+    """Run `entry(config)` as this rank under torchrun, else launch `config.job.nproc_per_node` local
     ranks that each run it. `entry` must be a module-level function (it is pickled by name)."""
     if under_torchrun():
         return as_rank(entry, config)
@@ -81,7 +81,7 @@ def launch_or_run(config: Any, *, entry: Callable[[Any], int] = run_rank, comman
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    nproc = config.nproc_per_node or default_nproc()
+    nproc = config.job.nproc_per_node or default_nproc()
     os.environ["PROFILE_OVERLAP_SELF_LAUNCHED"] = "1"  # inherited by the ranks: env.json's launcher
     if nproc > 1:
         # One intra-op thread per rank unless the user chose, as torchrun gives its ranks. Two threads

@@ -114,12 +114,13 @@ def loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Te
 def build_model(config, *, dtype: torch.dtype, device: torch.device) -> MLP | Transformer:
     """The same initial weights on every rank and in every mode: built on the CPU under a seeded RNG."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
+        torch.manual_seed(config.workload.seed)
         model: MLP | Transformer
-        if config.model == "mlp":
-            model = MLP(layers=config.layers, dim=config.dim)
+        w = config.workload
+        if w.model == "mlp":
+            model = MLP(layers=w.layers, dim=w.dim)
         else:
-            model = Transformer(layers=config.layers, dim=config.dim, heads=config.heads, seq_len=config.seq_len)
+            model = Transformer(layers=w.layers, dim=w.dim, heads=w.heads, seq_len=w.seq_len)
     return model.to(device=device, dtype=dtype)
 
 
@@ -130,10 +131,11 @@ def batch(config, *, rank: int, step: int, dtype: torch.dtype, device: torch.dev
     step against about 45 ms of GPU math at the GPU check's sizes). On the CPU the generator, the
     draws and so the numbers are those of the CPU generator as before; a CUDA generator draws other
     numbers from the same seed (Philox), the same in every mode."""
-    gen = torch.Generator(device=device).manual_seed(hash((config.seed, rank, step)) & 0x7FFF_FFFF_FFFF)
-    if config.model == "mlp":
-        x = torch.randn(config.batch, config.dim, generator=gen, device=device)
-        target = torch.randn(config.batch, config.dim, generator=gen, device=device) * 0.5
+    w = config.workload
+    gen = torch.Generator(device=device).manual_seed(hash((w.seed, rank, step)) & 0x7FFF_FFFF_FFFF)
+    if w.model == "mlp":
+        x = torch.randn(w.batch, w.dim, generator=gen, device=device)
+        target = torch.randn(w.batch, w.dim, generator=gen, device=device) * 0.5
         return x.to(dtype), target.to(dtype)
-    tokens = torch.randint(VOCAB, (config.batch, config.seq_len + 1), generator=gen, device=device)
+    tokens = torch.randint(VOCAB, (w.batch, w.seq_len + 1), generator=gen, device=device)
     return tokens[:, :-1], tokens[:, 1:]

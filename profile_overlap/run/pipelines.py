@@ -207,7 +207,7 @@ def build_state(mode: str, *, config, rank: int, world_size: int, device: torch.
         config=config,
         device=device,
         dtype=dtype,
-        lr=config.lr,
+        lr=config.workload.lr,
         model=model,
         units=units,
         exp_avg=[torch.zeros_like(t, dtype=torch.float32) for t in like],
@@ -349,7 +349,7 @@ def _install_split_hooks(state: State, *, blocking: bool) -> None:
 
         def before_forward(_module, _args, unit=unit) -> None:
             # --split-prefetch N: wait for units k..k+N here (0: unit k's only).
-            ahead = range(unit.index, unit.index + state.config.split_prefetch + 1)
+            ahead = range(unit.index, unit.index + state.config.workload.split_prefetch + 1)
             handles = [h for h in (state.pending_ag.pop(k, None) for k in ahead) if h is not None]
             if handles:
                 with record_function("split/wait_all_gather"):

@@ -69,7 +69,7 @@ def _end_step_window(prof) -> None:
 
 
 def profiled_steps(step_fn, state, *, first_step: int, config: Config, trace_dir: Path, worker: str, device: torch.device) -> Path:
-    """One profiler warmup step, then `config.profile_steps` recorded steps, traced to trace_dir.
+    """One profiler warmup step, then `config.schedule.profile_steps` recorded steps, traced to trace_dir.
 
     Collectives still in flight after the last recorded step (the split's all_gathers, meant for
     the next forward pass) are waited for after its ProfilerStep range closes and before the
@@ -83,13 +83,13 @@ def profiled_steps(step_fn, state, *, first_step: int, config: Config, trace_dir
     written: list[Path] = []
     with profile(
         activities=activities,
-        schedule=schedule(wait=0, warmup=1, active=config.profile_steps, repeat=1),
+        schedule=schedule(wait=0, warmup=1, active=config.schedule.profile_steps, repeat=1),
         record_shapes=True,
-        on_trace_ready=_trace_writer(trace_dir, worker, use_gzip=config.gzip, written=written),
+        on_trace_ready=_trace_writer(trace_dir, worker, use_gzip=config.schedule.gzip, written=written),
     ) as prof:
-        for i in range(config.profile_steps + 1):
+        for i in range(config.schedule.profile_steps + 1):
             step_fn(state, first_step + i)
-            if i == config.profile_steps:
+            if i == config.schedule.profile_steps:
                 _end_step_window(prof)
                 state.finish()
                 wait_for_collectives(device)  # on NCCL, finish() only made the stream wait (run/teardown.py)

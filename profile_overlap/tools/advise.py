@@ -130,10 +130,8 @@ def cause_items(name: str, m: ModeMetrics, summary) -> list[AdviceItem]:
 
 def _valid(cfg: RunConfig, mode: str, change: dict) -> bool:
     """The run's own checks accept the changed config of `mode` (run/config.py)."""
-    from profile_overlap.run.config import Config
-
     try:
-        Config(**replay.rerun_values(cfg, mode, change))
+        replay.rerun_config(cfg, mode, change)
     except (ValueError, TypeError):
         return False
     return True

@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from profile_overlap.record.config import RunConfig
+from profile_overlap.run.config import Config, from_record
 from profile_overlap.tools import whatif
 from profile_overlap.tools import whatif_model as model
 
@@ -56,17 +57,16 @@ class Replayed:
     profiled_ms: float | None
 
 
-def rerun_values(cfg: RunConfig, mode: str, change: dict) -> dict:
-    """The run's flags for one mode with `change` applied, as a verification run takes them: a flag of
-    another mode's engine (--first-bucket-mb, --fsdp-group) back at its default."""
-    values = {k: v for k, v in cfg.items() if k != "nproc_per_node"}
-    values.update(compare_modes=None, mode=mode)
-    values.update(change)
+def rerun_config(cfg: RunConfig, mode: str, change: Mapping[str, object]) -> Config:
+    """The run's Config for one mode with `change` applied, as a verification run takes it: a flag of
+    another mode's engine (--first-bucket-mb, --fsdp-group) back at its default. ValueError: the
+    run's own checks refuse it."""
+    values = {"compare_modes": None, "mode": mode, **change}
     if values["mode"] != "ddp":
         values["first_bucket_mb"] = None
     if values["mode"] != "fsdp2":
         values["fsdp_group"] = 1
-    return values
+    return from_record(cfg, **values)
 
 
 def unit_params(cfg: RunConfig) -> list[tuple[int, int]]:
@@ -74,11 +74,10 @@ def unit_params(cfg: RunConfig) -> list[tuple[int, int]]:
     import torch
 
     from profile_overlap.run import models
-    from profile_overlap.run.config import Config
     from profile_overlap.run.dtypes import torch_dtype
 
-    config = Config(**{k: v for k, v in cfg.items() if k != "nproc_per_node"})
-    net = models.build_model(config, dtype=torch_dtype(config.dtype), device=torch.device("meta"))
+    config = from_record(cfg)
+    net = models.build_model(config, dtype=torch_dtype(config.workload.dtype), device=torch.device("meta"))
     return [(u, p.numel() * p.element_size()) for u, unit in enumerate(net.units()) for p in unit.parameters()]
 
 

@@ -32,13 +32,11 @@ which in one run with --repeats only the first block does."""
 
 
 def _config(cfg: RunConfig, item: AdviceItem, *, changed: bool, profile: bool, out: Path, name: str):
-    from profile_overlap.run.config import Config
-    from profile_overlap.tools.advise_replay import rerun_values
+    from profile_overlap.tools.advise_replay import rerun_config
 
-    values = rerun_values(cfg, item.mode, dict(_change(item)) if changed else {})
-    values.update(repeats=1, profile=profile, out=str(out), name=name)
-    values["warmup_steps"] = max(values["warmup_steps"], WARMUP_STEPS)
-    return Config(**values)
+    change = _change(item) if changed else {}
+    run = {"repeats": 1, "profile": profile, "out": str(out), "name": name, "warmup_steps": max(cfg.warmup_steps, WARMUP_STEPS)}
+    return rerun_config(cfg, item.mode, {**change, **run})
 
 
 def _change(item: AdviceItem) -> dict:
@@ -57,7 +55,7 @@ def _run_block(config, *, nproc: int, timeout_s: float) -> None:
 
     argv = [sys.executable, "-m", "profile_overlap", "run", *flags.to_argv(config), "--nproc-per-node", str(nproc)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-    run_dir = Path(config.out) / config.name
+    run_dir = Path(config.job.out) / config.job.name
     if proc.returncode != 0 or not (run_dir / METRICS_JSON).is_file():
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"a verification run failed ({run_dir}): {tail}")

@@ -124,7 +124,7 @@ def bench_in_folder(config: BenchConfig, *, backend: str, device: torch.device, 
     env = environment.environment(backend, device)
     if rank == 0:
         write_json_atomic(run_dir / CONFIG_JSON, config.to_dict())
-        write_json_atomic(run_dir / ENV_JSON, env)
+        write_json_atomic(run_dir / ENV_JSON, environment.env_json(env))
         run_status.write(run_dir, "running")
     fault = Fault.from_env()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from profile_overlap.run.config import DTYPE_BYTES, OUTPUT, Dtype, JobConfig, JobSection, flat_job_flags
+from profile_overlap.run.config import DTYPE_BYTES, OUTPUT, Dtype, JobConfig, JobSection
 from profile_overlap.run.flags import check_choices, flag
 
 COMMAND = "bench-collectives"
@@ -51,7 +51,6 @@ def size_ladder(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
     return sizes
 
 
-@flat_job_flags
 @dataclass(frozen=True)
 class BenchConfig(JobSection):
     """The `bench-collectives` command's flags."""

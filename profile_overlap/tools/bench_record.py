@@ -107,7 +107,7 @@ def build_result(
     backend: str,
     device_type: str,
     config: BenchConfig,
-    env: dict[str, Any],
+    env: Env,
     run_dir: str | None,
 ) -> BenchResult:
     """times_us[(nbytes, kind)]: per iteration, the slowest rank's time; wrong: summed over ranks."""
@@ -142,7 +142,7 @@ def build_result(
         dtype=config.dtype,
         timing="cuda_events" if device_type == "cuda" else "perf_counter+barrier",
         config=config.to_dict(),
-        env=msgspec.convert({**env, "world_size": world_size}, Env),
+        env=msgspec.structs.replace(env, world_size=world_size),
         rows=tuple(rows),
         num_wrong=sum(r.results[k].num_wrong for r in rows for k in COLLECTIVES),
         avg_busbw_gbps=_mean([r.results[k].busbw_gbps for r in rows for k in COLLECTIVES]),

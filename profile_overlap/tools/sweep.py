@@ -45,7 +45,6 @@ RUN_FLAGS = tuple(name for name in _FLAGS if name not in run_config.JOB_FLAGS)
 _EXAMPLES = {"dim": "256,512", "layers": "4,8", "batch": "16,64", "heads": "2,4", "seq_len": "32,64"}
 
 
-@run_config.flat_job_flags
 @dataclass(frozen=True)
 class SweepConfig(run_config.JobSection):
     """The `sweep` command's flags: the run flags as given, the knobs, and the job flags."""
@@ -74,7 +73,7 @@ class SweepConfig(run_config.JobSection):
         configs = []
         for point in self.points():
             try:
-                configs.append(run_config.Config(**{**self.run, **point}, job=dataclasses.replace(self.job, name=None)))
+                configs.append(run_config.Config.of(**{**self.run, **point}, job=dataclasses.replace(self.job, name=None)))
             except ValueError as err:
                 raise ValueError(f"sweep point {point_label(point)}: {err}") from None
         return configs

@@ -28,7 +28,7 @@ def main() -> None:
     if not args.no_dist:
         dist.init_process_group("gloo")
     rank = dist.get_rank() if not args.no_dist else 0
-    config = Config(model="transformer", dim=64, layers=2, heads=4, seq_len=16, batch=4)
+    config = Config.of(model="transformer", dim=64, layers=2, heads=4, seq_len=16, batch=4)
     net = models.build_model(config, dtype=torch.float32, device=torch.device("cpu"))
     model = net if args.no_dist else torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=0.1)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)

@@ -9,5 +9,5 @@ from pathlib import Path
 def report(config) -> int:
     import torch
 
-    Path(config.out, f"rank{os.environ['RANK']}").write_text(str(torch.get_num_threads()))
+    Path(config.job.out, f"rank{os.environ['RANK']}").write_text(str(torch.get_num_threads()))
     return 0

@@ -21,7 +21,7 @@ def main() -> None:
     ours = sys.argv[3:] == ["ours"]
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    config = Config(model="transformer", dim=64, layers=2, heads=4, seq_len=16, batch=4)
+    config = Config.of(model="transformer", dim=64, layers=2, heads=4, seq_len=16, batch=4)
     net = models.build_model(config, dtype=torch.float32, device=torch.device("cpu"))
     if engine == "ddp":
         model = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=0.1)
