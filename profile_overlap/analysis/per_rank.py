@@ -25,10 +25,11 @@ from profile_overlap.analysis.rank_input import rank_of
 from profile_overlap.analysis.rank_pool import busy, pool, step_window
 from profile_overlap.analysis.rank_times import RankTimes, rank_times
 from profile_overlap.analysis.replay import ReplayStep, replay_steps
-from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TimelineSpan, timeline_spans
+from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, timeline_spans
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.modes import PHASES
+from profile_overlap.record.timeline import TimelineSpan
 
 
 @dataclass(frozen=True)

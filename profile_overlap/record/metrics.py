@@ -115,7 +115,7 @@ class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.name}: {verdict} ({error} at {where}; tolerance {self.tolerance:.3g} relative; {self.num_checked} checks)"
 
 
-class Spread(msgspec.Struct, frozen=True, kw_only=True):
+class RankRange(msgspec.Struct, frozen=True, kw_only=True):
     """A value over ranks: its mean, least and greatest."""
 
     mean: float
@@ -130,9 +130,9 @@ class CollectiveRow(msgspec.Struct, frozen=True, kw_only=True):
     size_per_call: float | None
     calls: tuple[int, int]
     """min and max over ranks (equal in a healthy run)."""
-    time_per_call_us: Spread
-    algbw_gbps: Spread | None
-    busbw_gbps: Spread | None
+    time_per_call_us: RankRange
+    algbw_gbps: RankRange | None
+    busbw_gbps: RankRange | None
 
 
 class PhaseSummary(msgspec.Struct, frozen=True, kw_only=True):
