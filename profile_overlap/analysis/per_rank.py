@@ -26,6 +26,7 @@ from profile_overlap.analysis.rank_pool import busy, pool, step_window
 from profile_overlap.analysis.rank_times import RankTimes, rank_times
 from profile_overlap.analysis.replay import ReplayStep, replay_steps
 from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, timeline_spans
+from profile_overlap.analysis.steps import StepTable
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.modes import PHASES
@@ -132,13 +133,11 @@ def _step_metrics(
     comm_u: iv.Union,
     compute_u: iv.Union,
     by_phase: tuple[np.ndarray, ...],
-    step_num: np.ndarray,
-    step_start: np.ndarray,
-    step_end: np.ndarray,
+    steps: StepTable,
 ) -> list[StepMetrics]:
     """Each ProfilerStep window's metrics: the rank's unions clipped to it, and its phases."""
     out = []
-    for n, s, e in zip(step_num.tolist(), step_start.tolist(), step_end.tolist()):
+    for n, s, e in steps.rows():
         m = _measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e))
         out.append(
             StepMetrics(
@@ -198,13 +197,15 @@ def finish_rank(
     # is then the same call on every rank even where a step window cuts through the calls
     # differently on each rank (gloo starts the split's all_gathers across the step boundary).
     every_call = number_calls(all_calls, rank=rank)
-    windows, step_num, step_start, step_end, calls, instances = step_window(pooled, every_call, steps=steps, rank=rank)
+    window = step_window(pooled, every_call, steps=steps, rank=rank)
+    windows, calls, instances = window.windows, window.calls, window.instances
+    table = StepTable(window.step_num, window.step_start, window.step_end)
     comm_u, compute_u = busy(files, pooled)
     facts = rank_facts(
         [f.facts for f in files],
         comm_u=comm_u,
         compute_u=compute_u,
-        windows=windows if windows is not None else iv.union(step_start, step_end),
+        windows=windows if windows is not None else table.union(),
         in_steps=windows is not None,
         calls=every_call,
     )
@@ -212,27 +213,24 @@ def finish_rank(
         comm_u, compute_u = iv.intersect(comm_u, windows), iv.intersect(compute_u, windows)
     by_phase = tuple(np.concatenate([getattr(f.phases, k) for f in files]) for k in ("phase", "start", "end", "source"))
     phase, phase_start, phase_end, _ = by_phase
-    step_windows = windows if windows is not None else iv.union(step_start, step_end)
+    step_windows = windows if windows is not None else table.union()
     times = rank_times(
         all_calls,
         every_call,
         device=device,
-        comm=iv.intersect(comm_u, step_windows) if windows is None and step_num.size else comm_u,
-        compute=iv.intersect(compute_u, step_windows) if windows is None and step_num.size else compute_u,
+        comm=iv.intersect(comm_u, step_windows) if windows is None and table.size else comm_u,
+        compute=iv.intersect(compute_u, step_windows) if windows is None and table.size else compute_u,
         windows=step_windows,
-        step_num=step_num,
-        step_start=step_start,
-        step_end=step_end,
+        steps=table,
         phase=phase,
         phase_start=phase_start,
         phase_end=phase_end,
     )
-    step_metrics = _step_metrics(comm_u, compute_u, by_phase, step_num, step_start, step_end)
+    step_metrics = _step_metrics(comm_u, compute_u, by_phase, table)
     whole = _measure(comm_u, compute_u)
 
     world = max((f.world_size for f in files if f.world_size), default=None)
-    kept = set(step_num.tolist())
-    steps_at = {"step_num": step_num, "step_start": step_start, "step_end": step_end}
+    kept = set(table.num.tolist())
     dims = rank_dimensions(
         calls,
         compute_u,
@@ -240,7 +238,7 @@ def finish_rank(
         method="; ".join(dict.fromkeys(f.group_method for f in files if f.group_method)),
         world=world,
         phases=(phase, phase_start, phase_end),
-        **steps_at,
+        step_table=table,
     )
     return RankAnalysis(
         rank=rank,
@@ -260,13 +258,11 @@ def finish_rank(
         timeline=timeline_spans(
             {kind: (x.start, x.end, x.label) for kind, x in (("comm", comm), ("compute", compute))},
             pooled.labels,
-            step_num,
-            step_start,
-            step_end,
+            table,
         ),
         phases=_sum_phases(step_metrics),
         phase_collectives=_phase_collectives(calls, phase, phase_start, phase_end),
-        phase_windows=_phase_spans(phase, phase_start, phase_end, step_num, step_start, step_end),
+        phase_windows=_phase_spans(phase, phase_start, phase_end, table),
         facts=facts,
         replay=tuple(s for f in files for s in replay_steps(f) if s.step in kept),
         times=times,
@@ -281,11 +277,11 @@ def finish_rank(
                 phase_end=phase_end,
                 rank=rank,
             )
-            if step_num.size
+            if table.size
             else None
         ),
         dimensions=dims,
-        pipeline=rank_pipeline(calls, compute_u, **steps_at),
+        pipeline=rank_pipeline(calls, compute_u, step_table=table),
     )
 
 
@@ -366,10 +362,10 @@ def _sum_phases(steps: list[StepMetrics]) -> tuple[PhaseMetrics, ...]:
 
 
 def _phase_spans(
-    phase: np.ndarray, phase_start: np.ndarray, phase_end: np.ndarray, step_num: np.ndarray, step_start: np.ndarray, step_end: np.ndarray
+    phase: np.ndarray, phase_start: np.ndarray, phase_end: np.ndarray, steps: StepTable
 ) -> tuple[tuple[int, str, float, float], ...]:
     spans = []
-    for n, lo, hi in list(zip(step_num.tolist(), step_start.tolist(), step_end.tolist()))[:MAX_TIMELINE_STEPS]:
+    for n, lo, hi in steps.rows()[:MAX_TIMELINE_STEPS]:
         for p, a, b in zip(phase.tolist(), phase_start.tolist(), phase_end.tolist()):
             a, b = max(a, lo), min(b, hi)
             if b > a:

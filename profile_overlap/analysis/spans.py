@@ -13,6 +13,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from profile_overlap.analysis.steps import StepTable
 from profile_overlap.core import intervals as iv
 from profile_overlap.record.timeline import TimelineSpan
 
@@ -56,9 +57,7 @@ def coarsen(
 def timeline_spans(
     pieces: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
     labels: tuple[str, ...],
-    step_num: np.ndarray,
-    step_start: np.ndarray,
-    step_end: np.ndarray,
+    steps: StepTable,
 ) -> tuple[TimelineSpan, ...]:
     """pieces: kind ("comm", "compute") -> (start, end, label code) of its events. Per step (at
     most MAX_TIMELINE_STEPS), each kind merged into at most MAX_SPANS_PER_STEP spans: spans
@@ -66,8 +65,9 @@ def timeline_spans(
     until it fits. Without steps, one window from the first piece to the last. Each span is labelled
     with the record_function annotation around it (or the kernel / operator name), on the rank's own
     clock (timeline_of moves it to the reference rank's)."""
-    if step_num.size:
-        windows = list(zip(step_num.tolist(), step_start.tolist(), step_end.tolist()))[:MAX_TIMELINE_STEPS]
+    windows: list[tuple[int | None, float, float]]
+    if steps.size:
+        windows = list(steps.rows()[:MAX_TIMELINE_STEPS])
     else:
         every = np.concatenate([a for start, end, _ in pieces.values() for a in (start, end)])
         windows = [(None, float(every.min()), float(every.max()))] if every.size else []
