@@ -30,6 +30,7 @@ from profile_overlap.analysis.steps import StepTable
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.modes import PHASES
+from profile_overlap.record.analysis import PhaseCollectiveRecord
 from profile_overlap.record.timeline import TimelineSpan
 
 
@@ -54,19 +55,6 @@ class PhaseMetrics:
     placed it (classify.ENGINE_RANGES: "FSDP2", "DDP", "torch.optim", "profile_overlap"),
     "autograd" (backward from autograd's frames) or "step" (forward: the step before the
     backward); over a rank's steps, each source once, in the order first met."""
-
-
-@dataclass(frozen=True)
-class PhaseCollectives:
-    """The collectives of one kind issued in one phase, over a rank's steps ("other": outside
-    every phase window)."""
-
-    phase: str
-    kind: str
-    count: int
-    nbytes: int | None
-    """Sum of the calls' sizes; None when some call's size is unknown."""
-    dur_us: float
 
 
 @dataclass(frozen=True)
@@ -112,8 +100,8 @@ class RankAnalysis:
     """What the causes of exposed communication rest on (analysis/rank_times.py)."""
     phases: tuple[PhaseMetrics, ...] = ()
     """Per phase, summed over the steps (empty without phase labels or steps)."""
-    phase_collectives: tuple[PhaseCollectives, ...] = ()
-    """Per (phase, kind): the collectives issued in that phase (CPU: by their c10d op's start on
+    phase_collectives: tuple[PhaseCollectiveRecord, ...] = ()
+    """Per (phase, kind): the collectives issued in that phase, as the record holds them (CPU: by their c10d op's start on
     the calling thread; GPU: by their kernel's start, in the phases' device windows)."""
     phase_windows: tuple[tuple[int, str, float, float], ...] = ()
     """(step, phase, start_us, end_us) of each phase range, clipped to the timeline's steps (for the figures)."""
@@ -312,7 +300,9 @@ def _phases(comm_u: iv.Union, compute_u: iv.Union, by_phase: tuple[np.ndarray, .
     return tuple(out)
 
 
-def _phase_collectives(calls: Calls, phase: np.ndarray, phase_start: np.ndarray, phase_end: np.ndarray) -> tuple[PhaseCollectives, ...]:
+def _phase_collectives(
+    calls: Calls, phase: np.ndarray, phase_start: np.ndarray, phase_end: np.ndarray
+) -> tuple[PhaseCollectiveRecord, ...]:
     """Per (phase, kind): the calls issued inside the phase's windows; a call outside every window
     goes by the engine labels around it (CollectiveCall.phase_hint), else to "other". Empty when the
     trace has neither phase labels nor engine labels."""
@@ -334,12 +324,12 @@ def _phase_collectives(calls: Calls, phase: np.ndarray, phase_start: np.ndarray,
         group = np.flatnonzero((where == p) & (calls.kind == code))  # in the calls' order
         nb = calls.nbytes[group]
         out.append(
-            PhaseCollectives(
+            PhaseCollectiveRecord(
                 phase=names[p],
                 kind=calls.kinds[code],
                 count=int(group.size),
                 nbytes=sum(nb.tolist()) if (nb >= 0).all() else None,
-                dur_us=sum(calls.dur_us[group].tolist()),
+                dur_us=round(float(sum(calls.dur_us[group].tolist())), 3),
             )
         )
     return tuple(out)

@@ -20,7 +20,6 @@ from profile_overlap.core.modes import PHASES
 from profile_overlap.record.analysis import (
     AnalysisRecord,
     CollectiveRecord,
-    PhaseCollectiveRecord,
     PhaseRecord,
     RankRecord,
     ReplayCallRecord,
@@ -192,10 +191,7 @@ def _rank(r: RankAnalysis, w: RankWait | None, *, replay: bool) -> RankRecord:
             for s in r.steps
         ),
         phases=_phases(r.phases),
-        phase_collectives=tuple(
-            PhaseCollectiveRecord(phase=c.phase, kind=c.kind, count=c.count, nbytes=c.nbytes, dur_us=_round(c.dur_us))
-            for c in r.phase_collectives
-        ),
+        phase_collectives=r.phase_collectives,
         collectives=tuple(
             CollectiveRecord(
                 kind=c.kind,
