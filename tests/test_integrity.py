@@ -145,7 +145,7 @@ def test_calls_without_process_group_among_several_groups(tmp_path):
             del k["args"]["Process Group Name"]
         doc["distributedInfo"]["pg_config"].append({"pg_name": "1", "pg_size": 2, "ranks": [0, 1]})
     found = checks(write_ranks(tmp_path, docs))["collectives.process_group"]
-    assert found.status == "warning" and found.figures["calls_without_group"] == {0: 3, 1: 3}
+    assert found.status == "warning" and found.figures["calls_without_group"] == {"0": 3, "1": 3}
 
 
 def test_unclassified_cpu_events_listed_by_name(tmp_path):
@@ -183,7 +183,7 @@ def test_sync_events_are_ignored_and_listed(tmp_path):
         doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "Event Sync", "pid": 0, "tid": 7, "ts": 400, "dur": 300, "args": {}})
     analysis = analyze_dir(write_ranks(tmp_path, docs), max_workers=1)
     found = {c.name: c for c in analysis.integrity.checks}["classification.unclassified"]
-    assert found.status == "ok" and found.figures["ignored_by_rule"][0] == [{"name": "Event Sync", "count": 1, "total_us": 300.0}]
+    assert found.status == "ok" and found.figures["ignored_by_rule"]["0"] == [{"name": "Event Sync", "count": 1, "total_us": 300.0}]
     assert analysis.ranks[0].compute_us == 600  # the three 200 µs compute kernels, not the sync
 
 
@@ -192,16 +192,16 @@ def test_unknown_sizes(tmp_path):
     for k in kernels(docs[0]):
         del k["args"]["In msg nelems"], k["args"]["Out msg nelems"]
     found = checks(write_ranks(tmp_path, docs))["classification.sizes"]
-    assert found.status == "warning" and found.figures["unknown_size_calls"] == {0: {"all_reduce": 3}}
+    assert found.status == "warning" and found.figures["unknown_size_calls"] == {"0": {"all_reduce": 3}}
 
 
 def test_streams_shared_default_and_overlapping(tmp_path):
     found = checks(write_ranks(tmp_path / "a", pair(comm=[(7, s + 300, e + 300) for _, s, e in COMM])))
-    assert found["streams.shared"].status == "warning" and found["streams.shared"].figures["shared"] == {0: ["7"], 1: ["7"]}
+    assert found["streams.shared"].status == "warning" and found["streams.shared"].figures["shared"] == {"0": ["7"], "1": ["7"]}
     assert found["streams.default_stream"].status == "warning"
     assert found["streams.overlap"].status == "ok"
     found = checks(write_ranks(tmp_path / "b", pair(compute=[*COMPUTE, (7, 150, 400)])))["streams.overlap"]
-    assert found.status == "error" and found.figures["max_overlap_us"] == {0: 50.0, 1: 50.0}
+    assert found.status == "error" and found.figures["max_overlap_us"] == {"0": 50.0, "1": 50.0}
     assert checks(DATA / "gloo_2rank")["streams.overlap"].detail == "CPU traces: no GPU streams"
 
 
@@ -211,7 +211,7 @@ def test_time_outside_steps_and_start_gap(tmp_path):
     folder = write_ranks(tmp_path, pair(comm=comm))
     found = checks(folder)
     assert found["timing.outside_steps"].status == "error"
-    assert found["timing.start_gap"].status == "warning" and found["timing.start_gap"].figures["gaps"][0]["gap_us"] == 17_000_000
+    assert found["timing.start_gap"].status == "warning" and found["timing.start_gap"].figures["gaps"]["0"]["gap_us"] == 17_000_000
     inside = checks(folder, steps=(None, None))
     assert inside["timing.outside_steps"].status == "ok" and inside["timing.start_gap"].status == "ok"
     # 100 µs of communication launched after the last step's range closed (on GPU a kernel launched
@@ -223,13 +223,13 @@ def test_time_outside_steps_and_start_gap(tmp_path):
 def test_zero_and_negative_durations(tmp_path):
     assert checks(write_ranks(tmp_path / "a", pair(compute=[*COMPUTE, (7, 500, 500)])))["timing.durations"].status == "warning"
     found = checks(write_ranks(tmp_path / "b", pair(compute=[*COMPUTE, (7, 600, 550)])))["timing.durations"]
-    assert found.status == "error" and found.figures["negative"] == {0: 1, 1: 1}
+    assert found.status == "error" and found.figures["negative"] == {"0": 1, "1": 1}
 
 
 def test_trace_cut_in_the_middle_of_a_step(tmp_path):
     steps = [*STEPS, (4, 3000, 3200)]
     found = checks(write_ranks(tmp_path, pair(steps=steps)))["timing.cut_short"]
-    assert found.status == "warning" and found.figures["cut_short"][0]["step"] == 4
+    assert found.status == "warning" and found.figures["cut_short"]["0"]["step"] == 4
 
 
 @pytest.mark.slow

@@ -108,7 +108,7 @@ def test_a_step_without_phases_is_an_integrity_warning(tmp_path):
     (check,) = [c for c in analyze_dir(tmp_path, max_workers=1).integrity.checks if c.name == "steps.phases"]
     assert check.status == "warning"
     assert check.detail.startswith("1 of the ranks' 4 steps have no phase (rank 0: #3)")
-    assert check.figures["steps_without_phases"] == {0: [3]}
+    assert check.figures["steps_without_phases"] == {"0": [3]}
 
 
 def test_on_gpu_a_found_window_spans_the_kernels_launched_inside_it(tmp_path):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profile_overlap.analysis.bandwidth import busbw_gbps
-from profile_overlap.analysis.checks import WARNING, Check
+from profile_overlap.analysis.checks import WARNING, new_check
 from profile_overlap.analysis.clocks import ClockAlignment
 from profile_overlap.analysis.critical_path import Segment, critical_path
 from profile_overlap.analysis.per_rank import RankAnalysis
@@ -26,6 +26,7 @@ from profile_overlap.analysis.rank_times import RankSplit, RankTimes, covered_le
 from profile_overlap.analysis.stragglers import stragglers
 from profile_overlap.core import intervals as iv
 from profile_overlap.record.exposed import TOP_CALLS, Exposed, ExposedCall, RankExposed
+from profile_overlap.record.integrity import IntegrityCheck
 
 CAUSES = "why exposed (wait, transfer, slack, stragglers, critical path)"
 """What the causes' integrity check affects."""
@@ -39,7 +40,7 @@ class Explained:
     splits: tuple[RankSplit, ...]
     path: tuple[Segment, ...]
     """The critical path's pieces in time order (for the figures)."""
-    check: Check | None
+    check: IntegrityCheck | None
     """A warning naming what the causes could not use (None when nothing is missing)."""
 
 
@@ -171,7 +172,7 @@ def explain(ranks: Sequence[RankAnalysis], clocks: ClockAlignment) -> Explained 
     check = None
     if missing:
         meaning = "the parts named are left out (none in the record); the rest stands"
-        check = Check("causes.inputs", WARNING, "; ".join(missing), {"missing": missing}, meaning, (CAUSES,))
+        check = new_check("causes.inputs", WARNING, "; ".join(missing), {"missing": missing}, meaning, (CAUSES,))
     return Explained(exposed=exposed, splits=tuple(splits), path=pieces, check=check)
 
 

@@ -1,12 +1,16 @@
-"""The integrity checks' building blocks: a Check and the set of them, their statuses, the
-numbers a check can affect, and the thresholds (defined in
-docs/metrics.md "Integrity checks"). The checks themselves: integrity.py and integrity_events.py."""
+"""The integrity checks' building blocks: a check (the record's IntegrityCheck, new_check) and the set of them, their
+statuses, the numbers a check can affect, and the thresholds (defined in docs/metrics.md "Integrity checks").
+The checks themselves: integrity.py and integrity_events.py."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeGuard
+
+import msgspec
+
+from profile_overlap.record.integrity import IntegrityCheck
 
 OK, WARNING, ERROR = "ok", "warning", "error"
 STATUSES = (OK, WARNING, ERROR)
@@ -50,28 +54,33 @@ def missing_ranges(found: Sequence[int], world: int) -> list[tuple[int, int]]:
     return runs
 
 
-@dataclass(frozen=True)
-class Check:
-    """One integrity check: its status, a one-line detail, the figures it rests on, what it
-    means for the numbers and which numbers rest on it."""
+def new_check(
+    name: str, status: str, detail: str, figures: Mapping[str, Any] | None = None, meaning: str = "", affects: tuple[str, ...] = ()
+) -> IntegrityCheck:
+    """One integrity check, as the record holds it: its status, a one-line detail, the figures it
+    rests on (as JSON has them: string keys, lists), what it means for the numbers and which
+    numbers rest on it."""
+    return IntegrityCheck(name=name, status=status, detail=detail, meaning=meaning, affects=affects, figures=_plain(dict(figures or {})))
 
-    name: str
-    status: str
-    detail: str
-    figures: dict[str, Any] = field(default_factory=dict)
-    meaning: str = ""
-    affects: tuple[str, ...] = ()
+
+def _plain(x: Any) -> Any:
+    """Figures as JSON has them: string keys (ranks), lists for tuples."""
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
 
 
 @dataclass(frozen=True)
 class Integrity:
-    checks: tuple[Check, ...]
+    checks: tuple[IntegrityCheck, ...]
 
-    def with_status(self, status: str) -> tuple[Check, ...]:
+    def with_status(self, status: str) -> tuple[IntegrityCheck, ...]:
         return tuple(c for c in self.checks if c.status == status)
 
     @property
-    def errors(self) -> tuple[Check, ...]:
+    def errors(self) -> tuple[IntegrityCheck, ...]:
         return self.with_status(ERROR)
 
 
@@ -88,5 +97,5 @@ def status_of(error: bool, warning: bool) -> str:
     return ERROR if error else WARNING if warning else OK
 
 
-def with_meaning(check: Check, meaning: str, *affects: str) -> Check:
-    return Check(check.name, check.status, check.detail, check.figures, meaning, affects)
+def with_meaning(check: IntegrityCheck, meaning: str, *affects: str) -> IntegrityCheck:
+    return msgspec.structs.replace(check, meaning=meaning, affects=affects)

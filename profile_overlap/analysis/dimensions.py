@@ -24,6 +24,7 @@ import numpy as np
 from profile_overlap.analysis.bandwidth import bus_factor
 from profile_overlap.analysis.call_columns import Calls, Instances
 from profile_overlap.analysis.gloo_groups import UNPLACED
+from profile_overlap.analysis.steps import StepTable
 from profile_overlap.analysis.trace import ProcessGroupInfo
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.modes import PHASES
@@ -111,9 +112,7 @@ def rank_dimensions(
     groups: Sequence[ProcessGroupInfo],
     method: str,
     world: int | None,
-    step_num: np.ndarray,
-    step_start: np.ndarray,
-    step_end: np.ndarray,
+    step_table: StepTable,
     phases: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.zeros(0, np.int8), np.zeros(0), np.zeros(0)),
 ) -> RankDimensions:
     """calls: the rank's calls (in the --steps window); compute: its compute union; phases: the
@@ -126,7 +125,8 @@ def rank_dimensions(
         sizes = calls.group_size[calls.pg == code]
         size = int(Counter(sizes[sizes > 0].tolist()).most_common(1)[0][0]) if (sizes > 0).any() else None
         dim_of_pg[code] = dimension_name(info.get(pg), size=size, world=world)
-    windows = iv.union(step_start, step_end) if step_num.size else None
+    step_num, step_start, step_end = step_table.num, step_table.start_us, step_table.end_us
+    windows = step_table.union() if step_table.size else None
     phase, phase_start, phase_end = phases
     phase_windows = [
         (name, iv.intersect(iv.union(phase_start[phase == i], phase_end[phase == i]), windows))

@@ -25,19 +25,20 @@ from profile_overlap.analysis.checks import (
     STEPS,
     WAIT,
     WARNING,
-    Check,
     Integrity,
     credible_world_size,
     listed,
     missing_ranges,
+    new_check,
     rank_list,
     status_of,
     with_meaning,
 )
 from profile_overlap.analysis.integrity_events import classification_checks, stream_checks, timing_checks
 from profile_overlap.analysis.per_rank import RankAnalysis
+from profile_overlap.record.integrity import IntegrityCheck
 
-__all__ = ["ERROR", "OK", "WARNING", "Check", "Integrity", "check_integrity"]
+__all__ = ["ERROR", "OK", "WARNING", "Integrity", "check_integrity"]
 
 
 def check_integrity(ranks: Sequence[RankAnalysis], *, duplicates: Sequence[str] = ()) -> Integrity:
@@ -61,21 +62,21 @@ def check_integrity(ranks: Sequence[RankAnalysis], *, duplicates: Sequence[str] 
 # ---------------------------------------------------------------- ranks and steps
 
 
-def _rank_checks(ranks: list[RankAnalysis], duplicates: Sequence[str]) -> list[Check]:
+def _rank_checks(ranks: list[RankAnalysis], duplicates: Sequence[str]) -> list[IntegrityCheck]:
     found = [r.rank for r in ranks]
     declared = max((r.world_size for r in ranks if r.world_size), default=None)
     files = sum(len(r.files) for r in ranks)
     figures: dict[str, Any] = {"world_size": declared, "ranks_found": found}
     if declared is None:
         detail = f"the traces do not record the world size (no distributedInfo): {len(found)} rank(s) found, none known missing"
-        world = Check("ranks.world_size", WARNING, detail, figures)
+        world = new_check("ranks.world_size", WARNING, detail, figures)
     elif not credible_world_size(declared):
         detail = (
             f"the traces declare a world size of {declared:,} and {files} rank file(s) were found: no job has that many ranks "
             f"(at most {MAX_WORLD_SIZE:,} are believed), so their distributedInfo is corrupt; the world is taken as the "
             f"{len(found)} rank(s) found"
         )
-        world = Check("ranks.world_size", ERROR, detail, figures | {"rank_files": files, "believed_max": MAX_WORLD_SIZE})
+        world = new_check("ranks.world_size", ERROR, detail, figures | {"rank_files": files, "believed_max": MAX_WORLD_SIZE})
     else:
         # Runs of missing ranks, never the set of every declared rank (a world of 10**9 is a few numbers here).
         missing = missing_ranges(found, declared)
@@ -91,7 +92,7 @@ def _rank_checks(ranks: list[RankAnalysis], duplicates: Sequence[str]) -> list[C
             detail = f"{len(found)} of {declared} ranks found; missing {which}"
         else:
             detail = f"all {declared} ranks found"
-        world = Check("ranks.world_size", status_of(bool(extra), bool(missing)), detail, figures)
+        world = new_check("ranks.world_size", status_of(bool(extra), bool(missing)), detail, figures)
     world = with_meaning(world, "cross-rank numbers cover only the ranks found; per-rank numbers stand", WAIT)
 
     if duplicates:
@@ -99,11 +100,11 @@ def _rank_checks(ranks: list[RankAnalysis], duplicates: Sequence[str]) -> list[C
     else:
         detail = "one trace per rank and time" + (f" ({files} files: successive profiler spans)" if files > len(ranks) else "")
     figures = {"left_out": list(duplicates), "files_per_rank": {r.rank: len(r.files) for r in ranks}}
-    dup = Check("ranks.duplicates", status_of(bool(duplicates), False), detail, figures)
+    dup = new_check("ranks.duplicates", status_of(bool(duplicates), False), detail, figures)
     dup = with_meaning(dup, "which copy of a rank is analysed is arbitrary: its numbers may belong to another run", OVERLAP, WAIT)
 
     stepless = [r.rank for r in ranks if not r.steps]
-    steps = Check(
+    steps = new_check(
         "ranks.profiler_steps",
         status_of(False, bool(stepless)),
         f"{rank_list(stepless)} without ProfilerStep windows" if stepless else "every rank has ProfilerStep windows",
@@ -113,7 +114,7 @@ def _rank_checks(ranks: list[RankAnalysis], duplicates: Sequence[str]) -> list[C
     return [world, dup, steps]
 
 
-def _steps_check(ranks: list[RankAnalysis]) -> Check:
+def _steps_check(ranks: list[RankAnalysis]) -> IntegrityCheck:
     per_rank = {r.rank: [s.step for s in r.steps] for r in ranks}
     with_steps = {k: set(v) for k, v in per_rank.items() if v}
     every = set.union(*with_steps.values()) if with_steps else set()
@@ -129,11 +130,11 @@ def _steps_check(ranks: list[RankAnalysis]) -> Check:
     else:
         lo, hi = min(common), max(common)
         detail = f"every rank has the same {len(common)} step(s), #{lo}" + (f" to #{hi}" if hi != lo else "")
-    check = Check("steps.common", status_of(False, bool(partial)), detail, figures)
+    check = new_check("steps.common", status_of(False, bool(partial)), detail, figures)
     return with_meaning(check, "ranks' per-step numbers then describe different steps; means over ranks mix them", STEPS)
 
 
-def _phases_check(ranks: list[RankAnalysis]) -> Check:
+def _phases_check(ranks: list[RankAnalysis]) -> IntegrityCheck:
     """steps.phases: steps in which no phase was found, neither from labels nor from torch's ranges."""
     missing = {r.rank: [s.step for s in r.steps if not s.phases] for r in ranks}
     missing = {rank: steps for rank, steps in missing.items() if steps}
@@ -152,7 +153,7 @@ def _phases_check(ranks: list[RankAnalysis]) -> Check:
     else:
         found = sorted({x for per_phase in sources.values() for s in per_phase.values() for x in s})
         detail = f"every step's phases found (from {', '.join(found)})"
-    check = Check("steps.phases", status_of(False, bool(missing)), detail, figures)
+    check = new_check("steps.phases", status_of(False, bool(missing)), detail, figures)
     meaning = "the communication and compute of those steps count in no phase: per-phase numbers leave them out"
     return with_meaning(check, meaning, PHASE)
 
@@ -164,7 +165,7 @@ SAME_SIZE_KINDS = frozenset({"all_reduce", "reduce_scatter", "all_gather", "broa
 """Collectives whose size S is the same on every rank of the group (all_to_all's splits may differ)."""
 
 
-def _collective_checks(ranks: list[RankAnalysis]) -> list[Check]:
+def _collective_checks(ranks: list[RankAnalysis]) -> list[IntegrityCheck]:
     # Per (group, kind), per rank: the calls' sizes in seq order (UNKNOWN: not in the trace).
     calls: dict[tuple[str, str], dict[int, np.ndarray]] = defaultdict(dict)
     members: dict[str, set[int]] = defaultdict(set)
@@ -213,7 +214,7 @@ def _collective_checks(ranks: list[RankAnalysis]) -> list[Check]:
     else:
         detail = f"every rank of each group has the same calls ({len(calls)} (group, kind) pairs, equal sizes)"
     match = with_meaning(
-        Check("collectives.matched", status_of(bool(resized), bool(unmatched)), detail, figures),
+        new_check("collectives.matched", status_of(bool(resized), bool(unmatched)), detail, figures),
         "calls are matched across ranks by order: a missing or different call makes wait/transfer and clock offsets pair the wrong calls",
         WAIT,
     )
@@ -247,7 +248,7 @@ def _collective_checks(ranks: list[RankAnalysis]) -> list[Check]:
         "unplaced_calls": unplaced,
     }
     groups = with_meaning(
-        Check("collectives.process_group", status_of(False, risky or bool(unplaced)), detail, groups_figures),
+        new_check("collectives.process_group", status_of(False, risky or bool(unplaced)), detail, groups_figures),
         "calls of different groups may be matched with each other, skewing wait/transfer",
         WAIT,
     )

@@ -16,22 +16,23 @@ from profile_overlap.analysis.checks import (
     OVERLAP,
     STEPS,
     UNCLASSIFIED_WARNING_PCT,
-    Check,
     listed,
+    new_check,
     rank_list,
     status_of,
     with_meaning,
 )
 from profile_overlap.analysis.per_rank import RankAnalysis
+from profile_overlap.record.integrity import IntegrityCheck
 
 # ---------------------------------------------------------------- classification
 
 
-def classification_checks(ranks: list[RankAnalysis]) -> list[Check]:
+def classification_checks(ranks: list[RankAnalysis]) -> list[IntegrityCheck]:
     return [_unclassified_check(ranks), _comm_like_check(ranks), _sizes_check(ranks)]
 
 
-def _unclassified_check(ranks: list[RankAnalysis]) -> Check:
+def _unclassified_check(ranks: list[RankAnalysis]) -> IntegrityCheck:
     """Time in events of no class (neither compute nor communication)."""
     unclassified = {r.rank: r.facts.unclassified for r in ranks if r.facts.unclassified_us > 0}
     share = {r.rank: 100 * r.facts.unclassified_us / r.facts.all_compute_us for r in ranks if r.facts.all_compute_us > 0}
@@ -56,13 +57,13 @@ def _unclassified_check(ranks: list[RankAnalysis]) -> Check:
         else "every event is communication, compute or ignored by rule"
     )
     return with_meaning(
-        Check("classification.unclassified", status_of(False, bool(heavy)), detail, figures),
+        new_check("classification.unclassified", status_of(False, bool(heavy)), detail, figures),
         "time in no class counts neither as compute nor as communication: if it is compute, overlap is under-counted",
         OVERLAP,
     )
 
 
-def _comm_like_check(ranks: list[RankAnalysis]) -> Check:
+def _comm_like_check(ranks: list[RankAnalysis]) -> IntegrityCheck:
     """Communication not recognised as such: compute kernels named like it, ranks with collectives and no communication."""
     like = {r.rank: r.facts.comm_like for r in ranks if r.facts.comm_like}
     blind = [
@@ -79,7 +80,7 @@ def _comm_like_check(ranks: list[RankAnalysis]) -> Check:
     else:
         detail = "no compute event is named like communication"
     return with_meaning(
-        Check(
+        new_check(
             "classification.communication",
             status_of(bool(blind), bool(like)),
             detail,
@@ -96,7 +97,7 @@ def _comm_like_check(ranks: list[RankAnalysis]) -> Check:
     )
 
 
-def _sizes_check(ranks: list[RankAnalysis]) -> Check:
+def _sizes_check(ranks: list[RankAnalysis]) -> IntegrityCheck:
     """Collective calls of unknown size (traced without record_shapes)."""
     unknown: dict[int, dict[str, int]] = {}
     for r in ranks:
@@ -108,7 +109,7 @@ def _sizes_check(ranks: list[RankAnalysis]) -> Check:
     n_unknown = sum(sum(v.values()) for v in unknown.values())
     kinds = sorted({k for v in unknown.values() for k in v})
     return with_meaning(
-        Check(
+        new_check(
             "classification.sizes",
             status_of(False, bool(unknown)),
             f"{n_unknown} of {total} collective call(s) of unknown size ({listed(kinds)}), on {rank_list(list(unknown))}"
@@ -124,11 +125,11 @@ def _sizes_check(ranks: list[RankAnalysis]) -> Check:
 # ---------------------------------------------------------------- streams
 
 
-def stream_checks(ranks: list[RankAnalysis]) -> list[Check]:
+def stream_checks(ranks: list[RankAnalysis]) -> list[IntegrityCheck]:
     gpu = [r for r in ranks if r.device == "cuda"]
     if not gpu:
         return [
-            with_meaning(Check(name, OK, "CPU traces: no GPU streams", {}), meaning, OVERLAP)
+            with_meaning(new_check(name, OK, "CPU traces: no GPU streams", {}), meaning, OVERLAP)
             for name, meaning in (
                 ("streams.shared", "communication on a compute stream serialises with that compute: nothing can hide it"),
                 ("streams.default_stream", "communication on the default stream serialises with the compute there"),
@@ -141,7 +142,7 @@ def stream_checks(ranks: list[RankAnalysis]) -> list[Check]:
     first = next(iter(streams.values()))
     comm_on, compute_on = ", ".join(first["comm"]) or "-", ", ".join(first["compute"]) or "-"
     same = with_meaning(
-        Check(
+        new_check(
             "streams.shared",
             status_of(False, bool(shared)),
             f"communication and compute kernels share stream(s) on {rank_list(list(shared))}: "
@@ -155,7 +156,7 @@ def stream_checks(ranks: list[RankAnalysis]) -> list[Check]:
     )
     on_default = {r.rank: r.facts.default_stream_comm for r in gpu if r.facts.default_stream_comm}
     default = with_meaning(
-        Check(
+        new_check(
             "streams.default_stream",
             status_of(False, bool(on_default)),
             f"{sum(on_default.values())} communication kernel(s) on the default stream, on {rank_list(list(on_default))}"
@@ -168,7 +169,7 @@ def stream_checks(ranks: list[RankAnalysis]) -> list[Check]:
     )
     bad = {r.rank: (r.facts.stream_overlaps, r.facts.stream_overlap_max_us) for r in gpu if r.facts.stream_overlaps}
     overlap = with_meaning(
-        Check(
+        new_check(
             "streams.overlap",
             status_of(bool(bad), False),
             f"{sum(n for n, _ in bad.values())} kernel(s) start before the previous one on their stream ended "
@@ -186,11 +187,11 @@ def stream_checks(ranks: list[RankAnalysis]) -> list[Check]:
 # ---------------------------------------------------------------- timing
 
 
-def timing_checks(ranks: list[RankAnalysis]) -> list[Check]:
+def timing_checks(ranks: list[RankAnalysis]) -> list[IntegrityCheck]:
     return [_outside_steps(ranks), _start_gap(ranks), _durations(ranks), _cut_short(ranks)]
 
 
-def _outside_steps(ranks: list[RankAnalysis]) -> Check:
+def _outside_steps(ranks: list[RankAnalysis]) -> IntegrityCheck:
     """timing.outside_steps: comm and compute outside every step, counted in the totals or not."""
     outside, counted_pct = {}, {}
     for r in ranks:
@@ -223,14 +224,14 @@ def _outside_steps(ranks: list[RankAnalysis]) -> Check:
     else:
         detail = "no rank has steps"
     outside_check = with_meaning(
-        Check("timing.outside_steps", status_of(worst >= OUTSIDE_ERROR_PCT, worst > OUTSIDE_WARNING_PCT), detail, {"outside": outside}),
+        new_check("timing.outside_steps", status_of(worst >= OUTSIDE_ERROR_PCT, worst > OUTSIDE_WARNING_PCT), detail, {"outside": outside}),
         "time outside the steps (profiler start, stragglers, trailing work) in the totals is not training-step time",
         OVERLAP,
     )
     return outside_check
 
 
-def _start_gap(ranks: list[RankAnalysis]) -> Check:
+def _start_gap(ranks: list[RankAnalysis]) -> IntegrityCheck:
     """timing.start_gap: from the profiler's start to the first step, against a median step."""
     gaps, long = {}, []
     for r in ranks:
@@ -249,20 +250,20 @@ def _start_gap(ranks: list[RankAnalysis]) -> Check:
     else:
         detail = f"profiler start to first step: at most {most:,.1f} ms"
     gap_check = with_meaning(
-        Check("timing.start_gap", status_of(False, bool(long)), detail, {"gaps": gaps}),
+        new_check("timing.start_gap", status_of(False, bool(long)), detail, {"gaps": gaps}),
         "events between the profiler's start and the first step count in the totals (not in the per-step numbers)",
         OVERLAP,
     )
     return gap_check
 
 
-def _durations(ranks: list[RankAnalysis]) -> Check:
+def _durations(ranks: list[RankAnalysis]) -> IntegrityCheck:
     """timing.durations: comm and compute events of negative or zero length."""
     neg = {r.rank: r.facts.negative for r in ranks if r.facts.negative}
     zero = {r.rank: r.facts.zero for r in ranks if r.facts.zero}
     parts = [f"{sum(neg.values())} negative" if neg else "", f"{sum(zero.values())} zero" if zero else ""]
     durations = with_meaning(
-        Check(
+        new_check(
             "timing.durations",
             status_of(bool(neg), bool(zero)),
             " and ".join(p for p in parts if p) + " duration(s) among comm and compute events"
@@ -276,7 +277,7 @@ def _durations(ranks: list[RankAnalysis]) -> Check:
     return durations
 
 
-def _cut_short(ranks: list[RankAnalysis]) -> Check:
+def _cut_short(ranks: list[RankAnalysis]) -> IntegrityCheck:
     """timing.cut_short: a last step under half of every other (a trace cut mid-step)."""
     cut = {}
     for r in ranks:
@@ -288,7 +289,7 @@ def _cut_short(ranks: list[RankAnalysis]) -> Check:
             if last.step_us < CUT_SHORT_RATIO * shortest:
                 cut[r.rank] = {"step": last.step, "step_us": round(last.step_us, 3), "shortest_other_us": round(shortest, 3)}
     cut_check = with_meaning(
-        Check(
+        new_check(
             "timing.cut_short",
             status_of(False, bool(cut)),
             "the last step is under half of every other step on " + listed([f"rank {k} (#{v['step']})" for k, v in cut.items()], 3)

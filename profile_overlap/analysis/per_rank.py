@@ -25,10 +25,13 @@ from profile_overlap.analysis.rank_input import rank_of
 from profile_overlap.analysis.rank_pool import busy, pool, step_window
 from profile_overlap.analysis.rank_times import RankTimes, rank_times
 from profile_overlap.analysis.replay import ReplayStep, replay_steps
-from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TimelineSpan, timeline_spans
+from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, timeline_spans
+from profile_overlap.analysis.steps import StepTable
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.modes import PHASES
+from profile_overlap.record.analysis import PhaseCollectiveRecord
+from profile_overlap.record.timeline import TimelineSpan
 
 
 @dataclass(frozen=True)
@@ -52,19 +55,6 @@ class PhaseMetrics:
     placed it (classify.ENGINE_RANGES: "FSDP2", "DDP", "torch.optim", "profile_overlap"),
     "autograd" (backward from autograd's frames) or "step" (forward: the step before the
     backward); over a rank's steps, each source once, in the order first met."""
-
-
-@dataclass(frozen=True)
-class PhaseCollectives:
-    """The collectives of one kind issued in one phase, over a rank's steps ("other": outside
-    every phase window)."""
-
-    phase: str
-    kind: str
-    count: int
-    nbytes: int | None
-    """Sum of the calls' sizes; None when some call's size is unknown."""
-    dur_us: float
 
 
 @dataclass(frozen=True)
@@ -110,8 +100,8 @@ class RankAnalysis:
     """What the causes of exposed communication rest on (analysis/rank_times.py)."""
     phases: tuple[PhaseMetrics, ...] = ()
     """Per phase, summed over the steps (empty without phase labels or steps)."""
-    phase_collectives: tuple[PhaseCollectives, ...] = ()
-    """Per (phase, kind): the collectives issued in that phase (CPU: by their c10d op's start on
+    phase_collectives: tuple[PhaseCollectiveRecord, ...] = ()
+    """Per (phase, kind): the collectives issued in that phase, as the record holds them (CPU: by their c10d op's start on
     the calling thread; GPU: by their kernel's start, in the phases' device windows)."""
     phase_windows: tuple[tuple[int, str, float, float], ...] = ()
     """(step, phase, start_us, end_us) of each phase range, clipped to the timeline's steps (for the figures)."""
@@ -131,13 +121,11 @@ def _step_metrics(
     comm_u: iv.Union,
     compute_u: iv.Union,
     by_phase: tuple[np.ndarray, ...],
-    step_num: np.ndarray,
-    step_start: np.ndarray,
-    step_end: np.ndarray,
+    steps: StepTable,
 ) -> list[StepMetrics]:
     """Each ProfilerStep window's metrics: the rank's unions clipped to it, and its phases."""
     out = []
-    for n, s, e in zip(step_num.tolist(), step_start.tolist(), step_end.tolist()):
+    for n, s, e in steps.rows():
         m = _measure(iv.clip(comm_u, s, e), iv.clip(compute_u, s, e))
         out.append(
             StepMetrics(
@@ -197,13 +185,15 @@ def finish_rank(
     # is then the same call on every rank even where a step window cuts through the calls
     # differently on each rank (gloo starts the split's all_gathers across the step boundary).
     every_call = number_calls(all_calls, rank=rank)
-    windows, step_num, step_start, step_end, calls, instances = step_window(pooled, every_call, steps=steps, rank=rank)
+    window = step_window(pooled, every_call, steps=steps, rank=rank)
+    windows, calls, instances = window.windows, window.calls, window.instances
+    table = StepTable(window.step_num, window.step_start, window.step_end)
     comm_u, compute_u = busy(files, pooled)
     facts = rank_facts(
         [f.facts for f in files],
         comm_u=comm_u,
         compute_u=compute_u,
-        windows=windows if windows is not None else iv.union(step_start, step_end),
+        windows=windows if windows is not None else table.union(),
         in_steps=windows is not None,
         calls=every_call,
     )
@@ -211,27 +201,24 @@ def finish_rank(
         comm_u, compute_u = iv.intersect(comm_u, windows), iv.intersect(compute_u, windows)
     by_phase = tuple(np.concatenate([getattr(f.phases, k) for f in files]) for k in ("phase", "start", "end", "source"))
     phase, phase_start, phase_end, _ = by_phase
-    step_windows = windows if windows is not None else iv.union(step_start, step_end)
+    step_windows = windows if windows is not None else table.union()
     times = rank_times(
         all_calls,
         every_call,
         device=device,
-        comm=iv.intersect(comm_u, step_windows) if windows is None and step_num.size else comm_u,
-        compute=iv.intersect(compute_u, step_windows) if windows is None and step_num.size else compute_u,
+        comm=iv.intersect(comm_u, step_windows) if windows is None and table.size else comm_u,
+        compute=iv.intersect(compute_u, step_windows) if windows is None and table.size else compute_u,
         windows=step_windows,
-        step_num=step_num,
-        step_start=step_start,
-        step_end=step_end,
+        steps=table,
         phase=phase,
         phase_start=phase_start,
         phase_end=phase_end,
     )
-    step_metrics = _step_metrics(comm_u, compute_u, by_phase, step_num, step_start, step_end)
+    step_metrics = _step_metrics(comm_u, compute_u, by_phase, table)
     whole = _measure(comm_u, compute_u)
 
     world = max((f.world_size for f in files if f.world_size), default=None)
-    kept = set(step_num.tolist())
-    steps_at = {"step_num": step_num, "step_start": step_start, "step_end": step_end}
+    kept = set(table.num.tolist())
     dims = rank_dimensions(
         calls,
         compute_u,
@@ -239,7 +226,7 @@ def finish_rank(
         method="; ".join(dict.fromkeys(f.group_method for f in files if f.group_method)),
         world=world,
         phases=(phase, phase_start, phase_end),
-        **steps_at,
+        step_table=table,
     )
     return RankAnalysis(
         rank=rank,
@@ -259,13 +246,11 @@ def finish_rank(
         timeline=timeline_spans(
             {kind: (x.start, x.end, x.label) for kind, x in (("comm", comm), ("compute", compute))},
             pooled.labels,
-            step_num,
-            step_start,
-            step_end,
+            table,
         ),
         phases=_sum_phases(step_metrics),
         phase_collectives=_phase_collectives(calls, phase, phase_start, phase_end),
-        phase_windows=_phase_spans(phase, phase_start, phase_end, step_num, step_start, step_end),
+        phase_windows=_phase_spans(phase, phase_start, phase_end, table),
         facts=facts,
         replay=tuple(s for f in files for s in replay_steps(f) if s.step in kept),
         times=times,
@@ -280,11 +265,11 @@ def finish_rank(
                 phase_end=phase_end,
                 rank=rank,
             )
-            if step_num.size
+            if table.size
             else None
         ),
         dimensions=dims,
-        pipeline=rank_pipeline(calls, compute_u, **steps_at),
+        pipeline=rank_pipeline(calls, compute_u, step_table=table),
     )
 
 
@@ -315,7 +300,9 @@ def _phases(comm_u: iv.Union, compute_u: iv.Union, by_phase: tuple[np.ndarray, .
     return tuple(out)
 
 
-def _phase_collectives(calls: Calls, phase: np.ndarray, phase_start: np.ndarray, phase_end: np.ndarray) -> tuple[PhaseCollectives, ...]:
+def _phase_collectives(
+    calls: Calls, phase: np.ndarray, phase_start: np.ndarray, phase_end: np.ndarray
+) -> tuple[PhaseCollectiveRecord, ...]:
     """Per (phase, kind): the calls issued inside the phase's windows; a call outside every window
     goes by the engine labels around it (CollectiveCall.phase_hint), else to "other". Empty when the
     trace has neither phase labels nor engine labels."""
@@ -337,12 +324,12 @@ def _phase_collectives(calls: Calls, phase: np.ndarray, phase_start: np.ndarray,
         group = np.flatnonzero((where == p) & (calls.kind == code))  # in the calls' order
         nb = calls.nbytes[group]
         out.append(
-            PhaseCollectives(
+            PhaseCollectiveRecord(
                 phase=names[p],
                 kind=calls.kinds[code],
                 count=int(group.size),
                 nbytes=sum(nb.tolist()) if (nb >= 0).all() else None,
-                dur_us=sum(calls.dur_us[group].tolist()),
+                dur_us=round(float(sum(calls.dur_us[group].tolist())), 3),
             )
         )
     return tuple(out)
@@ -365,10 +352,10 @@ def _sum_phases(steps: list[StepMetrics]) -> tuple[PhaseMetrics, ...]:
 
 
 def _phase_spans(
-    phase: np.ndarray, phase_start: np.ndarray, phase_end: np.ndarray, step_num: np.ndarray, step_start: np.ndarray, step_end: np.ndarray
+    phase: np.ndarray, phase_start: np.ndarray, phase_end: np.ndarray, steps: StepTable
 ) -> tuple[tuple[int, str, float, float], ...]:
     spans = []
-    for n, lo, hi in list(zip(step_num.tolist(), step_start.tolist(), step_end.tolist()))[:MAX_TIMELINE_STEPS]:
+    for n, lo, hi in steps.rows()[:MAX_TIMELINE_STEPS]:
         for p, a, b in zip(phase.tolist(), phase_start.tolist(), phase_end.tolist()):
             a, b = max(a, lo), min(b, hi)
             if b > a:

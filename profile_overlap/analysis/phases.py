@@ -75,11 +75,10 @@ def phase_windows(
     # In a step without labels, torch.optim's Optimizer.step is evidence (below), not a label.
     rows = [(p, s, e, LABELS_SOURCE) for p, s, e, is_label in labelled if is_label or not any(s < hi and e > lo for lo, hi in unlabelled)]
     if unlabelled:
-        (phase, source), start, end, names = _evidence(trace)
+        evidence = _evidence(trace)
         seeds = _gradient_seeds(trace, main)
         for lo, hi in unlabelled:
-            i, j = np.searchsorted(start, [lo, hi], side="left")
-            rows += _infer(((phase[i:j], source[i:j]), start[i:j], end[i:j], names), lo, hi, seeds)
+            rows += _infer(evidence.starting_in(lo, hi), lo, hi, seeds)
     if kernels is not None:
         rows = _on_device(rows, _by_launch(kernels))
     return PhaseWindows.of(rows)
@@ -100,8 +99,26 @@ def _labelled_ranges(trace: Trace, main: int | None) -> list[tuple[int, float, f
     return [(code_phase[int(cpu.name[r])], float(cpu.ts[r]), float(cpu.ts[r] + cpu.dur[r]), int(cpu.name[r]) in real) for r in rows]
 
 
-def _evidence(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
-    """(phase, start, end, source) columns, in start order, of the engines' ranges (user
+@dataclass(frozen=True, eq=False)
+class _Evidence:
+    """Ranges that place a phase in a step without labels, in start order (columns of equal length)."""
+
+    phase: np.ndarray
+    """Index into PHASES."""
+    source: np.ndarray
+    """Index into `names`."""
+    start: np.ndarray
+    end: np.ndarray
+    names: list[str]
+    """The sources (engine names, AUTOGRAD_SOURCE), each once."""
+
+    def starting_in(self, lo: float, hi: float) -> _Evidence:
+        i, j = np.searchsorted(self.start, [lo, hi], side="left")
+        return _Evidence(self.phase[i:j], self.source[i:j], self.start[i:j], self.end[i:j], self.names)
+
+
+def _evidence(trace: Trace) -> _Evidence:
+    """The evidence columns, in start order, of the engines' ranges (user
     annotations on any thread) and autograd's backward frames (CPU ops on any thread: the calling
     thread on CPU, autograd's own on GPU)."""
     cpu = trace.cpu
@@ -120,11 +137,11 @@ def _evidence(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[st
             sources.append(source)
         phase_of_code[i], source_of_code[i], cat_of_code[i] = phase, sources.index(source), cat
     if not sources:
-        return np.zeros((2, 0), dtype=np.int64), np.zeros(0), np.zeros(0), sources
+        return _Evidence(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), sources)
     rows = np.flatnonzero(cat_of_code[cpu.name] == cpu.cat)
     rows = rows[np.argsort(cpu.ts[rows], kind="stable")]
     code = cpu.name[rows]
-    return np.stack([phase_of_code[code], source_of_code[code]]), cpu.ts[rows], cpu.ts[rows] + cpu.dur[rows], sources
+    return _Evidence(phase_of_code[code], source_of_code[code], cpu.ts[rows], cpu.ts[rows] + cpu.dur[rows], sources)
 
 
 def _gradient_seeds(trace: Trace, main: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -153,7 +170,7 @@ def _seeded_at(b0: float, seeds: tuple[np.ndarray, np.ndarray, np.ndarray]) -> f
 
 
 def _infer(
-    ev: tuple[tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray, list[str]],
+    ev: _Evidence,
     lo: float,
     hi: float,
     seeds: tuple[np.ndarray, np.ndarray, np.ndarray],
@@ -169,7 +186,7 @@ def _infer(
     range, else from the step's start or the end of such an early optimizer range, to the
     backward's start (without a backward: the optimizer's start, or its last range's end).
     """
-    (phase, source), start, end, names = ev
+    phase, source, start, end, names = ev.phase, ev.source, ev.start, ev.end, ev.names
     rows: list[tuple[int, float, float, str]] = []
     backward = np.flatnonzero(phase == BACKWARD)
     b0 = _seeded_at(float(start[backward[0]]), seeds) if backward.size else None  # evidence is in start order

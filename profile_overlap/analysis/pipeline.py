@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profile_overlap.analysis.call_columns import SEND, Calls
+from profile_overlap.analysis.steps import StepTable
 from profile_overlap.core import intervals as iv
 from profile_overlap.record.dimensions import Pipeline, PipelineRank
 
@@ -45,12 +46,10 @@ class RankPipeline:
     steps: tuple[PipelineStep, ...]
 
 
-def rank_pipeline(
-    calls: Calls, compute: iv.Union, *, step_num: np.ndarray, step_start: np.ndarray, step_end: np.ndarray
-) -> RankPipeline | None:
+def rank_pipeline(calls: Calls, compute: iv.Union, *, step_table: StepTable) -> RankPipeline | None:
     """None for a rank without point-to-point calls of known direction and peer, or without steps."""
     p2p = (calls.direction != 0) & (calls.peer >= 0)
-    if not p2p.any() or not step_num.size:
+    if not p2p.any() or not step_table.size:
         return None
     start, end = calls.start_us[p2p], calls.start_us[p2p] + calls.dur_us[p2p]
     direction, peer = calls.direction[p2p], calls.peer[p2p]
@@ -58,7 +57,7 @@ def rank_pipeline(
     start, end, direction, peer = start[order], end[order], direction[order], peer[order]
     p2p_u = iv.union(start, end)
     first_calls, first_peers, steps = [], [], []
-    for n, lo, hi in zip(step_num.tolist(), step_start.tolist(), step_end.tolist()):
+    for n, lo, hi in step_table.rows():
         inside = (start >= lo) & (start < hi)
         if inside.any():
             first_calls.append(int(direction[inside][0]))

@@ -15,6 +15,7 @@ import numpy as np
 
 from profile_overlap.analysis.array_eq import ArrayEq
 from profile_overlap.analysis.call_columns import Calls, Instances
+from profile_overlap.analysis.steps import StepTable
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.modes import PHASES
 
@@ -84,9 +85,7 @@ def rank_times(
     comm: iv.Union,
     compute: iv.Union,
     windows: iv.Union,
-    step_num: np.ndarray,
-    step_start: np.ndarray,
-    step_end: np.ndarray,
+    steps: StepTable,
     phase: np.ndarray,
     phase_start: np.ndarray,
     phase_end: np.ndarray,
@@ -107,8 +106,8 @@ def rank_times(
     names = _call_phases(ordered, phases)
 
     # The step whose window holds each call's start.
-    order = np.argsort(step_start, kind="stable")
-    s_num, s_lo, s_hi = step_num[order], step_start[order], step_end[order]
+    order = np.argsort(steps.start_us, kind="stable")
+    s_num, s_lo, s_hi = steps.num[order], steps.start_us[order], steps.end_us[order]
     if s_lo.size:
         j = np.maximum(np.searchsorted(s_lo, start, side="right") - 1, 0)
         inside = (start >= s_lo[j]) & (start < s_hi[j])

@@ -20,7 +20,6 @@ from profile_overlap.core.modes import PHASES
 from profile_overlap.record.analysis import (
     AnalysisRecord,
     CollectiveRecord,
-    PhaseCollectiveRecord,
     PhaseRecord,
     RankRecord,
     ReplayCallRecord,
@@ -30,7 +29,7 @@ from profile_overlap.record.analysis import (
     builtin,
 )
 from profile_overlap.record.build import build_record
-from profile_overlap.record.integrity import IntegrityCheck, IntegrityRecord
+from profile_overlap.record.integrity import IntegrityRecord
 from profile_overlap.record.metrics import Env, JobFacts, ModeMetrics, RunMetrics, StepTimes
 from profile_overlap.record.timeline import (
     PhaseWindow,
@@ -152,15 +151,6 @@ def _phases(phases: Sequence[PhaseMetrics]) -> tuple[PhaseRecord, ...]:
     )
 
 
-def _plain(x: Any) -> Any:
-    """Figures as JSON has them: string keys (ranks), lists for tuples."""
-    if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    return x
-
-
 def _finite(x: float | None) -> float | None:
     """A clock figure for strict JSON: None where it is unknown (an infinite uncertainty)."""
     return None if x is None or not math.isfinite(x) else _num(x)
@@ -171,17 +161,7 @@ def integrity_record(analysis: TraceAnalysis) -> IntegrityRecord:
     reference rank with its uncertainty (ranks whose offset is unknown are absent)."""
     clocks = analysis.clocks
     return IntegrityRecord(
-        checks=tuple(
-            IntegrityCheck(
-                name=c.name,
-                status=c.status,
-                detail=c.detail,
-                meaning=c.meaning,
-                affects=tuple(c.affects),
-                figures=_plain(c.figures),
-            )
-            for c in analysis.integrity.checks
-        ),
+        checks=analysis.integrity.checks,
         clock_offsets_us={str(rank): _finite(v) for rank, v in sorted(clocks.offsets_us.items())},
         clock_uncertainty_us={str(rank): _finite(v) for rank, v in sorted(clocks.uncertainty_us.items())},
         clock_moved=tuple(rank for rank in sorted(clocks.offsets_us) if clocks.applies(rank)),
@@ -211,10 +191,7 @@ def _rank(r: RankAnalysis, w: RankWait | None, *, replay: bool) -> RankRecord:
             for s in r.steps
         ),
         phases=_phases(r.phases),
-        phase_collectives=tuple(
-            PhaseCollectiveRecord(phase=c.phase, kind=c.kind, count=c.count, nbytes=c.nbytes, dur_us=_round(c.dur_us))
-            for c in r.phase_collectives
-        ),
+        phase_collectives=r.phase_collectives,
         collectives=tuple(
             CollectiveRecord(
                 kind=c.kind,

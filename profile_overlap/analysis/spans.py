@@ -9,30 +9,19 @@ longest piece.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from profile_overlap.analysis.steps import StepTable
 from profile_overlap.core import intervals as iv
+from profile_overlap.record.timeline import TimelineSpan
 
 MAX_TIMELINE_STEPS = 16
 MAX_SPANS_PER_STEP = 256
 """Per step and class (comm / compute): the timeline is merged coarser until it fits."""
 TIMELINE_GAP_FRACTION = 1 / 2000
 """Timeline spans closer than this fraction of the step merge."""
-
-
-@dataclass(frozen=True)
-class TimelineSpan:
-    """A merged stretch of comm or compute for the timeline figure, labelled with the
-    record_function annotation around it (or the kernel / operator name)."""
-
-    step: int | None
-    start_us: float
-    end_us: float
-    kind: str  # "comm" or "compute"
-    label: str
 
 
 def coarsen(
@@ -68,16 +57,17 @@ def coarsen(
 def timeline_spans(
     pieces: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
     labels: tuple[str, ...],
-    step_num: np.ndarray,
-    step_start: np.ndarray,
-    step_end: np.ndarray,
+    steps: StepTable,
 ) -> tuple[TimelineSpan, ...]:
     """pieces: kind ("comm", "compute") -> (start, end, label code) of its events. Per step (at
     most MAX_TIMELINE_STEPS), each kind merged into at most MAX_SPANS_PER_STEP spans: spans
     closer than step_us · TIMELINE_GAP_FRACTION merge, then `coarsen` keeps the largest gaps
-    until it fits. Without steps, one window from the first piece to the last."""
-    if step_num.size:
-        windows = list(zip(step_num.tolist(), step_start.tolist(), step_end.tolist()))[:MAX_TIMELINE_STEPS]
+    until it fits. Without steps, one window from the first piece to the last. Each span is labelled
+    with the record_function annotation around it (or the kernel / operator name), on the rank's own
+    clock (timeline_of moves it to the reference rank's)."""
+    windows: list[tuple[int | None, float, float]]
+    if steps.size:
+        windows = list(steps.rows()[:MAX_TIMELINE_STEPS])
     else:
         every = np.concatenate([a for start, end, _ in pieces.values() for a in (start, end)])
         windows = [(None, float(every.min()), float(every.max()))] if every.size else []

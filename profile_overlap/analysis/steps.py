@@ -13,7 +13,33 @@ once, in the earlier step, and the steps' union is the same as that of the raw w
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from profile_overlap.core import intervals as iv
+
+
+@dataclass(frozen=True, eq=False)
+class StepTable:
+    """A rank's profiled steps, one row per `ProfilerStep#N` window (in the --steps window): its
+    number and [start_us, end_us), columns of equal length."""
+
+    num: np.ndarray
+    start_us: np.ndarray
+    end_us: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return int(self.num.size)
+
+    def rows(self) -> list[tuple[int, float, float]]:
+        """(step, start_us, end_us) per step, as Python numbers."""
+        return list(zip(self.num.tolist(), self.start_us.tolist(), self.end_us.tolist()))
+
+    def union(self) -> iv.Union:
+        """The time the steps cover."""
+        return iv.union(self.start_us, self.end_us)
 
 
 def step_of_launch(cpu_start: np.ndarray, cpu_end: np.ndarray, launch: np.ndarray) -> np.ndarray:

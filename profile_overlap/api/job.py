@@ -16,12 +16,12 @@ from pathlib import Path
 from profile_overlap.analysis.checks import credible_world_size, missing_ranges
 from profile_overlap.analysis.cross_rank import TraceAnalysis
 from profile_overlap.analysis.folder import analyze_dir
-from profile_overlap.analysis.record import timeline_record, traced_record
+from profile_overlap.analysis.record import timeline_of, traced_record
 from profile_overlap.api import layout
 from profile_overlap.core import status
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, STATUS_JSON, TIMELINE_JSON
-from profile_overlap.core.io import write_json_atomic
+from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.load import load_metrics
 from profile_overlap.record.metrics import JOB, Env, JobFacts, RankEnv, RunMetrics, StepTimes
 
@@ -113,14 +113,15 @@ def write_record(job_dir: Path, metrics: RunMetrics, result: TraceAnalysis, *, f
     """metrics.json and timeline.json (what the Overlap tab reads); at the end also the report, the
     record's TensorBoard files and status.json succeeded. During the job, status.json says running."""
     metrics.write(job_dir / METRICS_JSON)
-    write_json_atomic(job_dir / TIMELINE_JSON, timeline_record({layout.JOB_MODE: result}))
+    timeline = timeline_of({layout.JOB_MODE: result})
+    timeline.write(job_dir / TIMELINE_JSON)
     if not final:
         status.write(job_dir, "running")
         return
     from profile_overlap.render import tensorboard, write
 
-    tensorboard.write_run(job_dir, metrics)
-    write.write(job_dir, metrics, check_status=False)
+    tensorboard.write_run(job_dir, metrics, timeline)
+    write.write(job_dir, metrics, timeline=timeline)
     status.write(job_dir, "succeeded")
 
 
@@ -156,9 +157,30 @@ def write_report(
     path: Path, *, out: Path | None = None, formats: tuple[str, ...] = ("html", "md", "json")
 ) -> tuple[Path, list[Path]] | None:
     """`report PATH` for a job: (its job folder, the files written); None for a run of ours."""
-    run_dir = ensure_record(Path(path))
-    if not is_job_record(run_dir):
+    run = _job_run(ensure_record(Path(path)))
+    if run is None:
         return None
     from profile_overlap.render import write
 
-    return run_dir, write.write(run_dir, out=out, formats=formats)
+    return run.dir, write.write_run(run, out=out, formats=formats)
+
+
+def report_run(path: Path) -> Run:
+    """The run `report PATH` reports on, read once: a job's folder (its record built first when it
+    has none, ensure_record), else PATH itself as a run of ours (load_run says what it lacks)."""
+    run_dir = ensure_record(path)
+    run = _read(run_dir)
+    return run if run is not None and (run.metrics.job is not None or run_dir == path) else load_run(path)
+
+
+def _job_run(run_dir: Path) -> Run | None:
+    """run_dir read when its metrics.json is a job's record (not a run of ours)."""
+    run = _read(run_dir)
+    return run if run is not None and run.metrics.job is not None else None
+
+
+def _read(run_dir: Path) -> Run | None:
+    try:
+        return load_run(run_dir)
+    except UserError:
+        return None

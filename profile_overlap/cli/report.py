@@ -115,19 +115,17 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("no run folder given: profile_overlap report RUN_DIR (or --compare RUN_A RUN_B)")
     if args.compare and args.perfetto:
         raise UserError("--perfetto writes one run's trace: leave out --compare, or run `profile_overlap perfetto RUN` per run")
-    from profile_overlap.api.job import ensure_record, write_report
+    from profile_overlap.api.job import ensure_record, report_run
 
     # A job profiled with profile_overlap.trace_handler gets its record built here when it has none.
     if args.compare:
-        a, b = (ensure_record(Path(p)) for p in args.compare)
-        written = write.write_compare(a, b, out=args.out, formats=args.format)
-        gated = load_run(b)
+        a, gated = (load_run(ensure_record(Path(p))) for p in args.compare)
+        written = write.write_compare(a, gated, out=args.out, formats=args.format)
     else:
         if args.perfetto:  # first, so that the report points at it
             _write_perfetto(ensure_record(Path(args.run_dir)), args.out)
-        job = write_report(Path(args.run_dir), out=args.out, formats=tuple(args.format))
-        run_dir, written = job if job else (Path(args.run_dir), write.write(args.run_dir, out=args.out, formats=args.format))
-        gated = load_run(run_dir)
+        gated = report_run(Path(args.run_dir))
+        written = write.write_run(gated, out=args.out, formats=tuple(args.format))
     for path in written:
         print(f"wrote {path}")
     assert gated.metrics.summary is not None  # load_run reads records with their summary

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from profile_overlap.core.json_text import as_python_json
 from profile_overlap.record.dimensions import Dimension, Pipeline
 from profile_overlap.record.exposed import Exposed
 from profile_overlap.record.integrity import IntegrityRecord
@@ -21,6 +22,14 @@ from profile_overlap.record.spread import Spread
 def as_json(record: object) -> Any:
     """A typed record as JSON has it: dicts, lists, str, numbers, None (what json.loads gives back)."""
     return msgspec.json.decode(msgspec.json.encode(record, enc_hook=builtin))
+
+
+def json_bytes(record: object, *, indent: int | None) -> bytes:
+    """A typed record's JSON file (with its final newline), encoded once by msgspec and spelled as
+    `json.dump(as_json(record), f, indent=indent)` spells it (indent None: one line, `,` and `:`
+    without spaces, as json.dumps(..., separators=(",", ":"))): the bytes our records always had."""
+    text = as_python_json(msgspec.json.encode(record, enc_hook=builtin), indent=1 if indent is None else indent)
+    return (text if indent is not None else msgspec.json.format(text, indent=-1)) + b"\n"
 
 
 def builtin(x: Any) -> Any:

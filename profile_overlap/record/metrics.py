@@ -15,8 +15,8 @@ from typing import Any
 import msgspec
 
 from profile_overlap.core import modes
-from profile_overlap.core.io import write_json_atomic
-from profile_overlap.record.analysis import AnalysisRecord, as_json
+from profile_overlap.core.io import write_bytes_atomic
+from profile_overlap.record.analysis import AnalysisRecord, as_json, json_bytes
 from profile_overlap.record.config import RunConfig
 from profile_overlap.record.exposed import Exposed
 from profile_overlap.record.noise import NoiseSummary, percentile
@@ -115,7 +115,7 @@ class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.name}: {verdict} ({error} at {where}; tolerance {self.tolerance:.3g} relative; {self.num_checked} checks)"
 
 
-class Spread(msgspec.Struct, frozen=True, kw_only=True):
+class RankRange(msgspec.Struct, frozen=True, kw_only=True):
     """A value over ranks: its mean, least and greatest."""
 
     mean: float
@@ -130,9 +130,9 @@ class CollectiveRow(msgspec.Struct, frozen=True, kw_only=True):
     size_per_call: float | None
     calls: tuple[int, int]
     """min and max over ranks (equal in a healthy run)."""
-    time_per_call_us: Spread
-    algbw_gbps: Spread | None
-    busbw_gbps: Spread | None
+    time_per_call_us: RankRange
+    algbw_gbps: RankRange | None
+    busbw_gbps: RankRange | None
 
 
 class PhaseSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -395,8 +395,15 @@ class RunMetrics(msgspec.Struct, frozen=True, kw_only=True):
         plain["config"] = self.config.to_json()
         return plain
 
+    def json_bytes(self, *, indent: int | None = 2) -> bytes:
+        """The record's JSON file (to_json's object), encoded once from the structs: the config with the
+        keys it was read with, every other field as its struct."""
+        fields: dict[str, Any] = {name: getattr(self, name) for name in self.__struct_fields__}
+        fields["config"] = self.config.to_json()
+        return json_bytes(fields, indent=indent)
+
     def write(self, path: Path) -> Path:
         """metrics.json, atomically: indented for reading up to INDENTED_RANKS ranks in a mode; above, on one
         line (at 1,024 ranks indentation makes it 2.6x larger, and the Overlap tab fetches and parses all of it)."""
         ranks = max((len(m.analysis.ranks) for m in self.modes.values() if m.analysis), default=0)
-        return write_json_atomic(path, self.to_json(), indent=2 if ranks <= INDENTED_RANKS else None)
+        return write_bytes_atomic(path, [self.json_bytes(indent=2 if ranks <= INDENTED_RANKS else None)])

@@ -31,11 +31,11 @@ from profile_overlap.record.metrics import (
     PhaseCollective,
     PhaseInterference,
     PhaseSummary,
+    RankRange,
     RelativeSpeedup,
     RunMetrics,
     RunSummary,
     Speedup,
-    Spread,
     StepTimes,
 )
 
@@ -148,8 +148,8 @@ def speedup(modes: dict[str, ModeMetrics]) -> Speedup | None:
     return Speedup(measured=measured, predicted=predicted)
 
 
-def _spread(values: list[float]) -> Spread:
-    return Spread(mean=statistics.fmean(values), min=min(values), max=max(values))
+def _spread(values: list[float]) -> RankRange:
+    return RankRange(mean=statistics.fmean(values), min=min(values), max=max(values))
 
 
 def _collectives(ranks: Sequence[RankRecord]) -> tuple[CollectiveRow, ...]:

@@ -11,6 +11,8 @@ from typing import Any
 import msgspec
 
 from profile_overlap.core.errors import UserError
+from profile_overlap.core.io import write_bytes_atomic
+from profile_overlap.record.analysis import json_bytes
 from profile_overlap.record.heatmap import Heatmap
 
 
@@ -72,6 +74,10 @@ class Timeline(msgspec.Struct, frozen=True, kw_only=True):
     schema: str = ""
     """One line saying what the arrays hold (analysis/record.TIMELINE_SCHEMA)."""
     modes: dict[str, TimelineMode] = {}
+
+    def write(self, path: Path) -> Path:
+        """timeline.json, atomically and indented, encoded once from the structs."""
+        return write_bytes_atomic(path, [json_bytes(self, indent=2)])
 
 
 def as_timeline(data: Timeline | dict[str, Any]) -> Timeline:

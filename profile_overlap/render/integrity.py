@@ -1,6 +1,6 @@
 """The integrity checks, rendered: compact console lines, the report's Integrity section and the
 verdict's sentence on numbers that rest on a failed check. Reads the record's checks
-(record/integrity.py, or the analysis's own Check objects: same fields); computes nothing."""
+(record/integrity.py); computes nothing."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from collections.abc import Mapping, Sequence
 
 from rich.console import Console
 
-from profile_overlap.record.integrity import IntegrityRecord
+from profile_overlap.record.integrity import IntegrityCheck, IntegrityRecord
 from profile_overlap.record.metrics import RunMetrics
 from profile_overlap.render.document import Inline, Paragraph, Ref, Section, Table
 
 
-def console_lines(checks: Sequence, *, prefix: str = "integrity") -> list[str]:
+def console_lines(checks: Sequence[IntegrityCheck], *, prefix: str = "integrity") -> list[str]:
     """One line per check that is not ok (errors first), or one line saying all are ok."""
     bad = [c for c in checks if c.status == "error"] + [c for c in checks if c.status == "warning"]
     if not checks:

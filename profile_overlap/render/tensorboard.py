@@ -80,17 +80,18 @@ COMPARE_CHARTS = (
 )
 
 
-def write_run(run_dir: Path | str, metrics: RunMetrics | None = None) -> list[Path]:
+def write_run(run_dir: Path | str, metrics: RunMetrics | None = None, spans: Timeline | None = None) -> list[Path]:
     """Write one event file into every mode folder of a finished run; returns their paths.
-    Writing again replaces the event files this module wrote before."""
+    Writing again replaces the event files this module wrote before. Without `metrics`, the run's
+    metrics.json and timeline.json are read; with it, `spans` is its timeline (None: none)."""
     run_dir = Path(run_dir)
     if metrics is None:
         path = run_dir / METRICS_JSON
         if not path.exists():
             raise UserError(f"{path} not found; pass a finished run folder (runs/<run>)")
         metrics = load_metrics(path)
-    spans_path = run_dir / TIMELINE_JSON
-    spans = load_timeline(spans_path) if spans_path.exists() else None
+        spans_path = run_dir / TIMELINE_JSON
+        spans = load_timeline(spans_path) if spans_path.exists() else None
     wall_s = time.time()
     written = []
     for i, mode in enumerate(metrics.modes):

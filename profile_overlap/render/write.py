@@ -8,9 +8,10 @@ from functools import partial
 from pathlib import Path
 
 from profile_overlap.core.files import REPORT_HTML, REPORT_JSON, REPORT_MD, TIMELINE_PNG
-from profile_overlap.core.io import ensure_writable_dir, replace_atomically, write_json_atomic, write_text_atomic
+from profile_overlap.core.io import ensure_writable_dir, replace_atomically, write_bytes_atomic, write_json_atomic, write_text_atomic
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.metrics import RunMetrics
+from profile_overlap.record.timeline import Timeline
 from profile_overlap.render.compare import build_compare, compare_record
 from profile_overlap.render.document import Picture
 from profile_overlap.render.report import build
@@ -22,18 +23,20 @@ def write(
     run_dir: Path,
     metrics: RunMetrics | None = None,
     *,
+    timeline: Timeline | None = None,
     out: Path | None = None,
     formats: tuple[str, ...] = FORMATS,
-    check_status: bool = True,
 ) -> list[Path]:
     """Write report.html / report.md (+ timeline.png) / report.json for one run. At the end of a
-    run, `outputs.render_all` passes the metrics it holds and check_status=False (status.json
-    still says running then)."""
-    run_dir = Path(run_dir)
-    run = load_run(run_dir)
-    if not check_status:
-        run = Run(dir=run.dir, metrics=metrics or run.metrics, timeline=run.timeline, status=None)
-    out = Path(out) if out else run_dir
+    run, `outputs.render_all` passes the metrics and timeline it holds (nothing is read back; its
+    status.json still says running then); without them, the run folder is read (load_run)."""
+    run = load_run(Path(run_dir)) if metrics is None else Run(dir=Path(run_dir), metrics=metrics, timeline=timeline, status=None)
+    return write_run(run, out=out, formats=formats)
+
+
+def write_run(run: Run, *, out: Path | None = None, formats: tuple[str, ...] = FORMATS) -> list[Path]:
+    """The report files of a run already read (`report RUN_DIR` gates on the same record)."""
+    out = Path(out) if out else run.dir
     ensure_writable_dir(out)
     report = build(run)
     fig = _figure(run) if ("html" in formats or "md" in formats) else None
@@ -63,13 +66,13 @@ def write_files(report, metrics: RunMetrics, fig, *, out: Path, formats: tuple[s
             written.append(replace_atomically(out / picture.name, partial(_write_bytes, data=picture.png)))
         written.append(write_text_atomic(out / REPORT_MD, report_md.render(report, figure_png=png)))
     if "json" in formats:
-        write_json_atomic(out / REPORT_JSON, metrics.to_json())
+        write_bytes_atomic(out / REPORT_JSON, [metrics.json_bytes(indent=2)])
         written.append(out / REPORT_JSON)
     return written
 
 
-def write_compare(a_dir: Path, b_dir: Path, *, out: Path | None = None, formats: tuple[str, ...] = FORMATS) -> list[Path]:
-    a, b = load_run(a_dir), load_run(b_dir)
+def write_compare(a: Run, b: Run, *, out: Path | None = None, formats: tuple[str, ...] = FORMATS) -> list[Path]:
+    """The before/after report of two runs already read (`report --compare` gates on b)."""
     out = Path(out) if out else Path.cwd()
     ensure_writable_dir(out)
     stem = f"compare-{_safe(a.name)}-vs-{_safe(b.name)}"

@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from profile_overlap.analysis.cross_rank import TraceAnalysis, combine
 from profile_overlap.analysis.per_rank import analyze_rank
-from profile_overlap.analysis.record import analysis_record, timeline_record
+from profile_overlap.analysis.record import analysis_record, timeline_of
 from profile_overlap.core import rank_output
 from profile_overlap.core import status as run_status
 from profile_overlap.core.errors import UserError
@@ -306,9 +306,10 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
             run_status.write(run_dir, "failed", reason="verification failed: " + "; ".join(c.describe() for c in failed))
         rank_output.say("  writing metrics.json, the report and TensorBoard files")
         metrics.write(run_dir / METRICS_JSON)
-        if any(analyses.values()):
-            write_json_atomic(run_dir / TIMELINE_JSON, timeline_record(analyses))
-        outputs.render_all(run_dir, metrics)
+        timeline = timeline_of(analyses) if any(analyses.values()) else None
+        if timeline is not None:
+            timeline.write(run_dir / TIMELINE_JSON)
+        outputs.render_all(run_dir, metrics, timeline)
         console.print_run_summary(metrics)
         if not failed:
             run_status.write(run_dir, "succeeded")

@@ -12,10 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from profile_overlap.analysis.cross_rank import TraceAnalysis
-from profile_overlap.analysis.record import timeline_record, traced_record
+from profile_overlap.analysis.record import timeline_of, traced_record
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, TIMELINE_JSON
-from profile_overlap.core.io import write_json_atomic
 from profile_overlap.record.metrics import FOLDER, FOLDER_MODE, Env, JobFacts, RankEnv, RunMetrics, StepTimes
 
 FOREIGN_MODE = FOLDER_MODE
@@ -56,7 +55,7 @@ def write_plugin_data(out_dir: Path, result: TraceAnalysis) -> Path:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         plugin_metrics(result, out_dir=out_dir).write(out_dir / METRICS_JSON)
-        write_json_atomic(out_dir / TIMELINE_JSON, timeline_record({FOREIGN_MODE: result}))
+        timeline_of({FOREIGN_MODE: result}).write(out_dir / TIMELINE_JSON)
     except OSError as err:
         raise UserError(
             f"cannot write the TensorBoard data to {out_dir}: {err.strerror}; pick a writable folder with --tensorboard OUT"

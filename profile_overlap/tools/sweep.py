@@ -35,7 +35,7 @@ from profile_overlap.core.files import CONFIG_JSON, METRICS_JSON, SWEEP_JSON
 from profile_overlap.run import config as run_config
 from profile_overlap.run import flags
 from profile_overlap.tools.sweep_axes import series_of
-from profile_overlap.tools.sweep_record import WORKLOAD, Crossover, ModeEntry, SweepPoint, SweepRecord, Workload
+from profile_overlap.tools.sweep_record import WORKLOAD, ModeEntry, SweepCrossover, SweepPoint, SweepRecord, Workload
 
 _FLAGS = {f.name: f for f in flags.flags(run_config.Config)}
 KNOBS = {name: _FLAGS[name] for name in ("dim", "layers", "batch", "dtype", "model", "heads", "seq_len")}
@@ -218,7 +218,7 @@ def sweep_record(sweep: SweepConfig, point_dirs: list[Path]) -> SweepRecord:
     return SweepRecord(vary=vary, modes=modes, points=points, crossover=crossover(points, sweep.vary, modes))
 
 
-def crossover(points: list[SweepPoint], vary, modes: list[str]) -> list[Crossover]:
+def crossover(points: list[SweepPoint], vary, modes: list[str]) -> list[SweepCrossover]:
     """Per series (one per combination of the other knobs): the first x where the second mode (split
     by default) beats the first (sequential) after an x where it did not, or a statement that it
     never/always did. A knob of names (model, dtype) is taken in the order given."""
@@ -237,7 +237,7 @@ def crossover(points: list[SweepPoint], vary, modes: list[str]) -> list[Crossove
             kind = "crossover"
         point = wins[first_win][2] if first_win is not None else None
         out.append(
-            Crossover(
+            SweepCrossover(
                 series=other,
                 mode=mode,
                 baseline=baseline,

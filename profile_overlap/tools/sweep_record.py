@@ -68,7 +68,7 @@ class SweepPoint(msgspec.Struct, frozen=True, kw_only=True):
 POINT_KEYS = frozenset(SweepPoint.__struct_fields__) - {"modes"}
 
 
-class Crossover(msgspec.Struct, frozen=True, kw_only=True):
+class SweepCrossover(msgspec.Struct, frozen=True, kw_only=True):
     series: dict[str, Any]
     mode: str | None = None
     """The mode that may beat the baseline (records before this key: the second mode)."""
@@ -83,7 +83,7 @@ class SweepRecord(msgspec.Struct, frozen=True, kw_only=True):
     vary: dict[str, list[Any]]
     modes: list[str]
     points: list[SweepPoint]
-    crossover: list[Crossover]
+    crossover: list[SweepCrossover]
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> SweepRecord:
@@ -96,7 +96,9 @@ class SweepRecord(msgspec.Struct, frozen=True, kw_only=True):
             for p in raw["points"]
         ]
         modes = raw.get("modes") or [m for m in FORMER_MODES if points and m in points[0].modes]
-        return cls(vary=raw["vary"], modes=list(modes), points=points, crossover=[msgspec.convert(c, Crossover) for c in raw["crossover"]])
+        return cls(
+            vary=raw["vary"], modes=list(modes), points=points, crossover=[msgspec.convert(c, SweepCrossover) for c in raw["crossover"]]
+        )
 
     def to_json(self) -> dict[str, Any]:
         """sweep.json's layout."""

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from profile_overlap.core.modes import MODES
-from profile_overlap.tools.whatif_replay import COMM, COMPUTE, StepTimes, Task, replay, step_times
+from profile_overlap.tools.whatif_replay import COMM, COMPUTE, ReplayedStep, Task, replay, step_times
 
 _RING_STEPS = {
     "all_reduce": lambda n: 2 * (n - 1),
@@ -299,7 +299,7 @@ def _fsdp2(graph: StepGraph, out: list[Task], step: int, carry: dict) -> None:
     _optimizer(graph, out, step, tuple(rs[-1:]))
 
 
-def simulate(graph: StepGraph) -> StepTimes:
+def simulate(graph: StepGraph) -> ReplayedStep:
     """The steady-state step of `graph`: the second of three back-to-back replayed steps."""
     task_list = tasks(graph, num_steps=3)
     return step_times(task_list, replay(task_list), step=1)

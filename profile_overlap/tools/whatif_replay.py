@@ -45,7 +45,7 @@ class Task:
 
 
 @dataclass(frozen=True)
-class StepTimes:
+class ReplayedStep:
     """One replayed step: its length and the overlap numbers inside it (docs/metrics.md "What if")."""
 
     step_us: float
@@ -138,7 +138,7 @@ def _intersect(x: list[tuple[float, float]], y: list[tuple[float, float]]) -> li
     return out
 
 
-def step_times(tasks: Sequence[Task], times: Sequence[tuple[float, float]], *, step: int) -> StepTimes:
+def step_times(tasks: Sequence[Task], times: Sequence[tuple[float, float]], *, step: int) -> ReplayedStep:
     """The overlap numbers of replayed step `step`: its window runs from the start of its first
     compute task to the start of step + 1's (which must be in `tasks`); every task's running time
     is clipped to the window, whatever step issued it."""
@@ -152,4 +152,4 @@ def step_times(tasks: Sequence[Task], times: Sequence[tuple[float, float]], *, s
         return _union([(max(a, lo), min(b, hi)) for t, (a, b) in zip(tasks, times) if t.stream == stream and b > lo and a < hi])
 
     comm, compute = clipped(COMM), clipped(COMPUTE)
-    return StepTimes(step_us=hi - lo, comm_us=_length(comm), compute_us=_length(compute), overlap_us=_length(_intersect(comm, compute)))
+    return ReplayedStep(step_us=hi - lo, comm_us=_length(comm), compute_us=_length(compute), overlap_us=_length(_intersect(comm, compute)))
