@@ -7,6 +7,12 @@ a seeded jitter of ±`jitter` so medians matter. `write` writes one Kineto trace
 (aten operators on the main thread, each with a short operator inside it, gloo work on a worker
 thread, the c10d op at the call's issue) or GPU-style (compute kernels on stream 7 each with its
 cudaLaunchKernel, the NCCL kernel on stream 20).
+
+Two options plant what the trace does not show plainly. `prefetch`: every step's forward runs beside
+an all_gather launched at the end of the step before (the split's prefetch), so the forward is slowed
+throughout; step 0's was launched before the profiler started, so the trace has no event of it.
+`queued_us` (CPU style): gloo's worker starts the all_reduce that long after its c10d op launched it;
+the backward's second pass runs slowed from the launch on.
 """
 
 from __future__ import annotations
@@ -19,6 +25,11 @@ from synthetic import write_trace
 
 OPERATORS = (("aten::mm", [[64, 64], [64, 64]], 100.0), ("aten::add", [[64, 64], [64, 64]], 40.0), ("aten::mm", [[32, 64], [64, 64]], 70.0))
 """(name, Input Dims, alone µs): two aten::mm of different shapes are two operators."""
+NCCL = {
+    "all_reduce": ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "allreduce"),
+    "all_gather": ("ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "allgather"),
+}
+GLOO = {"all_reduce": ("c10d::allreduce_", "gloo:all_reduce"), "all_gather": ("c10d::_allgather_base_", "gloo:all_gather")}
 GPU_KERNELS = ("void gemm_64x64_kernel(float*)", "void elementwise_add_kernel(float*)", "void gemm_32x64_kernel(float*)")
 
 
@@ -32,22 +43,28 @@ def _pass(t: float, rng: np.random.Generator, *, factor: float, jitter: float) -
     return out, t
 
 
-def plan(*, slowdown: float, steps: int = 8, jitter: float = 0.02, seed: int = 0) -> dict:
+def plan(*, slowdown: float, steps: int = 8, jitter: float = 0.02, seed: int = 0, prefetch: bool = False, queued_us: float = 0.0) -> dict:
     """One rank's steps: {"steps": [(n, start, end)], "phases": [(name, start, end)], "ops": [(i, start,
-    end)], "calls": [(issue, start, end)]}; the backward's second pass runs `slowdown` longer, beside a call."""
+    end)], "calls": [(kind, issue, start, end)]}; the backward's second pass runs `slowdown` longer, beside
+    a call (and with `prefetch`, the forward too)."""
     rng = np.random.default_rng(seed)
     out: dict = {"steps": [], "phases": [], "ops": [], "calls": []}
     t = 1000.0
+    gather = None  # the all_gather launched at the end of the step before: (issue, start)
     for n in range(steps):
         step_start = t
-        fwd, t = _pass(t, rng, factor=1.0, jitter=jitter)
+        fwd, t = _pass(t, rng, factor=1.0 + slowdown if prefetch else 1.0, jitter=jitter)
+        if gather is not None:
+            out["calls"].append(("all_gather", *gather, t + 5))
         out["phases"].append(("forward", step_start, t))
         bwd_start = t + 5
         first, t = _pass(bwd_start, rng, factor=1.0, jitter=jitter)
         issue = t
         second, t = _pass(t + 10, rng, factor=1.0 + slowdown, jitter=jitter)
-        out["calls"].append((issue, issue + 2, t + 20))  # in flight over the whole second pass
+        out["calls"].append(("all_reduce", issue, issue + 2 + queued_us, t + 20))  # in flight over the whole second pass
         t += 40
+        if prefetch:
+            gather = (t, t + 2)
         out["phases"].append(("backward", bwd_start, t))
         out["ops"] += fwd + first + second
         t += 30
@@ -64,10 +81,11 @@ def cpu_doc(p: dict, *, rank: int, world: int) -> dict:
         name, dims, _ = OPERATORS[i]
         events.append(_x("cpu_op", name, PID, s, e - s, {"Input Dims": dims, "Input type": ["float", "float"]}))
         events.append(_x("cpu_op", "aten::as_strided", PID, s + 1, 2, {"Input Dims": [[64]]}))  # inside it, not counted
-    for issue, s, e in p["calls"]:
+    for kind, issue, s, e in p["calls"]:
         sizes = {"Input Dims": [[1024]], "Input type": ["float"]}
-        events.append(_x("cpu_op", "c10d::allreduce_", PID, issue, 1, sizes))
-        events.append(_x("user_annotation", "gloo:all_reduce", PID + 20, s, e - s, sizes))
+        op, work = GLOO[kind]
+        events.append(_x("cpu_op", op, PID, issue, 1, sizes))
+        events.append(_x("user_annotation", work, PID + 20, s, e - s, sizes))
     return _head(rank, world, "gloo", events)
 
 
@@ -76,9 +94,8 @@ def gpu_doc(p: dict, *, rank: int, world: int) -> dict:
     events += [_x("user_annotation", f"ProfilerStep#{n}", PID, s, e - s) for n, s, e in p["steps"]]
     events += [_x("user_annotation", name, PID, s, e - s) for name, s, e in p["phases"]]
     kernels = [(7, GPU_KERNELS[i], s, e, {}) for i, s, e in p["ops"]]
-    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
-    comm_args = {"Collective name": "allreduce", "In msg nelems": 1024, "Out msg nelems": 1024, "Group size": world, "dtype": "Float"}
-    kernels += [(20, nccl, s, e, comm_args | {"Process Group Name": "0"}) for _, s, e in p["calls"]]
+    comm_args = {"In msg nelems": 1024, "Out msg nelems": 1024, "Group size": world, "dtype": "Float", "Process Group Name": "0"}
+    kernels += [(20, NCCL[kind][0], s, e, comm_args | {"Collective name": NCCL[kind][1]}) for kind, _, s, e in p["calls"]]
     for corr, (stream, name, s, e, args) in enumerate(sorted(kernels, key=lambda k: k[2]), start=1):
         events.append(_x("cuda_runtime", "cudaLaunchKernel", PID, s, 0.5, {"correlation": corr, "External id": corr}))
         events.append(

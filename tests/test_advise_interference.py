@@ -9,10 +9,15 @@ import shutil
 import pytest
 
 from profile_overlap.record.advice import AdviceItem, load_advice
+from profile_overlap.record.call_cost import BANDWIDTH, FIT, LATENCY
+from profile_overlap.record.config import RunConfig
 from profile_overlap.record.interference_used import NONE, OPERATORS, SPLIT_BLOCKING, UsedInterference
 from profile_overlap.render.advice import item_line
+from profile_overlap.tools import advise_replay
+from profile_overlap.tools import whatif_model as model
 from profile_overlap.tools.advise import overlap_costs
 from profile_overlap.tools.advise_replay import Candidate
+from profile_overlap.tools.whatif import Measured, MeasuredCall
 
 from conftest import cli
 
@@ -116,3 +121,58 @@ def test_a_planted_interference_is_charged_in_the_ddp_advice_and_named_in_it(eng
     assert set(gains[300.0]) == set(gains[None]) == {"ddp-bucket", "ddp-first-bucket"}
     assert all(gains[300.0][k] <= gains[None][k] + 1e-9 for k in gains[None])
     assert any(gains[300.0][k] < gains[None][k] - 0.1 for k in gains[None])
+
+
+# ---------------------------------------------------------------- the per-call cost of more buckets
+
+MIB = 2**20
+
+
+def _one_bucket_ddp() -> tuple[advise_replay.Replayed, list[tuple[int, int]], RunConfig]:
+    """Two units of 1 MiB (F 1 each; backward B1 then B0, 4 µs each; Adam 0.5 each) in one bucket: its
+    2 MiB all_reduce (6 µs measured) starts when B0 ends, overlapping nothing. Step: 2 + 8 + 6 + 1 = 17."""
+    comms = (model.Comm("all_reduce", 2 * MIB, "backward", 0, 6.0),)
+    g = model.StepGraph("ddp", 0.0, (1.0, 1.0), (4.0, 4.0), (0.5, 0.5), comms)
+    r = advise_replay.Replayed(mode="ddp", graph=g, step_us=model.simulate(g).step_us, profiled_ms=None)
+    return r, [(0, MIB), (1, MIB)], RunConfig(mode="ddp", model="mlp", layers=2)
+
+
+def _measured(*calls: tuple[int, float]) -> dict[str, Measured]:
+    m = Measured(
+        mode="ddp",
+        pre_us=0.0,
+        phase_us={"forward": 2.0, "backward": 8.0, "optimizer": 1.0},
+        calls=tuple(MeasuredCall(kind="all_reduce", nbytes=n, phase="backward", dur_us=d) for n, d in calls),
+        backward_cuts=None,
+        step_ms=None,
+        profiled_ms=None,
+    )
+    return {"ddp": m}
+
+
+def test_one_call_size_leaves_latency_and_bandwidth_apart_so_the_call_cost_has_two_readings():
+    by_byte, by_call = advise_replay.call_costs(_measured((2 * MIB, 6.0), (2 * MIB, 8.0)))
+    assert (by_byte.source, by_byte.latency_us, by_byte.us_per_mib, by_byte.us(MIB)) == (BANDWIDTH, 0.0, 3.5, 3.5)
+    assert (by_call.source, by_call.latency_us, by_call.us_per_mib, by_call.us(MIB)) == (LATENCY, 7.0, 0.0, 7.0)
+    # Sizes apart: one reading, the line through them (2 µs a call, 2 µs per MiB).
+    (fit,) = advise_replay.call_costs(_measured((MIB, 4.0), (3 * MIB, 8.0)))
+    assert (fit.source, fit.latency_us, fit.us_per_mib) == (FIT, pytest.approx(2.0), pytest.approx(2.0))
+
+
+def test_two_buckets_where_the_call_cost_is_unknown_are_predicted_at_the_lower_reading_and_not_advised():
+    """Two 1 MiB buckets. All bandwidth: each all_reduce 3 µs, the first [6, 9) beside B0 [6, 10), the
+    second [10, 13), Adam to 14: 3 µs faster. All latency: each 6 µs, [6, 12) and [12, 18), Adam to 19:
+    2 µs slower. The item quotes the lower, -2 µs, with both in its range: slower, not advised."""
+    r, params, cfg = _one_bucket_ddp()
+    assert r.step_us == pytest.approx(17.0)
+    costs = advise_replay.call_costs(_measured((2 * MIB, 6.0)))
+    (c,) = [c for c in advise_replay.ddp(r, params, cfg, costs) if c.kind == "ddp-bucket"]
+    assert c.flag == "--bucket-cap-mb 1"
+    assert c.gain_range_us == pytest.approx((-2.0, 3.0))
+    assert c.gain_us == pytest.approx(-2.0)
+    assert c.call_cost == costs
+    assert "all latency" in c.change and "the gain is the lower" in c.change
+    # With the cost fitted from calls of two sizes the one reading stands alone.
+    (fit,) = advise_replay.call_costs(_measured((MIB, 3.0), (2 * MIB, 6.0)))
+    (c,) = [c for c in advise_replay.ddp(r, params, cfg, (fit,)) if c.kind == "ddp-bucket"]
+    assert c.gain_range_us is None and c.gain_us == pytest.approx(3.0)

@@ -49,6 +49,30 @@ def test_no_slowdown_planted_measures_no_interference(tmp_path, style):
     assert x["low_pct"] <= 0 <= x["high_pct"]
 
 
+@pytest.mark.parametrize("style", STYLES)
+def test_a_forward_beside_prefetched_all_gathers_is_not_measured_against_the_first_step_whose_gathers_the_trace_missed(tmp_path, style):
+    """Every forward runs 25% slower beside an all_gather launched at the end of the step before; step
+    0's was launched before the profiler started, so the trace shows no event of it. Counted alone,
+    step 0's forward would pair with the others' and read 0% (pulling the rank's figure to about 12%);
+    the calls before the first launch the trace shows are left out, so the forward has nothing seen
+    alone and no figure, and the rank reads the backward's 25%."""
+    x = _interference(interference_traces.write(tmp_path, slowdown=0.25, style=style, prefetch=True))
+    assert x["slowdown_pct"] == pytest.approx(25, abs=2)
+    for rank in ("0", "1"):
+        assert x["ranks"][rank]["phases"]["forward"]["slowdown_pct"] is None
+        assert x["ranks"][rank]["phases"]["backward"]["slowdown_pct"] == pytest.approx(25, abs=2)
+
+
+def test_a_collective_is_in_flight_from_its_launch_while_it_waits_for_gloo_s_worker(tmp_path):
+    """gloo's worker starts the all_reduce 150 µs after its c10d op launched it, and the backward's second
+    pass runs beside it from the launch: its first operator (125 µs) ends before the work starts. From
+    the launch on, all three operators are beside it: 3 pairs a step, at 25%. (From the work's start,
+    the first would count alone and the second partly covered: 1 pair a step.)"""
+    x = _interference(interference_traces.write(tmp_path, slowdown=0.25, style="cpu", queued_us=150.0))
+    assert x["pairs"] == 2 * 8 * 3
+    assert x["slowdown_pct"] == pytest.approx(25, abs=2)
+
+
 def test_without_jitter_the_figure_is_exact_and_its_interval_has_no_width(tmp_path):
     x = _interference(interference_traces.write(tmp_path, slowdown=0.25, style="cpu", jitter=0.0))
     assert (x["slowdown_pct"], x["low_pct"], x["high_pct"]) == pytest.approx((25.0, 25.0, 25.0), abs=1e-6)
@@ -85,7 +109,8 @@ def test_operators_of_other_shapes_are_not_paired(tmp_path):
 
 
 def test_too_few_pairs_give_no_figure_and_analyze_says_so(tmp_path, capsys):
-    folder = interference_traces.write(tmp_path / "t", slowdown=0.25, style="cpu", steps=1)
+    # One rank, two steps: step 0's calls before its first launch are left out, so 2 x 3 pairs.
+    folder = interference_traces.write(tmp_path / "t", slowdown=0.25, style="cpu", steps=2, ranks=1)
     x = _interference(folder)
     assert x["pairs"] == 2 * 3 and x["slowdown_pct"] is None and x["low_pct"] is None
     assert main(["analyze", str(folder)]) == 0

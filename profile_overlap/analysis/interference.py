@@ -6,7 +6,12 @@ An operator is one outermost compute event: on CPU a main-thread operator inside
 operator (so each moment counts once, and an operator's own time, such as a matmul's, is in it),
 known by its name and `Input Dims`; on GPU a compute kernel, known by its kernel name. A call ran
 *alone* when no communication was in flight at any moment of it, *beside* communication when
-communication was in flight for the whole of it (calls partly covered are left out). For each
+communication was in flight for the whole of it (calls partly covered are left out). A collective
+is in flight from its launch to its end: on CPU from its c10d op on the calling thread (the call is
+queued for gloo's worker thread from then) to the end of its gloo work; on GPU its kernel. A
+collective launched before the profiler started is not in the trace, yet it can still be in flight
+(the split's first forward waits for all_gathers its profiler warmup step launched), so the calls
+that start before the first collective the trace shows launching are left out. For each
 operator of a phase seen both ways, its n_b beside calls pair with its alone calls:
 
     slowdown = Σ_k n_b,k · median(beside_k) / Σ_k n_b,k · median(alone_k) − 1
@@ -31,6 +36,7 @@ from functools import lru_cache
 import numpy as np
 
 from profile_overlap.analysis.array_eq import ArrayEq
+from profile_overlap.analysis.call_columns import Calls
 from profile_overlap.analysis.trace import Events
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.modes import PHASES
@@ -149,9 +155,11 @@ def measure(
     phase_start: np.ndarray,
     phase_end: np.ndarray,
     rank: int,
+    calls: Calls | None = None,
 ) -> RankSample:
     """One rank's interference from its files' operators, the union of its communication, its
-    profiled steps' time and its phase windows (classify.PHASES codes)."""
+    profiled steps' time and its phase windows (classify.PHASES codes). `calls`: the rank's
+    collectives over the whole trace; each is in flight from its launch (`in_flight`)."""
     keys: dict[str, int] = {}
     parts = []
     for ops in operators:
@@ -161,6 +169,10 @@ def measure(
     end = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
     key = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
     inside = iv.covers(steps, start) & iv.covers(steps, np.nextafter(end, -np.inf))
+    if calls is not None and len(calls):
+        flight, seen_from = in_flight(calls)
+        comm = iv.union(np.concatenate([comm[0], flight[0]]), np.concatenate([comm[1], flight[1]]))
+        inside &= start >= seen_from
     start, end, key = start[inside], end[inside], key[inside]
     dur = end - start
     covered = _covered(comm, start, end)
@@ -178,6 +190,15 @@ def measure(
         if mine.any():
             out.append((name, _sample(key[mine], dur[mine], alone[mine], beside[mine], rng)))
     return RankSample(tuple(out))
+
+
+def in_flight(calls: Calls) -> tuple[iv.Union, float]:
+    """When the rank's collectives were in flight, each from its launch (CPU: its c10d op; else its
+    start) to its end, and the first launch the trace shows: before it, a collective launched before
+    the profiler started can be in flight unseen."""
+    launch = calls.issue_or_start()
+    end = calls.start_us + calls.dur_us
+    return iv.union(np.minimum(launch, calls.start_us), end), float(np.min(launch))
 
 
 def _covered(u: iv.Union, start: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -264,6 +264,7 @@ def finish_rank(
                 phase_start=phase_start,
                 phase_end=phase_end,
                 rank=rank,
+                calls=all_calls,
             )
             if table.size
             else None

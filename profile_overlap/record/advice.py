@@ -12,6 +12,7 @@ import msgspec
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import ADVICE_JSON
+from profile_overlap.record.call_cost import CallCost
 from profile_overlap.record.interference_used import UsedInterference
 
 SCHEMA = 1
@@ -78,6 +79,10 @@ class AdviceItem(msgspec.Struct, frozen=True):
     """Replayed items: per phase, the interference the replay charged the mode's compute beside
     communication and where it came from (definitions: `interference_used`); None for the others
     and in records before it."""
+    call_cost: tuple[CallCost, ...] | None = None
+    """Items that change the number of calls (ddp buckets): the per-call cost the replay charged
+    their new calls (definitions: `advice_call_cost`), one reading, or the two a single call size
+    leaves open (the gain is the lower of their replays); None for the others and in records before it."""
 
 
 class Advice(msgspec.Struct, frozen=True):

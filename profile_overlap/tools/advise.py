@@ -164,7 +164,7 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
                 )
     candidates = list(replay.schedule(replayed, {m: metrics.modes[m].step_time.median_ms for m in modes}))
     if "ddp" in replayed:
-        candidates += replay.ddp(replayed["ddp"], params, cfg, replay.collective_cost(measured, world))
+        candidates += replay.ddp(replayed["ddp"], params, cfg, replay.call_costs(measured, "all_reduce"))
     if "fsdp2" in replayed:
         costs = replay.fsdp_costs(run.dir / "fsdp2")
         candidates += replay.fsdp2(replayed["fsdp2"], cfg, backward_gathers_us=costs.backward_gathers_us)
@@ -182,6 +182,9 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
         mode = metrics.modes[c.mode]
         base, gain, n = mode.step_time.median_ms, c.gain_us / 1e3, noise_ms(mode)
         spread = (errors.get(c.mode, 0.0) / 100 + drift.get(c.mode, 0.0)) * abs(gain) + n + c.fit_error_us / 1e3
+        low, high = gain - spread, gain + spread
+        if c.gain_range_us is not None:  # the call cost's two readings: the interval spans both replays
+            high = c.gain_range_us[1] / 1e3 + spread
         if c.timed:  # two measured medians: their noises add (no replay in it)
             n = math.hypot(n, noise_ms(metrics.modes[c.config["mode"]]))
             spread = n
@@ -197,11 +200,12 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
                 baseline_ms=base,
                 predicted_ms=None if base is None else base - gain,
                 predicted_gain_ms=gain,
-                gain_low_ms=gain - spread,
-                gain_high_ms=gain + spread,
+                gain_low_ms=gain - spread if c.timed else low,
+                gain_high_ms=gain + spread if c.timed else high,
                 worth_it=gain > n,
                 verifiable=True,
                 interference=None if c.timed or c.mode not in measured else tuple(measured[c.mode].interference.values()),
+                call_cost=c.call_cost or None,
             )
         )
     notes += overlap_costs(gains, {m: x.interference for m, x in measured.items()})

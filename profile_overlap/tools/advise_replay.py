@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from profile_overlap.record.call_cost import BANDWIDTH, FIT, LATENCY, CallCost
 from profile_overlap.record.config import RunConfig
 from profile_overlap.run.config import Config, from_record
 from profile_overlap.tools import whatif
@@ -44,6 +45,11 @@ class Candidate:
     less_overlap: bool = False
     """The change takes communication out from under compute (fewer DDP buckets, a forward that
     waits for more all_gathers): a gain says the overlap it removes costs more than it hides."""
+    call_cost: tuple[CallCost, ...] = ()
+    """The per-call costs its new calls were replayed with (`call_costs`); gain_us is the lower of
+    their replays' gains when there are two."""
+    gain_range_us: tuple[float, float] | None = None
+    """With two readings of the call cost: the lower and the higher of their replays' gains."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +165,49 @@ def collective_cost(
     return lambda n: a + b * n
 
 
+def call_costs(measured: dict[str, whatif.Measured], kind: str = "all_reduce", mode: str | None = None) -> tuple[CallCost, ...]:
+    """What one `kind` call costs (definitions: `advice_call_cost`), from the run's calls of that kind
+    (of `mode`'s when given): of several sizes, one reading, the Theil–Sen line (model.robust_line); of
+    one size, two, because latency cannot be told from bandwidth there: all of the calls' time per
+    byte (latency 0) and all of it per call (each call its mean time, whatever its size)."""
+    samples = [
+        (c.nbytes, c.dur_us)
+        for name, m in measured.items()
+        if mode in (None, name)
+        for c in m.calls
+        if c.kind == kind and c.nbytes and c.dur_us > 0
+    ]
+    if not samples:
+        return (CallCost(kind=kind, calls=0, latency_us=0.0, us_per_mib=0.0, source=BANDWIDTH),)
+    if model.apart(min(n for n, _ in samples), max(n for n, _ in samples)):
+        a, b = model.robust_line(samples)
+        return (CallCost(kind=kind, calls=len(samples), latency_us=a, us_per_mib=b * MIB, source=FIT),)
+    total_us, total_bytes = sum(t for _, t in samples), sum(n for n, _ in samples)
+    return (
+        CallCost(kind=kind, calls=len(samples), latency_us=0.0, us_per_mib=total_us / total_bytes * MIB, source=BANDWIDTH),
+        CallCost(kind=kind, calls=len(samples), latency_us=total_us / len(samples), us_per_mib=0.0, source=LATENCY),
+    )
+
+
+def cost_words(costs: tuple[CallCost, ...]) -> str:
+    """'each all_reduce 120 µs + 3.1 ms/MiB (fit to 8 calls)', or for one size its two readings."""
+    if len(costs) == 1:
+        c = costs[0]
+        return f"each {c.kind} {c.latency_us:.3g} µs + {c.us_per_mib / 1e3:.3g} ms/MiB (fit to {c.calls} calls)"
+    by_byte, by_call = costs
+    return (
+        f"the run's {by_byte.kind}s have one size: each new call replayed at {by_byte.us_per_mib / 1e3:.3g} ms/MiB "
+        f"(all bandwidth) and at {by_call.latency_us / 1e3:.3g} ms whatever its size (all latency); the gain is the lower"
+    )
+
+
+def _rebucket_gain(r: Replayed, buckets: tuple[tuple[int, int], ...], costs: tuple[CallCost, ...]) -> dict:
+    """The Candidate fields of a rebucketing: its gain under each reading of the call cost (the lower
+    one as gain_us, both as gain_range_us when there are two)."""
+    gains = [_gain(r, model.rebucket(r.graph, buckets, c.us)) for c in costs]
+    return {"gain_us": min(gains), "call_cost": costs, "gain_range_us": (min(gains), max(gains)) if len(gains) > 1 else None}
+
+
 def fit_residual(measured: dict[str, whatif.Measured], kind: str, mode: str, cost: Callable[[int], float]) -> float:
     """The median relative error of `cost` on `mode`'s measured calls of `kind` (the median: the calls
     that waited for a late rank are what the robust fit leaves out)."""
@@ -168,8 +217,9 @@ def fit_residual(measured: dict[str, whatif.Measured], kind: str, mode: str, cos
     return statistics.median(abs(cost(c.nbytes or 0) - c.dur_us) / c.dur_us for c in calls)
 
 
-def ddp(r: Replayed, params: list[tuple[int, int]], cfg: RunConfig, cost: Callable[[int], float]) -> Iterator[Candidate]:
-    """Bucket caps that cut the gradients into 2..K buckets (one that splits nothing is left out)."""
+def ddp(r: Replayed, params: list[tuple[int, int]], cfg: RunConfig, cost: tuple[CallCost, ...]) -> Iterator[Candidate]:
+    """Bucket caps that cut the gradients into 2..K buckets (one that splits nothing is left out), each
+    bucket's all_reduce costed by each reading of `cost` (call_costs)."""
     first = cfg.first_bucket_mb * MIB if cfg.first_bucket_mb is not None else None
     now = model.ddp_buckets(params, cfg.bucket_cap_mb * MIB, first)
     total = sum(n for _, n in params)
@@ -185,18 +235,18 @@ def ddp(r: Replayed, params: list[tuple[int, int]], cfg: RunConfig, cost: Callab
             kind="ddp-bucket",
             mode="ddp",
             change=f"gradient buckets of {cap_mb:g} MiB: {len(buckets)} all_reduces, the first starting when unit {buckets[0][0]}'s "
-            f"backward ends (now {len(now)} bucket{'s' if len(now) > 1 else ''} of at most {cfg.bucket_cap_mb:g} MiB)",
+            f"backward ends (now {len(now)} bucket{'s' if len(now) > 1 else ''} of at most {cfg.bucket_cap_mb:g} MiB; {cost_words(cost)})",
             flag=f"--bucket-cap-mb {cap_mb:g}",
             code=f"DistributedDataParallel(model, bucket_cap_mb={cap_mb:g})",
             config={"bucket_cap_mb": cap_mb},
-            gain_us=_gain(r, model.rebucket(r.graph, buckets, cost)),
             less_overlap=len(buckets) < len(now),
+            **_rebucket_gain(r, buckets, cost),
         )
     yield from ddp_first_bucket(r, params, cfg, cost, now)
 
 
 def ddp_first_bucket(
-    r: Replayed, params: list[tuple[int, int]], cfg: RunConfig, cost: Callable[[int], float], now: tuple[tuple[int, int], ...]
+    r: Replayed, params: list[tuple[int, int]], cfg: RunConfig, cost: tuple[CallCost, ...], now: tuple[tuple[int, int], ...]
 ) -> Iterator[Candidate]:
     """A first bucket (the gradients ready first) that closes when each of the last units' backward
     ends, the others at the run's --bucket-cap-mb: its all_reduce starts under the rest of backward."""
@@ -213,11 +263,12 @@ def ddp_first_bucket(
             kind="ddp-first-bucket",
             mode="ddp",
             change=f"a first gradient bucket of {first_mb:g} MiB ({buckets[0][1] / MIB:.3g} MiB, all_reduced when unit "
-            f"{buckets[0][0]}'s backward ends), the others at most {cfg.bucket_cap_mb:g} MiB: {len(buckets)} all_reduces",
+            f"{buckets[0][0]}'s backward ends), the others at most {cfg.bucket_cap_mb:g} MiB: {len(buckets)} all_reduces "
+            f"({cost_words(cost)})",
             flag=f"--first-bucket-mb {first_mb:g}",
             code=f"DistributedDataParallel(model, bucket_cap_mb_list=[{first_mb:g}, {cfg.bucket_cap_mb:g}])",
             config={"first_bucket_mb": first_mb},
-            gain_us=_gain(r, model.rebucket(r.graph, buckets, cost)),
+            **_rebucket_gain(r, buckets, cost),
         )
 
 
