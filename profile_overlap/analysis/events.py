@@ -256,9 +256,8 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
     by_ext = np.where(ext_keys[j] == kx, ext_rows[j], -1) if ext_keys.size else np.full(rows.size, -1)
     # The ops a kernel can be launched inside, per thread in time order (ties: the file's order).
     prefixes = (*LIBRARY_OP_PREFIXES, C10D_PREFIX)
-    is_op = np.fromiter(
-        (cpu.name_of(r).startswith(prefixes) and bool(cpu.args[r].input_dims) for r in arg_rows.tolist()), bool, arg_rows.size
-    )
+    op_name = np.array([n.startswith(prefixes) for n in cpu.names] or [False])
+    is_op = op_name[cpu.name[arg_rows]] & cpu.args.with_input_dims() if arg_rows.size else np.zeros(0, dtype=bool)
     ops = arg_rows[is_op]
     ops = ops[np.lexsort((cpu.ts[ops], cpu.tid[ops]))]
     op_tid, op_ts = cpu.tid[ops], cpu.ts[ops]
