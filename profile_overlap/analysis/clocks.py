@@ -28,6 +28,7 @@ uncertainties add in quadrature, bounds add). Aligned time: t_ref = t_rank − o
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import deque
@@ -102,13 +103,16 @@ def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[
     x = np.sort(np.asarray(values, dtype=float))
     n = len(x)
     assert n > 0
-    median = float(np.median(x))
+    # The median of the sorted values as np.median takes it (the mean of the middle two), without
+    # sorting again: one call per pair of ranks aligned (1,023 at 1,024 ranks).
+    median = float(np.median(x)) if np.isnan(x[-1]) else float(x[n // 2]) if n % 2 else float((x[n // 2 - 1] + x[n // 2]) / 2)
     k = _order_statistic(n, confidence)
     if k == 0:
         return median, math.inf
     return median, float(max(median - x[k - 1], x[n - k] - median))
 
 
+@functools.lru_cache(maxsize=1024)
 def _order_statistic(n: int, confidence: float) -> int:
     """The largest k with 2·P(Binomial(n, ½) ≤ k−1) ≤ 1 − confidence (0: none). Exact in integers up
     to n = 400, the normal approximation above (it is then within one order statistic)."""

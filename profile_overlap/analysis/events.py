@@ -256,9 +256,8 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
     by_ext = np.where(ext_keys[j] == kx, ext_rows[j], -1) if ext_keys.size else np.full(rows.size, -1)
     # The ops a kernel can be launched inside, per thread in time order (ties: the file's order).
     prefixes = (*LIBRARY_OP_PREFIXES, C10D_PREFIX)
-    is_op = np.fromiter(
-        (cpu.name_of(r).startswith(prefixes) and bool(cpu.args[r].input_dims) for r in arg_rows.tolist()), bool, arg_rows.size
-    )
+    op_name = np.array([n.startswith(prefixes) for n in cpu.names] or [False])
+    is_op = op_name[cpu.name[arg_rows]] & cpu.args.with_input_dims() if arg_rows.size else np.zeros(0, dtype=bool)
     ops = arg_rows[is_op]
     ops = ops[np.lexsort((cpu.ts[ops], cpu.tid[ops]))]
     op_tid, op_ts = cpu.tid[ops], cpu.ts[ops]
@@ -276,7 +275,8 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
         return r if cpu.ts[r] + cpu.dur[r] >= launch[i] else None
 
     n = rows.size
-    kinds, pgs, hints = [], [], []
+    kinds, pgs = [], []
+    hints = labeller.hints(launch, launch_tid)
     memo: dict[tuple[int, int, int, int], tuple[str, int | None, str, int | None]] = {}
     nbytes_col = np.full(n, UNKNOWN, dtype=np.int64)
     group_col = np.full(n, UNKNOWN, dtype=np.int64)
@@ -324,7 +324,6 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
             peer[i] = given if given is not None else others[0] if len(ranks) == 2 and len(others) == 1 else UNKNOWN
         nbytes_col[i] = UNKNOWN if nbytes is None else nbytes
         group_col[i] = UNKNOWN if group is None else group
-        hints.append(labeller.hint(launch[i], launch_tid[i]))
     return Calls.build(
         kind=kinds,
         pg=pgs,
@@ -414,9 +413,15 @@ def _cpu_events(
     compute, compute_rows = compute.take(kept), compute_rows[kept]
 
     n = gloo_rows.size
-    kinds, hints = [], []
+    kinds = []
     nbytes_col = np.full(n, UNKNOWN, dtype=np.int64)
     issued = np.full(n, np.nan)
+    # The engine labels around each call's c10d op (none without one).
+    with_op = [i for i, op in enumerate(op_of) if op is not None]
+    op_rows = np.array([op_of[i] for i in with_op], dtype=np.int64)
+    hints: list[str | None] = [None] * n
+    for i, h in zip(with_op, labeller.hints(cpu.ts[op_rows], tids[op_rows])):
+        hints[i] = h
     pgs = [found.p2p_group if p2p else found.by_tid.get(int(t), fallback) for p2p, t in zip(p2p_rows.tolist(), tids[gloo_rows].tolist())]
     peer = np.full(n, UNKNOWN, dtype=np.int64)
     direction = np.zeros(n, dtype=np.int8)
@@ -432,14 +437,11 @@ def _cpu_events(
         if nbytes is None:
             nbytes = collective_nbytes(gloo_args)
         nbytes_col[i] = UNKNOWN if nbytes is None else nbytes
-        hint = None
         if op is not None:
             issued[i] = float(cpu.ts[op])
-            hint = labeller.hint(float(cpu.ts[op]), int(tids[op]))
         if p2p_rows[i]:
             direction[i] = SEND if p2p_direction(cpu.name_of(row)) == "send" else RECV
             peer[i] = _peer(op_args, group_ranks.get(pgs[i], ()))
-        hints.append(hint)
     sizes = np.array([trace.pg_sizes.get(pg) or trace.world_size or UNKNOWN for pg in pgs], dtype=np.int64)
     calls = Calls.build(
         kind=kinds,

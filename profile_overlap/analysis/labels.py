@@ -1,11 +1,11 @@
 """Labels for events: the record_function annotation open around them (`Labeller.label`, for the
-timeline's spans), and the phase that the engine labels around a collective name (`Labeller.hint`)."""
+timeline's spans), and the phase that the engine labels around a collective name (`Labeller.hints`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from profile_overlap.analysis.classify import AUTOGRAD_FRAME_RE, PROFILER_STEP_RE, phase_hint
+from profile_overlap.analysis.classify import AUTOGRAD_FRAME_RE, PROFILER_STEP_RE, engine_range
 from profile_overlap.analysis.trace import CPU_OP, USER_ANNOTATION, Trace
 from profile_overlap.core import intervals as iv
 
@@ -35,21 +35,45 @@ class Labeller:
             codes = np.array([self.code(cpu.names[cpu.name[r]]) for r in rows], dtype=np.int32)
             starts, ends = cpu.ts[rows], cpu.ts[rows] + cpu.dur[rows]
             self.by_tid[int(tid)] = (starts, ends, codes, _parents(starts, ends))
+        # Per label code (those of by_tid are all coded by now): the phase its engine range names, as
+        # an index into _phases, or -1 (classify.engine_range, once per label rather than per call).
+        self._phases = sorted({hit[0] for n in self.labels if (hit := engine_range(n)) is not None})
+        self._engine_phase = np.array(
+            [self._phases.index(hit[0]) if (hit := engine_range(n)) is not None else -1 for n in self.labels] or [-1], dtype=np.int64
+        )
 
-    def hint(self, t: float, tid: int) -> str | None:
-        """classify.phase_hint of the labels open on thread `tid` at time `t`."""
-        names = []
-        ranges = self.by_tid.get(int(tid))
-        if ranges is not None and not np.isnan(t):
-            starts, ends, codes, parent = ranges
-            j = int(np.searchsorted(starts, t, side="right")) - 1
-            while j >= 0:
-                if ends[j] > t:
-                    names.append(self.names[codes[j]])
-                j = int(parent[j])
-        frames = self.autograd.get(int(tid))
-        in_autograd = frames is not None and not np.isnan(t) and bool(iv.covers(frames, np.array([t]))[0])
-        return phase_hint(names, in_autograd=in_autograd)
+    def hints(self, t: np.ndarray, tid: np.ndarray) -> list[str | None]:
+        """Per event, classify.phase_hint of the labels open on its thread at its time (t: times,
+        NaN for unknown; tid: thread codes, -1 for none): the phase of the innermost open engine
+        range, else "backward" inside autograd's frames, else None. Per thread, the events walk up
+        their enclosing labels together."""
+        t = np.asarray(t, dtype=np.float64)
+        tid = np.asarray(tid, dtype=np.int64)
+        hit = np.full(t.size, -1, dtype=np.int64)  # index into _phases
+        known = ~np.isnan(t)
+        for code, (starts, ends, codes, parent) in self.by_tid.items():
+            rows = np.flatnonzero((tid == code) & known)
+            if rows.size == 0:
+                continue
+            at = t[rows]
+            j = np.searchsorted(starts, at, side="right") - 1
+            found = np.full(rows.size, -1, dtype=np.int64)
+            live = np.flatnonzero(j >= 0)
+            while live.size:
+                jj = j[live]
+                phase = self._engine_phase[codes[jj]]
+                ok = (ends[jj] > at[live]) & (phase >= 0)
+                found[live[ok]] = phase[ok]
+                j[live] = np.where(ok, -1, parent[jj])
+                live = live[j[live] >= 0]
+            hit[rows] = found
+        out: list[str | None] = [None if h < 0 else self._phases[h] for h in hit.tolist()]
+        for code, frames in self.autograd.items():
+            rows = np.flatnonzero((tid == code) & known & (hit < 0))
+            if rows.size:
+                for r in rows[iv.covers(frames, t[rows])].tolist():
+                    out[r] = "backward"
+        return out
 
     @property
     def names(self) -> list[str]:

@@ -25,13 +25,12 @@ from profile_overlap.analysis.rank_input import rank_of
 from profile_overlap.analysis.rank_pool import busy, pool, step_window
 from profile_overlap.analysis.rank_times import RankTimes, rank_times
 from profile_overlap.analysis.replay import ReplayStep, replay_steps
-from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, timeline_spans
+from profile_overlap.analysis.spans import MAX_TIMELINE_STEPS, TimelineColumns, timeline_columns
 from profile_overlap.analysis.steps import StepTable
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.modes import PHASES
 from profile_overlap.record.analysis import PhaseCollectiveRecord
-from profile_overlap.record.timeline import TimelineSpan
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,8 @@ class RankAnalysis:
     collectives: tuple[CollectiveStats, ...]
     instances: Instances
     """Its collective calls in time order, numbered for cross-rank matching (columns; iterates as CollectiveInstance)."""
-    timeline: tuple[TimelineSpan, ...]
+    timeline: TimelineColumns
+    """Its timeline spans (analysis/spans.py; columns, iterates as TimelineSpan)."""
     facts: RankFacts
     """What the integrity checks rest on (analysis/facts.py)."""
     times: RankTimes
@@ -243,7 +243,7 @@ def finish_rank(
         steps=tuple(step_metrics),
         collectives=collective_stats(instances),
         instances=instances,
-        timeline=timeline_spans(
+        timeline=timeline_columns(
             {kind: (x.start, x.end, x.label) for kind, x in (("comm", comm), ("compute", compute))},
             pooled.labels,
             table,

@@ -90,9 +90,9 @@ def stream_shares(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return out
 
 
-def _phase_union(f: FileEvents, index: int, lo: float, hi: float) -> iv.Union:
+def _phase_union(f: FileEvents, index: int) -> iv.Union:
     sel = f.phases.phase == index
-    return iv.clip(iv.union(f.phases.start[sel], f.phases.end[sel]), lo, hi)
+    return iv.union(f.phases.start[sel], f.phases.end[sel])
 
 
 def _backward_cuts(step_busy: iv.Union, backward: iv.Union, launches: list[float]) -> tuple[float, ...] | None:
@@ -123,10 +123,12 @@ def replay_steps(f: FileEvents) -> Iterator[ReplayStep]:
     backward = PHASES.index("backward")
     reduce_scatter = calls.kinds.index("reduce_scatter") if "reduce_scatter" in calls.kinds else -2
     issued_sorted = issued_at[by_issue]
+    # Each phase's windows over the whole file, merged once; a step clips them.
+    phase_unions = [_phase_union(f, i) for i in range(len(PHASES))]
     for num, lo, hi in zip(f.step_num.tolist(), f.step_start.tolist(), f.step_end.tolist()):
         exposed = iv.difference(iv.clip(comm, lo, hi), iv.clip(compute, lo, hi))
         step_busy = iv.difference((np.array([lo]), np.array([hi])), exposed)
-        windows = {name: _phase_union(f, i, lo, hi) for i, name in enumerate(PHASES)}
+        windows = {name: iv.clip(u, lo, hi) for name, u in zip(PHASES, phase_unions)}
         phase_us = tuple(iv.intersection_length(step_busy, w) for w in windows.values())
         i, j = np.searchsorted(issued_sorted, [lo, hi], side="left")
         ks = np.sort(by_issue[i:j])  # the file's order, as before

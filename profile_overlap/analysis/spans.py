@@ -9,10 +9,13 @@ longest piece.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from profile_overlap.analysis.array_eq import ArrayEq
 from profile_overlap.analysis.steps import StepTable
 from profile_overlap.core import intervals as iv
 from profile_overlap.record.timeline import TimelineSpan
@@ -54,11 +57,38 @@ def coarsen(
     return order[first], ends, order[longest]
 
 
-def timeline_spans(
+@dataclass(frozen=True, eq=False)
+class TimelineColumns(ArrayEq):
+    """The timeline's spans as columns, in the same order: a worker sends a few arrays rather than
+    an object per span, and the spans are built (by iterating) only for the ranks a timeline draws."""
+
+    step: np.ndarray
+    """int64; unused (every span's step is None) when not `stepped`."""
+    start_us: np.ndarray
+    end_us: np.ndarray
+    kind: np.ndarray
+    """int8, index into `kinds`."""
+    label: np.ndarray
+    """int32, index into `labels`."""
+    kinds: tuple[str, ...]
+    labels: tuple[str, ...]
+    stepped: bool
+
+    def __len__(self) -> int:
+        return int(self.start_us.size)
+
+    def __iter__(self) -> Iterator[TimelineSpan]:
+        steps = self.step.tolist() if self.stepped else [None] * len(self)
+        kinds, labels = self.kinds, self.labels
+        for step, a, b, k, code in zip(steps, self.start_us.tolist(), self.end_us.tolist(), self.kind.tolist(), self.label.tolist()):
+            yield TimelineSpan(step=step, start_us=a, end_us=b, kind=kinds[k], label=labels[code])
+
+
+def timeline_columns(
     pieces: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
     labels: tuple[str, ...],
     steps: StepTable,
-) -> tuple[TimelineSpan, ...]:
+) -> TimelineColumns:
     """pieces: kind ("comm", "compute") -> (start, end, label code) of its events. Per step (at
     most MAX_TIMELINE_STEPS), each kind merged into at most MAX_SPANS_PER_STEP spans: spans
     closer than step_us · TIMELINE_GAP_FRACTION merge, then `coarsen` keeps the largest gaps
@@ -71,15 +101,31 @@ def timeline_spans(
     else:
         every = np.concatenate([a for start, end, _ in pieces.values() for a in (start, end)])
         windows = [(None, float(every.min()), float(every.max()))] if every.size else []
-    spans = []
+    kinds = tuple(pieces)
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("step", "start", "end", "kind", "label")}
     for step, lo, hi in windows:
-        for kind, (start, end, label) in pieces.items():
+        for k, (start, end, label) in enumerate(pieces.values()):
             s, e = np.clip(start, lo, hi), np.clip(end, lo, hi)
             keep = e > s
             if not keep.any():
                 continue
             s, e, lab = s[keep], e[keep], label[keep]
             first, ends, longest = coarsen(s, e, max_spans=MAX_SPANS_PER_STEP, gap=(hi - lo) * TIMELINE_GAP_FRACTION)
-            for a, b, code in zip(s[first].tolist(), ends.tolist(), lab[longest].tolist()):
-                spans.append(TimelineSpan(step=step, start_us=a, end_us=b, kind=kind, label=labels[code]))
-    return tuple(spans)
+            cols["step"].append(np.full(first.size, -1 if step is None else step, dtype=np.int64))
+            cols["start"].append(s[first])
+            cols["end"].append(ends)
+            cols["kind"].append(np.full(first.size, k, dtype=np.int8))
+            cols["label"].append(lab[longest])
+    col = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
+    # Only the labels the spans use travel with them (a trace labels thousands of kernels).
+    used, code = np.unique(col["label"].astype(np.int64), return_inverse=True)
+    return TimelineColumns(
+        step=col["step"].astype(np.int64),
+        start_us=col["start"].astype(np.float64),
+        end_us=col["end"].astype(np.float64),
+        kind=col["kind"].astype(np.int8),
+        label=code.reshape(-1).astype(np.int32),
+        kinds=kinds,
+        labels=tuple(labels[i] for i in used.tolist()),
+        stepped=bool(steps.size),
+    )

@@ -156,7 +156,7 @@ class ProcessGroupInfo:
 def _ranks(value: list[int] | str | None) -> tuple[int, ...]:
     """pg_config's `ranks`: a list, or a string such as "[0, 1]" (older Kineto)."""
     if isinstance(value, list):
-        return tuple(int(r) for r in value)
+        return tuple(value)  # msgspec decoded them as int (list[int]): at 1,024 ranks, no per-rank int()
     if isinstance(value, str):
         return tuple(int(x) for x in re.findall(r"\d+", value))
     return ()

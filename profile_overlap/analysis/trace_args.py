@@ -47,6 +47,13 @@ class RowArgs(Mapping[int, CollectiveArgs]):
         """The rows that have args, ascending."""
         return np.frombuffer(self._rows, dtype=np.int64) if len(self._rows) else np.zeros(0, dtype=np.int64)
 
+    def with_input_dims(self) -> np.ndarray:
+        """Per row that has args (rows() order): whether its args have Input Dims."""
+        if not len(self._rows):
+            return np.zeros(0, dtype=bool)
+        per_value = np.array([bool(v.input_dims) for v in self._values] or [False])
+        return per_value[np.frombuffer(self._codes, dtype=np.int32)]
+
     def _find(self, row: int) -> int:
         i = bisect_left(self._rows, row)
         return i if i < len(self._rows) and self._rows[i] == row else -1
