@@ -12,7 +12,7 @@ from profile_overlap.record.advice import AdviceItem, load_advice
 from profile_overlap.record.interference_used import NONE, OPERATORS, SPLIT_BLOCKING, UsedInterference
 from profile_overlap.render.advice import item_line
 from profile_overlap.tools.advise import overlap_costs
-from profile_overlap.tools.advise_replay import Candidate
+from profile_overlap.tools.advise.candidates import Candidate
 
 from conftest import cli
 

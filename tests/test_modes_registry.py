@@ -13,7 +13,7 @@ from profile_overlap.core.modes import MODES, PHASES
 from profile_overlap.record.summary import HEADLINE_NAMES
 from profile_overlap.run import engines, pipelines
 from profile_overlap.run.config import Config
-from profile_overlap.tools.whatif_model import BUILDERS
+from profile_overlap.tools.whatif.model import BUILDERS
 
 from conftest import REPO
 

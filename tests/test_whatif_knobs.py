@@ -11,8 +11,9 @@ import json
 import pytest
 
 from profile_overlap.record.config import RunConfig
-from profile_overlap.tools import advise_replay, whatif
-from profile_overlap.tools import whatif_model as model
+from profile_overlap.tools import whatif
+from profile_overlap.tools.advise import candidates as advise_replay
+from profile_overlap.tools.whatif import model
 
 FWD, BWD, OPT = (1.0, 2.0), (3.0, 4.0), (0.5, 0.5)
 

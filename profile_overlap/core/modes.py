@@ -2,7 +2,7 @@
 choices), the pipelines, the summary (bytes checks, headline names), the renderers, whatif and the
 Overlap tab read it. Adding a mode: one entry in MODES and its step function (run/pipelines.py's
 PIPELINES, or run/engines.py for one of torch's engines); tests/test_modes_registry.py checks both.
-whatif replays a mode once tools/whatif_model.py has its schedule (BUILDERS) and leaves it out until then.
+whatif replays a mode once tools/whatif/model.py has its schedule (BUILDERS) and leaves it out until then.
 """
 
 from __future__ import annotations

@@ -3,12 +3,12 @@
     python -m profile_overlap advise runs/<run> [--top 5] [--json advice.json]
 
 For each cause of exposed time (record/exposed.py) the candidate changes: DDP bucket sizes, FSDP2
-resharding and prefetch, the split's wait-ahead, sequential <-> split (tools/advise_replay.py, each
+resharding and prefetch, the split's wait-ahead, sequential <-> split (tools/advise/candidates.py, each
 replayed by the whatif model), a straggler rank and a collective that needs more bandwidth than the
 link has (from the causes, not replayed). Each replayed change is checked against the run's own
 config checks (run/config.py) before it is advised. A job (traces of anyone's training) gets the
 causes' items and the code lines to try; `advise --verify` runs our runs' top items
-(tools/advise_verify.py).
+(tools/advise/verify.py).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.interference_used import UsedInterference, overall
 from profile_overlap.record.metrics import ModeMetrics
 from profile_overlap.record.summary import blocks, summary_of
-from profile_overlap.tools import advise_replay as replay
 from profile_overlap.tools import whatif
-from profile_overlap.tools import whatif_model as model
+from profile_overlap.tools.advise import candidates as replay
+from profile_overlap.tools.whatif import model
 
 
 def load_source(path: Path) -> tuple[Run, bool]:

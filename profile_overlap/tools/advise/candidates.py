@@ -1,5 +1,5 @@
-"""The replayed candidates of `advise`: each mode's measured step (tools/whatif.py) replayed with one
-knob changed (tools/whatif_model.py), against the same step replayed as run.
+"""The replayed candidates of `advise`: each mode's measured step (tools/whatif/) replayed with one
+knob changed (tools/whatif/model.py), against the same step replayed as run.
 
 Predicted gain = replay(as run) − replay(changed): both replays share the measured compute and
 collectives, so what the model gets wrong about the run itself mostly cancels; what is left is
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from profile_overlap.record.config import RunConfig
 from profile_overlap.tools import whatif
-from profile_overlap.tools import whatif_model as model
+from profile_overlap.tools.whatif import model
 
 MIB = 1024 * 1024
 

@@ -33,7 +33,7 @@ which in one run with --repeats only the first block does."""
 
 def _config(cfg: RunConfig, item: AdviceItem, *, changed: bool, profile: bool, out: Path, name: str):
     from profile_overlap.run.config import Config
-    from profile_overlap.tools.advise_replay import rerun_values
+    from profile_overlap.tools.advise.candidates import rerun_values
 
     values = rerun_values(cfg, item.mode, dict(_change(item)) if changed else {})
     values.update(repeats=1, profile=profile, out=str(out), name=name)

@@ -1,5 +1,5 @@
 """The sweep's renderers (rank 0): its figure, verdict sentences, points table (sweep.html,
-sweep.md, sweep.png) and console summary. They read the sweep record (tools/sweep.py builds it)
+sweep.md, sweep.png) and console summary. They read the sweep record (tools/sweep/ builds it)
 and never recompute a number.
 """
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 from profile_overlap.core.files import SWEEP_HTML, SWEEP_MD, SWEEP_PNG
 from profile_overlap.core.io import write_text_atomic
-from profile_overlap.tools.sweep_axes import numeric_knob, series_of, x_position
-from profile_overlap.tools.sweep_record import SweepPoint, SweepRecord
+from profile_overlap.tools.sweep.axes import numeric_knob, series_of, x_position
+from profile_overlap.tools.sweep.record import SweepPoint, SweepRecord
 
 
 def _nan(value: float | None) -> float:

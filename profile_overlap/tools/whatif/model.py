@@ -3,7 +3,7 @@ for one training step, and the crossover. Durations in, times out; no trace, no 
 
 A mode's step is a `StepGraph`: the compute of each communication unit per phase (µs), and the
 collectives it issues, each tied to the unit whose work it waits for or feeds. `tasks` turns it
-into the tasks of the replay (tools/whatif_replay.py), with the waits where the pipeline waits:
+into the tasks of the replay (tools/whatif/replay.py), with the waits where the pipeline waits:
 
 - sequential: forward, backward, then a blocking all_reduce per unit (last unit first), then Adam.
 - split: unit k's reduce_scatter starts when B_k ends and runs under the earlier units' backward;
@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from profile_overlap.core.modes import MODES
-from profile_overlap.tools.whatif_replay import COMM, COMPUTE, StepTimes, Task, replay, step_times
+from profile_overlap.tools.whatif.replay import COMM, COMPUTE, StepTimes, Task, replay, step_times
 
 _RING_STEPS = {
     "all_reduce": lambda n: 2 * (n - 1),

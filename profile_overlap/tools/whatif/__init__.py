@@ -12,7 +12,7 @@ backward is the compute between two such launches; the forward is split in the s
 (a unit's backward costs about twice its forward, whatever the unit), the optimizer by the units'
 bytes. A run without split or split-blocking traces splits both by bytes (a note says so).
 
-The replay (tools/whatif_model.py) then runs each mode's dependency graph: with the measured
+The replay (tools/whatif/model.py) then runs each mode's dependency graph: with the measured
 collective durations at the run's own world size (the self-replay, against the measured median
 step time), and with ring α-β costs at each target point.
 """
@@ -37,8 +37,8 @@ from profile_overlap.record.analysis import AnalysisRecord
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.interference_used import UsedInterference, charged, overall, used_interference
 from profile_overlap.record.whatif import SCHEMA, WHATIF_JSON, Crossover, SelfReplay, WhatifPoint, WhatifResult
-from profile_overlap.tools import whatif_model as model
-from profile_overlap.tools.bench_record import BenchTimes
+from profile_overlap.tools.bench.record import BenchTimes
+from profile_overlap.tools.whatif import model
 
 SAME_BODY = tuple(name for name, spec in MODES.items() if spec.same_compute)
 """Modes that run the same forward and backward operators (fsdp2 adds its gathers' copies)."""
