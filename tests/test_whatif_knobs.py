@@ -169,8 +169,7 @@ def test_fsdp2_measured_without_overlap_is_replayed_serial_and_prefetch_predicts
 
 
 def test_the_backward_gathers_work_is_their_ranges_busy_time_in_the_backward_window(tmp_path):
-    from profile_overlap.analysis.fsdp_units import fsdp_busy
-    from profile_overlap.analysis.trace import load_trace
+    from profile_overlap.analysis.per_rank import analyze_rank
 
     def x(name: str, ts: float, dur: float, cat: str = "user_annotation", tid: int = 1) -> dict:
         return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
@@ -189,10 +188,10 @@ def test_the_backward_gathers_work_is_their_ranges_busy_time_in_the_backward_win
         events += [x("FSDP::post_backward_reduce (blocks.0)", t + 70, 3)]
     path = tmp_path / "rank0.pt.trace.json"
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
-    busy = fsdp_busy(load_trace(path))
-    assert busy.backward_gathers_us == 7.0  # per step: 2 + 5
+    busy = analyze_rank([path]).fsdp
+    assert busy is not None and busy.backward_gathers_us == 7.0  # per step: 2 + 5
     # The unit's own cost counts every range naming it, forward and backward: 5 + 2 + 5 + 3.
-    assert busy.units == {"blocks.0": 15.0}
+    assert {u.unit: u.busy_us for u in busy.units} == {"blocks.0": 15.0}
 
 
 def test_a_schedule_switch_the_run_timed_is_predicted_from_its_timed_medians_not_the_replay():
@@ -209,8 +208,7 @@ def test_a_schedule_switch_the_run_timed_is_predicted_from_its_timed_medians_not
 
 
 def test_fsdp2s_cost_per_unit_is_the_busy_time_in_the_ranges_naming_it_less_its_waits(tmp_path):
-    from profile_overlap.analysis.fsdp_units import fsdp_busy
-    from profile_overlap.analysis.trace import load_trace
+    from profile_overlap.analysis.per_rank import analyze_rank
 
     def x(name: str, ts: float, dur: float, cat: str = "user_annotation", tid: int = 1) -> dict:
         return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
@@ -227,7 +225,8 @@ def test_fsdp2s_cost_per_unit_is_the_busy_time_in_the_ranges_naming_it_less_its_
         events += [x("FSDP::root_post_backward_callback", t + 70, 9)]  # names no unit
     path = tmp_path / "rank0.pt.trace.json"
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
-    assert fsdp_busy(load_trace(path)).units == {"blocks.0": 15.0, "head": 6.0}
+    busy = analyze_rank([path]).fsdp
+    assert busy is not None and {u.unit: u.busy_us for u in busy.units} == {"blocks.0": 15.0, "head": 6.0}
 
 
 def test_the_robust_line_is_not_tilted_by_one_call_that_waited_and_adds_up_to_the_measured_total():

@@ -168,7 +168,7 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
     if "ddp" in replayed:
         candidates += replay.ddp(replayed["ddp"], params, cfg, replay.collective_cost(measured, world))
     if "fsdp2" in replayed:
-        costs = replay.fsdp_costs(run.dir / "fsdp2")
+        costs = replay.fsdp_costs(whatif.replay_record(run, "fsdp2"))
         candidates += replay.fsdp2(replayed["fsdp2"], cfg, backward_gathers_us=costs.backward_gathers_us)
         fits = {k: replay.collective_cost(measured, world, k, "fsdp2") for k in ("all_gather", "reduce_scatter")}
         residual = max(replay.fit_residual(measured, k, "fsdp2", fit) for k, fit in fits.items())

@@ -13,8 +13,8 @@ import math
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
+from profile_overlap.record.analysis import AnalysisRecord
 from profile_overlap.record.config import RunConfig
 from profile_overlap.tools import whatif
 from profile_overlap.tools.whatif import model
@@ -224,8 +224,8 @@ def ddp_first_bucket(
 
 @dataclass(frozen=True)
 class FsdpCosts:
-    """What FSDP2 costs on the training thread besides its collectives (analysis/fsdp_units.py): the
-    median over the mode's trace files (ranks); zeros and empty on GPU or without traces."""
+    """What FSDP2 costs on the training thread besides its collectives (the record's per-rank `fsdp`,
+    analysis/fsdp_units.py): the median over the mode's ranks; zeros and empty on GPU or in a record without it."""
 
     backward_gathers_us: float = 0.0
     """µs per step of the backward gathers' own work: issuing, prefetching and copying them."""
@@ -233,14 +233,10 @@ class FsdpCosts:
     """Per fully_shard unit of the run (forward order), µs per step of busy time in the FSDP:: ranges naming it."""
 
 
-def fsdp_costs(folder: Path) -> FsdpCosts:
-    """The mode's FsdpCosts from its trace files (each read once)."""
-    from profile_overlap.analysis.folder import find_trace_files
-    from profile_overlap.analysis.fsdp_units import fsdp_busy
-    from profile_overlap.analysis.trace import load_trace
-
-    found = [fsdp_busy(load_trace(f)) for f in (find_trace_files(folder) if folder.is_dir() else [])]
-    busy = [tuple(x.units.values()) for x in found]
+def fsdp_costs(analysis: AnalysisRecord) -> FsdpCosts:
+    """The mode's FsdpCosts from its record's ranks."""
+    found = [r.fsdp for r in analysis.ranks if r.fsdp is not None]
+    busy = [tuple(u.busy_us for u in x.units) for x in found]
     same = bool(busy) and len({len(b) for b in busy}) == 1
     return FsdpCosts(
         backward_gathers_us=statistics.median(x.backward_gathers_us for x in found) if found else 0.0,
