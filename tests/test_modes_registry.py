@@ -39,6 +39,25 @@ def test_every_pipeline_engine_and_replay_mode_is_in_the_registry():
     assert set(engines.ENGINES) == {spec.engine for spec in MODES.values() if spec.engine}
 
 
+@pytest.mark.parametrize("name", list(MODES))
+def test_a_modes_flags_are_run_flags_and_what_advise_changes_in_it_is_a_candidate_it_has(name):
+    import dataclasses
+
+    from profile_overlap.tools.advise.candidates import CANDIDATES
+
+    spec = MODES[name]
+    fields = {f.name: f.default for f in dataclasses.fields(Config)}
+    assert set(spec.flags) <= set(fields), f"{name}: flags that are no run flag"
+    assert set(spec.exclusive_flags) <= set(spec.flags)
+    # An exclusive flag at a non-default value is refused without its mode (what advise --verify resets).
+    for flag in spec.exclusive_flags:
+        value = 2 if isinstance(fields[flag], int) else 1.0
+        with pytest.raises(ValueError):
+            Config(mode=registry.SPEEDUP_BASELINE, **{flag: value})
+    assert set(spec.advise) <= set(CANDIDATES) | {"bucket-view"}, f"{name}: advise names a change with no candidates"
+    assert spec.unit_calls in (None, "all_reduce", "reduce_scatter")
+
+
 def test_the_mode_flags_offer_the_registry_modes():
     parser = build_parser("run")
     (mode,) = [a for a in parser._actions if "--mode" in a.option_strings]

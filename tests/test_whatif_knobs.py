@@ -161,10 +161,10 @@ def test_fsdp2_measured_without_overlap_is_replayed_serial_and_prefetch_predicts
     assert not overlapped.graph.knobs.serial and serial.graph.knobs.serial
     # Overlapped, the run's 15 µs calibrates to gathering at each unit's own start (AG1 2.29..5.29 before
     # F1): prefetching one unit ahead runs AG1 beside F0 (F0 = 3 · 3/7 µs), 15 -> 13.71.
-    fetch = [c for c in advise_replay.fsdp2(overlapped, cfg) if c.kind == "fsdp2-prefetch"]
+    fetch = [c for c in advise_replay.fsdp2_prefetch(overlapped, cfg) if c.kind == "fsdp2-prefetch"]
     assert [c.config for c in fetch] == [{"fsdp_prefetch": 1}] and abs(fetch[0].gain_us - 9 / 7) < 1e-9
     # Serial, the gathers ran beside no compute: moving them earlier hides nothing, and the item says why.
-    (fetch,) = [c for c in advise_replay.fsdp2(serial, cfg) if c.kind == "fsdp2-prefetch"]
+    (fetch,) = [c for c in advise_replay.fsdp2_prefetch(serial, cfg) if c.kind == "fsdp2-prefetch"]
     assert abs(fetch.gain_us) < 1e-9 and "replayed serial" in fetch.change
 
 

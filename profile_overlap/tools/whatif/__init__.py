@@ -32,7 +32,7 @@ from profile_overlap.analysis.folder import analyze_dir, find_trace_files
 from profile_overlap.analysis.record import analysis_record
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import write_json_atomic
-from profile_overlap.core.modes import MODES, PHASES, SHARDED_MODES
+from profile_overlap.core.modes import MODES, PHASES, SHARDED_MODES, UNIT_MODES
 from profile_overlap.record.analysis import AnalysisRecord
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.interference_used import UsedInterference, charged, overall, used_interference
@@ -159,11 +159,11 @@ class Units:
 
 def find_units(measured: dict[str, Measured], notes: list[str]) -> Units:
     """One unit per backward reduce_scatter (or sequential all_reduce), last unit first in the trace."""
-    for mode in ("split", "split-blocking", "sequential", "fsdp2"):
+    for mode in UNIT_MODES:
         m = measured.get(mode)
         if m is None:
             continue
-        kind = "all_reduce" if mode == "sequential" else "reduce_scatter"
+        kind = MODES[mode].unit_calls
         calls = [c for c in m.calls if c.phase == "backward" and c.kind == kind]
         sizes = [c.nbytes for c in calls if c.nbytes]
         if sizes and len(sizes) == len(calls):
@@ -186,7 +186,7 @@ def _assign_units(m: Measured, units: Units) -> list[tuple[MeasuredCall, int]]:
     for c in m.calls:
         groups.setdefault((c.phase, c.kind), []).append(c)
     for (phase, _kind), calls in groups.items():
-        if m.mode == "ddp" and phase == "backward":
+        if MODES[m.mode].unit_calls is None and phase == "backward":  # buckets
             filled, u, total = 0.0, K - 1, 0.0
             for c in calls:
                 total += c.nbytes or 0

@@ -132,7 +132,7 @@ def ddp_buckets(params: Sequence[tuple[int, int]], cap_bytes: float, first_cap_b
 
 def rebucket(graph: StepGraph, buckets: Sequence[tuple[int, int]], cost: Callable[[int], float]) -> StepGraph:
     """`graph` (ddp) with its backward all_reduces replaced by one per bucket, each costing cost(nbytes) µs."""
-    assert graph.mode == "ddp", graph.mode
+    assert MODES[graph.mode].unit_calls is None, graph.mode  # a bucketed backward
     keep = tuple(c for c in graph.comms if c.phase != "backward")
     new = tuple(Comm(kind="all_reduce", nbytes=n, phase="backward", unit=u, dur_us=cost(n)) for u, n in buckets)
     return dataclasses.replace(graph, comms=new + keep)
@@ -143,7 +143,7 @@ def regroup(graph: StepGraph, nbytes: Sequence[int], size: int, cost: Callable[[
     fully_shard groups of `size` consecutive units (`--fsdp-group`): each group's compute is its
     units' sum, and each of the graph's per-unit collectives becomes one per group, of the group's
     bytes, costing cost(kind, nbytes) µs."""
-    assert graph.mode == "fsdp2", graph.mode
+    assert "fsdp_group" in MODES[graph.mode].flags, graph.mode
     groups = [range(k, min(k + size, graph.num_units)) for k in range(0, graph.num_units, size)]
 
     def merged(xs: tuple[float, ...]) -> tuple[float, ...]:
