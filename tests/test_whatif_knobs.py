@@ -256,3 +256,17 @@ def test_merging_fsdp2_units_saves_each_dropped_units_own_cost_beside_its_calls_
     # Without a cost of its own per unit, only the latency.
     (c,) = advise_replay.fsdp2_groups(serial, units, cfg, cost)
     assert c.gain_us == pytest.approx(1.0)
+
+
+def test_a_rank_of_several_files_costs_fsdp2s_work_per_step_over_all_of_them():
+    from profile_overlap.analysis.fsdp_units import rank_busy
+    from profile_overlap.record.analysis import FsdpRecord, FsdpUnitRecord
+
+    def rec(backward_us: float, **units: float) -> FsdpRecord:
+        return FsdpRecord(units=tuple(FsdpUnitRecord(unit=u, busy_us=us) for u, us in units.items()), backward_gathers_us=backward_us)
+
+    # Two steps at 10 µs for blocks.0, then one at 16 µs that also names head (3 µs): (2*10 + 16) / 3 = 12, 3 / 3 = 1.
+    busy = rank_busy([(rec(4.0, **{"blocks.0": 10.0}), 2), (rec(1.0, **{"blocks.0": 16.0, "head": 3.0}), 1)])
+    assert busy is not None and {u.unit: u.busy_us for u in busy.units} == {"blocks.0": 12.0, "head": 1.0}
+    assert busy.backward_gathers_us == 3.0  # (2*4 + 1) / 3
+    assert rank_busy([]) is None

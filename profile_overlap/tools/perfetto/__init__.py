@@ -9,6 +9,10 @@ A rank is the process "rank R (host)"; its threads and streams are its tracks, a
 partly overlapped another on its track moves to an extra track ("stream 20 (2)"). Times: a rank's
 own time − its clock offset (ClockAlignment.offset), less the file's origin `time_origin_us`;
 modes of a run that overlap in time are laid one after another. Nothing is measured here.
+
+It reads the traces, not the record: it draws every event of every file and every interval the
+analysis found (each call, the hidden and exposed communication, the waits), which the record
+only sums. Those come from the one analysis entry point, `analyze_dir(keep_spans=True)`.
 """
 
 from __future__ import annotations
