@@ -24,7 +24,7 @@ _PERFETTO = """
 import sys, time
 from pathlib import Path
 from profile_overlap.tools.perfetto import write_perfetto
-from profile_overlap.tools.perfetto_source import find_source
+from profile_overlap.tools.perfetto.source import find_source
 t = time.perf_counter()
 write_perfetto(find_source(Path(sys.argv[1]).parent), Path(sys.argv[1]).parent.parent / "merged.json.gz")
 seconds = time.perf_counter() - t

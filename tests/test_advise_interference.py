@@ -13,11 +13,10 @@ from profile_overlap.record.call_cost import BANDWIDTH, FIT, LATENCY
 from profile_overlap.record.config import RunConfig
 from profile_overlap.record.interference_used import NONE, OPERATORS, SPLIT_BLOCKING, UsedInterference
 from profile_overlap.render.advice import item_line
-from profile_overlap.tools import advise_replay
-from profile_overlap.tools import whatif_model as model
+from profile_overlap.tools.advise import candidates as advise_replay
 from profile_overlap.tools.advise import overlap_costs
-from profile_overlap.tools.advise_replay import Candidate
-from profile_overlap.tools.whatif import Measured, MeasuredCall
+from profile_overlap.tools.advise.candidates import Candidate
+from profile_overlap.tools.whatif import Measured, MeasuredCall, model
 
 from conftest import cli
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from profile_overlap.record.metrics import Env
-from profile_overlap.tools.bench_config import COLLECTIVES, BenchConfig, parse_sizes, size_ladder
-from profile_overlap.tools.bench_record import build_result
+from profile_overlap.tools.bench.config import COLLECTIVES, BenchConfig, parse_sizes, size_ladder
+from profile_overlap.tools.bench.record import build_result
 
 from conftest import clean_env, cli, only_run_dir, torchrun
 

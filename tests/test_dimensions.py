@@ -199,7 +199,7 @@ def test_analyze_prints_a_table_per_dimension_and_names_the_most_exposed_one(tmp
 
 def test_a_job_report_tensorboard_and_perfetto_show_the_dimensions_and_the_bubble(tmp_path):
     from profile_overlap.cli.main import main
-    from profile_overlap.tools.perfetto_tracks import rank_tracks
+    from profile_overlap.tools.perfetto.tracks import rank_tracks
 
     folder = write(tmp_path / "job", pipeline_docs())
     assert main(["report", str(folder), "--format", "md", "--out", str(tmp_path / "out")]) == 0

@@ -10,8 +10,9 @@ import pytest
 
 from profile_overlap.record.folder import load_run
 from profile_overlap.run.config import Config
-from profile_overlap.tools import advise_replay, whatif
-from profile_overlap.tools import whatif_model as model
+from profile_overlap.tools import whatif
+from profile_overlap.tools.advise import candidates as advise_replay
+from profile_overlap.tools.whatif import model
 
 from conftest import FEW_STEPS, TINY_TRANSFORMER, cli, only_run_dir
 

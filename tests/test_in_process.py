@@ -104,8 +104,8 @@ def test_a_one_rank_collective_benchmark_counts_no_wrong_values(tmp_path):
     import torch
     import torch.distributed as dist
 
-    from profile_overlap.tools.bench_collectives import bench_in_folder
-    from profile_overlap.tools.bench_config import BenchConfig
+    from profile_overlap.tools.bench.collectives import bench_in_folder
+    from profile_overlap.tools.bench.config import BenchConfig
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:

@@ -17,9 +17,8 @@ from profile_overlap.cli.main import main
 from profile_overlap.record.interference_used import NONE, OPERATORS, SPLIT_BLOCKING, UsedInterference, charged, used_interference
 from profile_overlap.record.load import load_metrics
 from profile_overlap.record.metrics import PhaseInterference
-from profile_overlap.tools import whatif_model as model
-from profile_overlap.tools.whatif import Measured
-from profile_overlap.tools.whatif_replay import COMM, COMPUTE, Task, replay
+from profile_overlap.tools.whatif import Measured, model
+from profile_overlap.tools.whatif.replay import COMM, COMPUTE, Task, replay
 
 STYLES = ("cpu", "gpu")
 

@@ -13,7 +13,7 @@ from profile_overlap.core.modes import MODES, PHASES
 from profile_overlap.record.summary import HEADLINE_NAMES
 from profile_overlap.run import engines, pipelines
 from profile_overlap.run.config import Config
-from profile_overlap.tools.whatif_model import BUILDERS
+from profile_overlap.tools.whatif.model import BUILDERS
 
 from conftest import REPO
 
@@ -37,6 +37,24 @@ def test_every_pipeline_engine_and_replay_mode_is_in_the_registry():
     assert set(pipelines.PIPELINES) <= set(MODES)
     assert set(BUILDERS) <= set(MODES)  # whatif leaves out a mode it has no replay for
     assert set(engines.ENGINES) == {spec.engine for spec in MODES.values() if spec.engine}
+
+
+@pytest.mark.parametrize("name", list(MODES))
+def test_a_modes_flags_are_run_flags_and_what_advise_changes_in_it_is_a_candidate_it_has(name):
+    from profile_overlap.run import flags
+    from profile_overlap.tools.advise.candidates import CANDIDATES
+
+    spec = MODES[name]
+    fields = {f.name: f.default for f in flags.flags(Config)}
+    assert set(spec.flags) <= set(fields), f"{name}: flags that are no run flag"
+    assert set(spec.exclusive_flags) <= set(spec.flags)
+    # An exclusive flag at a non-default value is refused without its mode (what advise --verify resets).
+    for flag in spec.exclusive_flags:
+        value = 2 if isinstance(fields[flag], int) else 1.0
+        with pytest.raises(ValueError):
+            Config.of(mode=registry.SPEEDUP_BASELINE, **{flag: value})
+    assert set(spec.advise) <= set(CANDIDATES) | {"bucket-view"}, f"{name}: advise names a change with no candidates"
+    assert spec.unit_calls in (None, "all_reduce", "reduce_scatter")
 
 
 def test_the_mode_flags_offer_the_registry_modes():

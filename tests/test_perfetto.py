@@ -18,7 +18,7 @@ from synthetic import gpu_trace, write_trace
 from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.cli.main import main as cli_main
 from profile_overlap.tools.perfetto import write_perfetto
-from profile_overlap.tools.perfetto_source import find_source
+from profile_overlap.tools.perfetto.source import find_source
 
 from conftest import DATA
 from perfetto_check import load_merged, partial_overlaps, raw_tracks
@@ -171,7 +171,7 @@ def test_bad_input_gets_one_line_and_exit_2(tmp_path, capsys):
 
 def test_a_bare_trace_folder_is_written_to_the_current_folder_and_open_without_the_ui_says_how(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("profile_overlap.tools.perfetto_serve.find_ui", lambda: None)
+    monkeypatch.setattr("profile_overlap.tools.perfetto.serve.find_ui", lambda: None)
     code, out, err = _cli([str(DATA / "gloo_2rank"), "--open"], capsys)
     assert code == 0, err
     assert (tmp_path / "gloo_2rank.perfetto.json.gz").is_file()
@@ -253,7 +253,7 @@ def test_report_writes_it_when_asked_and_the_report_and_the_tab_offer_it(compare
 
 
 def test_the_perfetto_server_answers_only_requests_addressed_to_it(tmp_path):
-    from profile_overlap.tools.perfetto_serve import start
+    from profile_overlap.tools.perfetto.serve import start
 
     trace = tmp_path / "perfetto.json.gz"
     trace.write_bytes(b"the merged trace")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from profile_overlap.cli.main import main as cli_main
-from profile_overlap.tools.perfetto_serve import find_ui, start
+from profile_overlap.tools.perfetto.serve import find_ui, start
 
 from conftest import DATA
 from test_perfetto import overlapping_pair

@@ -7,7 +7,7 @@ import json
 import msgspec
 import pytest
 
-from profile_overlap.tools.sweep_record import SweepRecord
+from profile_overlap.tools.sweep.record import SweepRecord
 
 from conftest import cli, only_run_dir, torchrun
 
@@ -130,7 +130,7 @@ def test_crossover_ignores_wins_within_noise():
 
 def test_renderers_take_names_and_missing_numbers():
     """A model sweep's x axis is categorical; a point without a speedup is drawn as a gap and shown as –."""
-    from profile_overlap.tools.sweep_report import explain_crossover, figure, table_columns, table_rows
+    from profile_overlap.tools.sweep.report import explain_crossover, figure, table_columns, table_rows
 
     def point(model, speedup, modes=MODES):
         numbers = {"step_ms": 2.0, "comm_ms": 1.0, "compute_ms": 1.5, "exposed_comm_ms": 0.5, "overlap_pct": 50.0}

@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 from profile_overlap.analysis.bandwidth import bus_factor as trace_bus_factor
-from profile_overlap.tools import whatif_model as model
-from profile_overlap.tools.whatif_replay import COMM, COMPUTE, Task, replay
+from profile_overlap.tools.whatif import model
+from profile_overlap.tools.whatif.replay import COMM, COMPUTE, Task, replay
 
 from conftest import cli
 

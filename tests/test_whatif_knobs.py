@@ -11,8 +11,9 @@ import json
 import pytest
 
 from profile_overlap.record.config import RunConfig
-from profile_overlap.tools import advise_replay, whatif
-from profile_overlap.tools import whatif_model as model
+from profile_overlap.tools import whatif
+from profile_overlap.tools.advise import candidates as advise_replay
+from profile_overlap.tools.whatif import model
 
 FWD, BWD, OPT = (1.0, 2.0), (3.0, 4.0), (0.5, 0.5)
 
@@ -160,16 +161,15 @@ def test_fsdp2_measured_without_overlap_is_replayed_serial_and_prefetch_predicts
     assert not overlapped.graph.knobs.serial and serial.graph.knobs.serial
     # Overlapped, the run's 15 µs calibrates to gathering at each unit's own start (AG1 2.29..5.29 before
     # F1): prefetching one unit ahead runs AG1 beside F0 (F0 = 3 · 3/7 µs), 15 -> 13.71.
-    fetch = [c for c in advise_replay.fsdp2(overlapped, cfg) if c.kind == "fsdp2-prefetch"]
+    fetch = [c for c in advise_replay.fsdp2_prefetch(overlapped, cfg) if c.kind == "fsdp2-prefetch"]
     assert [c.config for c in fetch] == [{"fsdp_prefetch": 1}] and abs(fetch[0].gain_us - 9 / 7) < 1e-9
     # Serial, the gathers ran beside no compute: moving them earlier hides nothing, and the item says why.
-    (fetch,) = [c for c in advise_replay.fsdp2(serial, cfg) if c.kind == "fsdp2-prefetch"]
+    (fetch,) = [c for c in advise_replay.fsdp2_prefetch(serial, cfg) if c.kind == "fsdp2-prefetch"]
     assert abs(fetch.gain_us) < 1e-9 and "replayed serial" in fetch.change
 
 
 def test_the_backward_gathers_work_is_their_ranges_busy_time_in_the_backward_window(tmp_path):
-    from profile_overlap.analysis.fsdp_units import fsdp_busy
-    from profile_overlap.analysis.trace import load_trace
+    from profile_overlap.analysis.per_rank import analyze_rank
 
     def x(name: str, ts: float, dur: float, cat: str = "user_annotation", tid: int = 1) -> dict:
         return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
@@ -188,10 +188,10 @@ def test_the_backward_gathers_work_is_their_ranges_busy_time_in_the_backward_win
         events += [x("FSDP::post_backward_reduce (blocks.0)", t + 70, 3)]
     path = tmp_path / "rank0.pt.trace.json"
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
-    busy = fsdp_busy(load_trace(path))
-    assert busy.backward_gathers_us == 7.0  # per step: 2 + 5
+    busy = analyze_rank([path]).fsdp
+    assert busy is not None and busy.backward_gathers_us == 7.0  # per step: 2 + 5
     # The unit's own cost counts every range naming it, forward and backward: 5 + 2 + 5 + 3.
-    assert busy.units == {"blocks.0": 15.0}
+    assert {u.unit: u.busy_us for u in busy.units} == {"blocks.0": 15.0}
 
 
 def test_a_schedule_switch_the_run_timed_is_predicted_from_its_timed_medians_not_the_replay():
@@ -208,8 +208,7 @@ def test_a_schedule_switch_the_run_timed_is_predicted_from_its_timed_medians_not
 
 
 def test_fsdp2s_cost_per_unit_is_the_busy_time_in_the_ranges_naming_it_less_its_waits(tmp_path):
-    from profile_overlap.analysis.fsdp_units import fsdp_busy
-    from profile_overlap.analysis.trace import load_trace
+    from profile_overlap.analysis.per_rank import analyze_rank
 
     def x(name: str, ts: float, dur: float, cat: str = "user_annotation", tid: int = 1) -> dict:
         return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
@@ -226,7 +225,8 @@ def test_fsdp2s_cost_per_unit_is_the_busy_time_in_the_ranges_naming_it_less_its_
         events += [x("FSDP::root_post_backward_callback", t + 70, 9)]  # names no unit
     path = tmp_path / "rank0.pt.trace.json"
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
-    assert fsdp_busy(load_trace(path)).units == {"blocks.0": 15.0, "head": 6.0}
+    busy = analyze_rank([path]).fsdp
+    assert busy is not None and {u.unit: u.busy_us for u in busy.units} == {"blocks.0": 15.0, "head": 6.0}
 
 
 def test_the_robust_line_is_not_tilted_by_one_call_that_waited_and_adds_up_to_the_measured_total():
@@ -256,3 +256,17 @@ def test_merging_fsdp2_units_saves_each_dropped_units_own_cost_beside_its_calls_
     # Without a cost of its own per unit, only the latency.
     (c,) = advise_replay.fsdp2_groups(serial, units, cfg, cost)
     assert c.gain_us == pytest.approx(1.0)
+
+
+def test_a_rank_of_several_files_costs_fsdp2s_work_per_step_over_all_of_them():
+    from profile_overlap.analysis.fsdp_units import rank_busy
+    from profile_overlap.record.analysis import FsdpRecord, FsdpUnitRecord
+
+    def rec(backward_us: float, **units: float) -> FsdpRecord:
+        return FsdpRecord(units=tuple(FsdpUnitRecord(unit=u, busy_us=us) for u, us in units.items()), backward_gathers_us=backward_us)
+
+    # Two steps at 10 µs for blocks.0, then one at 16 µs that also names head (3 µs): (2*10 + 16) / 3 = 12, 3 / 3 = 1.
+    busy = rank_busy([(rec(4.0, **{"blocks.0": 10.0}), 2), (rec(1.0, **{"blocks.0": 16.0, "head": 3.0}), 1)])
+    assert busy is not None and {u.unit: u.busy_us for u in busy.units} == {"blocks.0": 12.0, "head": 1.0}
+    assert busy.backward_gathers_us == 3.0  # (2*4 + 1) / 3
+    assert rank_busy([]) is None

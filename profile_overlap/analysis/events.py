@@ -30,6 +30,7 @@ from profile_overlap.analysis.classify import (
 )
 from profile_overlap.analysis.collectives import collective_nbytes
 from profile_overlap.analysis.facts import FileFacts, cpu_unclassified, file_facts
+from profile_overlap.analysis.fsdp_units import fsdp_busy
 from profile_overlap.analysis.gloo_groups import infer_groups
 from profile_overlap.analysis.interference import NO_OPERATORS, Operators, cpu_operators, gpu_operators
 from profile_overlap.analysis.labels import Labeller
@@ -39,6 +40,7 @@ from profile_overlap.analysis.trace import CPU_OP, USER_ANNOTATION, Events, Proc
 from profile_overlap.analysis.trace_args import CollectiveArgs
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
+from profile_overlap.record.analysis import FsdpRecord
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,8 @@ class FileEvents:
     """The process groups the trace declares (pg_config), in creation order."""
     group_method: str = ""
     """How the calls' process groups were found, in words (the integrity check says it per rank)."""
+    fsdp: FsdpRecord | None = None
+    """FSDP2's work on the training thread (analysis/fsdp_units.py): CPU traces with FSDP:: ranges only."""
 
     def comm_and_compute(self) -> tuple[iv.Union, iv.Union]:
         """The union of communication and of compute, `exclude` taken out of compute (one file's
@@ -165,6 +169,12 @@ def extract(trace: Trace) -> FileEvents:
         step_start, step_end = device_windows(step_start, step_end, kernel_times)
     del kernel_times  # 24 bytes a kernel, not needed past here
     t_min, t_max = _bounds(comm.start, comm.end, compute.start, compute.end, step_cpu_start, step_cpu_end, step_start, step_end)
+    fsdp = None
+    if device == "cpu" and main is not None:
+        # On GPU this work runs ahead of the kernels, and the step does not wait for it.
+        comm_u = iv.union(comm.start, comm.end)
+        exposed = iv.difference(comm_u, iv.difference(iv.union(compute.start, compute.end), exclude))
+        fsdp = fsdp_busy(cpu, main, step_start=step_cpu_start, step_end=step_cpu_end, phases=phases, exposed=exposed)
     return FileEvents(
         path=str(trace.path),
         rank=trace.rank,
@@ -196,6 +206,7 @@ def extract(trace: Trace) -> FileEvents:
         operators=operators,
         groups=trace.groups,
         group_method=group_method,
+        fsdp=fsdp,
     )
 
 

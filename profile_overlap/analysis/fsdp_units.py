@@ -18,14 +18,14 @@ work runs ahead of the kernels, and the step does not wait for it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from profile_overlap.analysis.events import extract, main_tid
-from profile_overlap.analysis.trace import Trace
+from profile_overlap.analysis.phases import PhaseWindows
+from profile_overlap.analysis.trace import Events
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.modes import PHASES
+from profile_overlap.record.analysis import FsdpRecord, FsdpUnitRecord
 
 UNIT_RANGE_RE = re.compile(r"^FSDP::.*?(?: \((?P<paren>.+)\)| for (?P<after>.+))$")
 """An FSDP:: range naming its unit (the unit's module names, comma-separated when it holds several)."""
@@ -33,39 +33,45 @@ GATHER_RANGE_RE = re.compile(r"^(FSDP::all_gather \(|FSDP::backward_prefetch |fs
 """The ranges of a gather's work on the training thread: issuing it, prefetching it, its copies."""
 
 
-@dataclass(frozen=True)
-class FsdpBusy:
-    """One trace's FSDP2 work on the training thread, µs per ProfilerStep (empty: a GPU trace, or
-    one without steps or FSDP2 ranges)."""
-
-    units: dict[str, float] = field(default_factory=dict)
-    """Unit -> busy time in the ranges naming it, in the order the units first appear (forward order)."""
-    backward_gathers_us: float = 0.0
-    """Busy time in the backward window in the gathers' ranges."""
-
-
-def fsdp_busy(trace: Trace) -> FsdpBusy:
-    events = extract(trace)
-    main = main_tid(trace)
-    if events.device != "cpu" or not events.step_num.size or main is None:
-        return FsdpBusy()
-    cpu = trace.cpu
-    exposed = iv.difference(*events.comm_and_compute())
-    lo, hi = float(events.step_start.min()), float(events.step_end.max())
-    steps = events.step_num.size
+def fsdp_busy(
+    cpu: Events, main: int, *, step_start: np.ndarray, step_end: np.ndarray, phases: PhaseWindows, exposed: iv.Union
+) -> FsdpRecord | None:
+    """One CPU trace's FSDP2 work on its training thread `main`, µs per ProfilerStep (the steps' CPU
+    windows), less the exposed communication inside it; None without steps or FSDP:: ranges."""
+    unit_of = {code: m.group("paren") or m.group("after") for code, name in enumerate(cpu.names) if (m := UNIT_RANGE_RE.match(name))}
+    gather_codes = [c for c, name in enumerate(cpu.names) if GATHER_RANGE_RE.match(name)]
+    if not step_start.size or not (unit_of or gather_codes):
+        return None
+    lo, hi = float(step_start.min()), float(step_end.max())
+    steps = step_start.size
 
     def busy(rows: np.ndarray, within: iv.Union) -> float:
         ranges = iv.intersect(iv.union(cpu.ts[rows], cpu.ts[rows] + cpu.dur[rows]), within)
-        return (iv.length(ranges) - iv.intersection_length(ranges, exposed)) / steps
+        return round((iv.length(ranges) - iv.intersection_length(ranges, exposed)) / steps, 3)
 
     on_main = cpu.tid == main
-    unit_of = {code: m.group("paren") or m.group("after") for code, name in enumerate(cpu.names) if (m := UNIT_RANGE_RE.match(name))}
     rows = np.flatnonzero(np.isin(cpu.name, list(unit_of)) & on_main)
     rows = rows[np.argsort(cpu.ts[rows], kind="stable")]
     names = [unit_of[int(c)] for c in cpu.name[rows]]
     step_span = (np.array([lo]), np.array([hi]))
-    units = {u: busy(rows[[n == u for n in names]], step_span) for u in dict.fromkeys(names)}
-    backward = events.phases.phase == PHASES.index("backward")
-    window = iv.clip(iv.union(events.phases.start[backward], events.phases.end[backward]), lo, hi)
-    gathers = np.flatnonzero(np.isin(cpu.name, [c for c, name in enumerate(cpu.names) if GATHER_RANGE_RE.match(name)]) & on_main)
-    return FsdpBusy(units=units, backward_gathers_us=busy(gathers, window))
+    units = tuple(FsdpUnitRecord(unit=u, busy_us=busy(rows[[n == u for n in names]], step_span)) for u in dict.fromkeys(names))
+    backward = phases.phase == PHASES.index("backward")
+    window = iv.clip(iv.union(phases.start[backward], phases.end[backward]), lo, hi)
+    gathers = np.flatnonzero(np.isin(cpu.name, gather_codes) & on_main)
+    return FsdpRecord(units=units, backward_gathers_us=busy(gathers, window))
+
+
+def rank_busy(parts: list[tuple[FsdpRecord, int]]) -> FsdpRecord | None:
+    """One rank's FSDP2 work from its files' (record, number of steps): the mean per ProfilerStep over
+    all of them (a unit a file does not name cost it nothing there)."""
+    if len(parts) <= 1:
+        return parts[0][0] if parts else None
+    steps = sum(n for _, n in parts)
+    units: dict[str, float] = {}
+    for busy, n in parts:
+        for u in busy.units:
+            units[u.unit] = units.get(u.unit, 0.0) + u.busy_us * n
+    return FsdpRecord(
+        units=tuple(FsdpUnitRecord(unit=u, busy_us=round(total / steps, 3)) for u, total in units.items()),
+        backward_gathers_us=round(sum(b.backward_gathers_us * n for b, n in parts) / steps, 3),
+    )

@@ -18,6 +18,7 @@ from profile_overlap.analysis.collectives import CollectiveStats
 from profile_overlap.analysis.dimensions import RankDimensions, rank_dimensions
 from profile_overlap.analysis.events import FileEvents, extract
 from profile_overlap.analysis.facts import RankFacts, rank_facts
+from profile_overlap.analysis.fsdp_units import rank_busy
 from profile_overlap.analysis.interference import RankSample, measure
 from profile_overlap.analysis.overlap_spans import OverlapSpans, overlap_spans
 from profile_overlap.analysis.pipeline import RankPipeline, rank_pipeline
@@ -30,7 +31,7 @@ from profile_overlap.analysis.steps import StepTable
 from profile_overlap.analysis.trace import load_trace
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.modes import PHASES
-from profile_overlap.record.analysis import PhaseCollectiveRecord
+from profile_overlap.record.analysis import FsdpRecord, PhaseCollectiveRecord
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,8 @@ class RankAnalysis:
     """Its calls by dimension (analysis/dimensions.py); None only in analyses built by hand."""
     pipeline: RankPipeline | None = None
     """Its point-to-point view and bubble per step (analysis/pipeline.py); None without send/recv."""
+    fsdp: FsdpRecord | None = None
+    """FSDP2's work on its training thread (analysis/fsdp_units.py); None on GPU and without FSDP:: ranges."""
 
 
 def _step_metrics(
@@ -271,6 +274,7 @@ def finish_rank(
         ),
         dimensions=dims,
         pipeline=rank_pipeline(calls, compute_u, step_table=table),
+        fsdp=rank_busy([(f.fsdp, f.step_num.size) for f in files if f.fsdp is not None]),
     )
 
 

@@ -208,6 +208,7 @@ def _rank(r: RankAnalysis, w: RankWait | None, *, replay: bool) -> RankRecord:
         last_arrivals=w.last_arrivals if w else None,
         last_arrival_pct=_num(w.last_arrival_pct) if w else None,
         replay=tuple(_replay(s) for s in r.replay) if replay else (),
+        fsdp=r.fsdp,
     )
 
 

@@ -4,7 +4,7 @@ issued it, its share of the communication time) and the backward's cuts at the s
 
 Busy time is the step's time minus its exposed communication: compute, and the gaps between operators
 (Python, launches, the profiler's own cost), which the step spends whether or not communication runs;
-only the waits for communication are left out, and the replay puts them back (tools/whatif.py).
+only the waits for communication are left out, and the replay puts them back (tools/whatif/).
 """
 
 from __future__ import annotations

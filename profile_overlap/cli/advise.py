@@ -53,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
 
     result = advise.advise(args.run_dir, top=args.top)
     if args.verify:
-        from profile_overlap.tools import advise_verify
+        from profile_overlap.tools.advise import verify as advise_verify
 
         result = advise_verify.verify(result, repeats=args.repeats, items=args.verify_items)
     advise.write(result, json_out=args.json)

@@ -1,5 +1,5 @@
 """`bench-collectives`: its flags (generated from the BenchConfig fields by run/flags.py), parsed into a
-BenchConfig, then launched (tools/bench_collectives.py runs it on every rank)."""
+BenchConfig, then launched (tools/bench/collectives.py runs it on every rank)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from profile_overlap.cli.run import add_job_arguments, parse_config
 from profile_overlap.core.errors import UserError
-from profile_overlap.tools.bench_config import COMMAND, BenchConfig
+from profile_overlap.tools.bench.config import COMMAND, BenchConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +29,7 @@ def main(args: argparse.Namespace) -> int:
         if not parent.is_dir():
             raise UserError(f"--json {config.json}: folder {parent} does not exist; create it or pick another path")
     from profile_overlap.run import launch
-    from profile_overlap.tools.bench_collectives import run_rank  # imports torch: not needed for --help
+    from profile_overlap.tools.bench.collectives import run_rank  # imports torch: not needed for --help
 
     if not launch.under_torchrun():
         # Self-launched, the world size is known now: refuse bad sizes before starting any rank.

@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from profile_overlap.tools.perfetto import write_perfetto
-    from profile_overlap.tools.perfetto_source import find_source
+    from profile_overlap.tools.perfetto.source import find_source
 
     source = find_source(args.dir, mode=args.mode)
     out = args.out or source.default_out(args.mode)
@@ -59,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
         + (f", {result.dropped_flows:,} of the traces' flows left out (an end missing)" if result.dropped_flows else "")
     )
     if args.open:
-        from profile_overlap.tools.perfetto_serve import serve
+        from profile_overlap.tools.perfetto.serve import serve
 
         return serve(result.path)
     print(f"open it: python -m profile_overlap perfetto {args.dir} --open, or drag it onto https://ui.perfetto.dev")

@@ -135,7 +135,7 @@ def main(args: argparse.Namespace) -> int:
 def _write_perfetto(run_dir: Path, out: Path | None) -> None:
     from profile_overlap.core.files import PERFETTO_TRACE
     from profile_overlap.tools.perfetto import write_perfetto
-    from profile_overlap.tools.perfetto_source import find_source
+    from profile_overlap.tools.perfetto.source import find_source
 
     folder = out or run_dir
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""`sweep`: the run flags plus --vary, parsed into a SweepConfig, then launched (tools/sweep.py runs it)."""
+"""`sweep`: the run flags plus --vary, parsed into a SweepConfig, then launched (tools/sweep/ runs it)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`python -m profile_overlap whatif RUN_DIR`: every mode's step predicted at other world sizes and
-link bandwidths, from the run's measured compute and collectives (tools/whatif.py).
+link bandwidths, from the run's measured compute and collectives (tools/whatif/).
 
     python -m profile_overlap whatif runs/<run>
     python -m profile_overlap whatif runs/<run> --world-size 8,64,512 --link-gbps 50,450 --latency-us 5 --json whatif.json

@@ -2,7 +2,7 @@
 choices), the pipelines, the summary (bytes checks, headline names), the renderers, whatif and the
 Overlap tab read it. Adding a mode: one entry in MODES and its step function (run/pipelines.py's
 PIPELINES, or run/engines.py for one of torch's engines); tests/test_modes_registry.py checks both.
-whatif replays a mode once tools/whatif_model.py has its schedule (BUILDERS) and leaves it out until then.
+whatif replays a mode once tools/whatif/model.py has its schedule (BUILDERS) and leaves it out until then.
 """
 
 from __future__ import annotations
@@ -38,6 +38,17 @@ class ModeSpec:
     """Rows of expected_bytes that move the bytes only when the engine reshards after forward (else none)."""
     in_compare: bool = False
     """Run by --mode compare without --modes."""
+    unit_calls: str | None = None
+    """The collective its backward issues once per communication unit, last unit first (whatif cuts the
+    model into units by them), or None: its backward collectives are buckets filled in gradient order."""
+    flags: tuple[str, ...] = ()
+    """The run flags (config fields) that apply to this mode only; a rerun of another mode puts them back
+    at their defaults (`advise --verify`), and the replay of the run takes the mode's from the config."""
+    exclusive_flags: tuple[str, ...] = ()
+    """Of its flags, those run/config.py refuses at a non-default value when the mode does not run."""
+    advise: tuple[str, ...] = ()
+    """What `advise` may change in it: the candidates replayed with one knob changed
+    (tools/advise/candidates.py's CANDIDATES), or given unreplayed ("bucket-view")."""
 
     @property
     def step_headline(self) -> str:
@@ -59,6 +70,7 @@ MODES: dict[str, ModeSpec] = {
             same_compute=True,
             expected_bytes=(("backward", "all_reduce"),),
             in_compare=True,
+            unit_calls="all_reduce",
         ),
         ModeSpec(
             name="split",
@@ -74,6 +86,9 @@ MODES: dict[str, ModeSpec] = {
             # Not its all_gathers: those of the last profiled step run after its ProfilerStep window.
             expected_bytes=(("backward", "reduce_scatter"),),
             in_compare=True,
+            unit_calls="reduce_scatter",
+            flags=("split_prefetch",),
+            advise=("split-prefetch",),
         ),
         ModeSpec(
             name="split-blocking",
@@ -87,6 +102,8 @@ MODES: dict[str, ModeSpec] = {
             # It waits for each all_gather at once, inside the ProfilerStep window.
             expected_bytes=(("backward", "reduce_scatter"), ("optimizer", "all_gather")),
             in_compare=True,
+            unit_calls="reduce_scatter",
+            flags=("split_prefetch",),
         ),
         ModeSpec(
             name="ddp",
@@ -98,6 +115,9 @@ MODES: dict[str, ModeSpec] = {
             overlaps=True,
             same_compute=True,
             expected_bytes=(("backward", "all_reduce"),),
+            flags=("bucket_cap_mb", "first_bucket_mb"),
+            exclusive_flags=("first_bucket_mb",),
+            advise=("ddp-buckets", "bucket-view"),
         ),
         ModeSpec(
             name="fsdp2",
@@ -111,6 +131,10 @@ MODES: dict[str, ModeSpec] = {
             same_compute=False,
             expected_bytes=(("forward", "all_gather"), ("backward", "all_gather"), ("backward", "reduce_scatter")),
             resharded_bytes=(("backward", "all_gather"),),
+            unit_calls="reduce_scatter",
+            flags=("reshard_after_forward", "fsdp_prefetch", "fsdp_group"),
+            exclusive_flags=("fsdp_group",),
+            advise=("fsdp2-reshard", "fsdp2-prefetch", "fsdp2-group"),
         ),
     )
 }
@@ -122,6 +146,13 @@ and whether they overlap. The engines are opt-in: each adds a full run."""
 ENGINE_MODES = tuple(name for name, spec in MODES.items() if spec.engine)
 """The modes torch's engines run (run/engines.py); the others are run/pipelines.py's."""
 SHARDED_MODES = frozenset(name for name, spec in MODES.items() if spec.sharded)
+UNIT_MODES = tuple(
+    sorted(
+        (name for name, spec in MODES.items() if spec.unit_calls), key=lambda name: (not MODES[name].same_compute, not MODES[name].sharded)
+    )
+)
+"""The modes whose backward calls cut the model into units, in the order whatif takes the cuts from:
+the clean sharded schedules (their reduce_scatters are the units' own), then sequential, then fully_shard's."""
 
 SPEEDUP_BASELINE, SPEEDUP_MODE = "sequential", "split"
 """`speedup` is the baseline's median step time over the mode's (definitions: `speedup`)."""

@@ -1,6 +1,6 @@
 """The `advise` record: changes ranked by predicted gain, each with the cause it addresses, the exact
 flag or code line, and (after `advise --verify`) the gain measured in alternating blocks. Built once
-by tools/advise.py and stored as RUN_DIR/advice.json; the console, the report's "What to change"
+by tools/advise/ and stored as RUN_DIR/advice.json; the console, the report's "What to change"
 section, the Overlap tab and TensorBoard only read it. Every number is defined in
 docs/metrics.md ("Advice"); times in ms."""
 

@@ -114,6 +114,23 @@ class ReplayStepRecord(msgspec.Struct, frozen=True, kw_only=True):
     """The backward's busy time per unit (forward order), cut at the reduce_scatter launches; None without them."""
 
 
+class FsdpUnitRecord(msgspec.Struct, frozen=True, kw_only=True):
+    unit: str
+    """The fully_shard unit's module names, as FSDP2's ranges name it (comma-separated when it holds several)."""
+    busy_us: float
+    """Busy time per ProfilerStep inside the FSDP:: ranges naming the unit, less the waits inside them."""
+
+
+class FsdpRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """What FSDP2 costs one rank's training thread besides its collectives, µs per ProfilerStep
+    (analysis/fsdp_units.py): what advise's `--fsdp-group` and `--reshard-after-forward false` take off."""
+
+    units: tuple[FsdpUnitRecord, ...] = ()
+    """Per fully_shard unit, in the order the units first appear (forward order)."""
+    backward_gathers_us: float = 0.0
+    """Busy time in the backward window in the ranges issuing, prefetching or copying a gather."""
+
+
 class RankRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One rank's metrics over its profiled steps (definitions: "Per rank")."""
 
@@ -137,6 +154,8 @@ class RankRecord(msgspec.Struct, frozen=True, kw_only=True):
     last_arrival_pct: float | None = None
     replay: tuple[ReplayStepRecord, ...] = ()
     """Per profiled step, what whatif replays; absent from records written before whatif read it here."""
+    fsdp: FsdpRecord | None = None
+    """FSDP2's work on the training thread (CPU traces with FSDP:: ranges); None otherwise, and in records before it."""
 
 
 class AnalysisRecord(msgspec.Struct, frozen=True, kw_only=True):

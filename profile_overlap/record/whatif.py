@@ -1,5 +1,5 @@
 """The `whatif` record: predicted step times of each mode at other world sizes and bandwidths, the
-self-replay error and the crossovers, built once by tools/whatif.py and stored as
+self-replay error and the crossovers, built once by tools/whatif/ and stored as
 RUN_DIR/whatif.json; the console, the plot and the report's "What if" section only read it.
 Every number is defined in docs/metrics.md ("What if")."""
 
@@ -59,7 +59,7 @@ class Crossover:
     """world_size (at a link_gbps) or link_gbps (at a world_size)."""
     at: float
     value: str
-    """Where the mode wins along the axis: "always", "from X", "up to X" or "never" (whatif_model.crossover)."""
+    """Where the mode wins along the axis: "always", "from X", "up to X" or "never" (tools/whatif/model.py's crossover)."""
 
 
 @dataclass(frozen=True)

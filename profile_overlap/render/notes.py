@@ -7,6 +7,7 @@ A rule returns None when it has nothing to say; the order of RULES is the order 
 
 from __future__ import annotations
 
+from profile_overlap.core.modes import SPEEDUP_BASELINE, SPEEDUP_MODE
 from profile_overlap.record.metrics import RunMetrics, StepTimes
 from profile_overlap.record.summary import ModeSummary, measured_interference, summary_of
 from profile_overlap.render.document import Inline, Ref
@@ -55,11 +56,11 @@ def failed_checks(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
 
 
 def gloo_reduce_scatter(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
-    if m.env.backend != "gloo" or "sequential" not in s or "split" not in s:
+    if m.env.backend != "gloo" or SPEEDUP_BASELINE not in s or SPEEDUP_MODE not in s:
         return None
-    ar = _kind(s["sequential"], "all_reduce")
-    rs = _kind(s["split"], "reduce_scatter")
-    ag = _kind(s["split"], "all_gather")
+    ar = _kind(s[SPEEDUP_BASELINE], "all_reduce")
+    rs = _kind(s[SPEEDUP_MODE], "reduce_scatter")
+    ag = _kind(s[SPEEDUP_MODE], "all_gather")
     if ar is None or rs is None:
         return None
     ratio = rs.time_per_call_us.mean / ar.time_per_call_us.mean
@@ -78,11 +79,11 @@ def gloo_reduce_scatter(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | No
     won = bool(m.speedup and m.speedup.measured > 1 and not summary_of(m).within_noise)
     text += [
         ". So split communicates more than sequential here ("
-        if (s["split"].comm_ms or 0) > (s["sequential"].comm_ms or 0)
+        if (s[SPEEDUP_MODE].comm_ms or 0) > (s[SPEEDUP_BASELINE].comm_ms or 0)
         else ". So split saves less communication time than its reduce_scatter's half-size data would suggest (",
-        Ref(f"{ms(s['split'].comm_ms)} ms", "comm_ms"),
+        Ref(f"{ms(s[SPEEDUP_MODE].comm_ms)} ms", "comm_ms"),
         " vs ",
-        Ref(f"{ms(s['sequential'].comm_ms)} ms", "comm_ms"),
+        Ref(f"{ms(s[SPEEDUP_BASELINE].comm_ms)} ms", "comm_ms"),
         " per step)",
         ", and won despite it, through overlap and Adam on a 1/N shard" if won else ", which overlap has to make up for on CPU",
         "; on NCCL, reduce_scatter moves half an all_reduce's data.",
@@ -109,7 +110,7 @@ def exposed_dominates(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None
 def compute_bound(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     if not m.speedup or m.speedup.predicted is None or m.speedup.predicted >= COMPUTE_BOUND_PREDICTED:
         return None
-    seq = s["sequential"]
+    seq = s[SPEEDUP_BASELINE]
     return (
         "The run is compute-bound: sequential spent ",
         Ref(f"{ms(seq.comm_ms)} ms", "comm_ms"),
@@ -122,7 +123,7 @@ def compute_bound(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
 
 
 def well_hidden(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
-    x = s.get("split")
+    x = s.get(SPEEDUP_MODE)
     if x is None or x.overlap_pct is None or x.overlap_pct < WELL_HIDDEN_PCT:
         return None
     return (
@@ -138,7 +139,7 @@ def short_of_ideal(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     sp = m.speedup
     if not sp or sp.predicted is None or sp.measured >= SHORT_OF_IDEAL * sp.predicted or sp.predicted < COMPUTE_BOUND_PREDICTED:
         return None
-    split = s["split"]
+    split = s[SPEEDUP_MODE]
     return (
         "The measured speedup ",
         Ref(times(sp.measured), "speedup"),

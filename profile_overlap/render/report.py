@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 
 from profile_overlap.core.dtypes import DTYPE_BYTES
+from profile_overlap.core.modes import SPEEDUP_BASELINE, SPEEDUP_MODE
 from profile_overlap.record.folder import Run, RunStatus
 from profile_overlap.record.metrics import CheckResult, ModeSummary, RunMetrics
 from profile_overlap.record.summary import summary_of
@@ -81,7 +82,7 @@ def verdict_blocks(run: Run) -> tuple:
     blocks += exposed.verdict_paragraphs(m)
     blocks += dimensions.verdict_paragraphs(m)
     others = modes.versus_first(m)
-    if others is not None and m.passed and m.speedup and set(s) - {"sequential", "split"}:
+    if others is not None and m.passed and m.speedup and set(s) - {SPEEDUP_BASELINE, SPEEDUP_MODE}:
         blocks.append(Paragraph(others))
     return tuple(blocks)
 
@@ -156,8 +157,8 @@ def _one_mode_verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
 
 def _split_verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
     """split against sequential: the same, faster or slower, with the hidden communication and the memory."""
-    seq, split = s["sequential"], s["split"]
-    seq_t, split_t = m.modes["sequential"].step_time, m.modes["split"].step_time
+    seq, split = s[SPEEDUP_BASELINE], s[SPEEDUP_MODE]
+    seq_t, split_t = m.modes[SPEEDUP_BASELINE].step_time, m.modes[SPEEDUP_MODE].step_time
     steps = (Ref(f"{ms(split_t.median_ms)} ms", "step_time_ms"), " vs ", Ref(f"{ms(seq_t.median_ms)} ms", "step_time_ms"))
     hid = (
         "split hid ",

@@ -4,6 +4,7 @@ transfer per rank)."""
 
 from __future__ import annotations
 
+from profile_overlap.core.modes import SPEEDUP_MODE, YIELD_BASELINE, YIELD_MODE
 from profile_overlap.record.folder import Run
 from profile_overlap.record.interference import Interference
 from profile_overlap.record.metrics import ModeSummary, RunMetrics
@@ -57,10 +58,10 @@ def side_by_side(m: RunMetrics, s: dict[str, ModeSummary]) -> Table:
     if m.speedup:
         sp = m.speedup
         rows += [
-            row((Ref("speedup", "speedup"), " measured (×)"), [times(sp.measured) if n == "split" else "" for n in names]),
+            row((Ref("speedup", "speedup"), " measured (×)"), [times(sp.measured) if n == SPEEDUP_MODE else "" for n in names]),
             row(
                 (Ref("predicted speedup", "predicted_speedup"), ": ideal from sequential's comm + compute (×)"),
-                [times(sp.predicted) if n == "split" else "" for n in names],
+                [times(sp.predicted) if n == SPEEDUP_MODE else "" for n in names],
             ),
         ]
     return Table(
@@ -254,7 +255,7 @@ def yield_blocks(m: RunMetrics) -> tuple:
             )
         )
     if rows:
-        mode, baseline = (y.mode, y.baseline) if y else ("split", "split-blocking")
+        mode, baseline = (y.mode, y.baseline) if y else (YIELD_MODE, YIELD_BASELINE)
         known = measured_interference(rows)
         text = [
             Ref("Interference", "interference_pct"),

@@ -1,1 +1,2 @@
-"""Commands that compose run, analysis and render: sweep, bench-collectives, explain."""
+"""Commands that compose run, analysis and render, one package each: advise/, whatif/, perfetto/,
+sweep/, bench/ (bench-collectives), and explain.py."""

@@ -14,8 +14,8 @@ N(N+1)/2 * (1 + i mod 7) and the gathered array is x(i // chunk, i). After the l
 iteration every element of every rank's output is compared against that closed form; `#wrong`
 counts the elements outside the dtype's tolerance, over all ranks.
 
-This module measures, on every rank. The flags are in bench_config.py; the record (BenchResult,
-bench_record.py) is built once, then rendered: console table (rank 0), bench.json in the run
+This module measures, on every rank. The flags are in config.py; the record (BenchResult,
+record.py) is built once, then rendered: console table (rank 0), bench.json in the run
 folder (and --json), TensorBoard scalars with the size in bytes as the step.
 
 Test-only fault: PROFILE_OVERLAP_FAULT=corrupt:rank=R:step=I:layer=C adds 1 to rank R's output
@@ -39,8 +39,8 @@ from profile_overlap.run.dtypes import torch_dtype
 from profile_overlap.run.pipelines import Fault, all_gather_single, reduce_scatter_single
 from profile_overlap.run.timing import time_calls
 from profile_overlap.run.verify import TOLERANCE
-from profile_overlap.tools.bench_config import COLLECTIVES, COMMAND, BenchConfig
-from profile_overlap.tools.bench_record import BenchResult, build_result, render_table, write_tensorboard
+from profile_overlap.tools.bench.config import COLLECTIVES, COMMAND, BenchConfig
+from profile_overlap.tools.bench.record import BenchResult, build_result, render_table, write_tensorboard
 
 _PATTERN_PERIOD = 7
 """x(r, i) = (r + 1) * (1 + i mod 7): 7 is odd, so every rank's chunk starts at a different phase

@@ -16,7 +16,7 @@ import msgspec
 from profile_overlap.analysis.bandwidth import algbw_gbps, busbw_gbps
 from profile_overlap.record.analysis import as_json
 from profile_overlap.record.metrics import Env
-from profile_overlap.tools.bench_config import COLLECTIVES, BenchConfig, parse_sizes
+from profile_overlap.tools.bench.config import COLLECTIVES, BenchConfig, parse_sizes
 
 SCHEMA_VERSION = 1
 RS_LIKE_AR = 0.75

@@ -32,7 +32,7 @@ which in one run with --repeats only the first block does."""
 
 
 def _config(cfg: RunConfig, item: AdviceItem, *, changed: bool, profile: bool, out: Path, name: str):
-    from profile_overlap.tools.advise_replay import rerun_config
+    from profile_overlap.tools.advise.candidates import rerun_config
 
     change = _change(item) if changed else {}
     run = {"repeats": 1, "profile": profile, "out": str(out), "name": name, "warmup_steps": max(cfg.warmup_steps, WARMUP_STEPS)}

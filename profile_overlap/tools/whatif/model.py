@@ -3,7 +3,7 @@ for one training step, and the crossover. Durations in, times out; no trace, no 
 
 A mode's step is a `StepGraph`: the compute of each communication unit per phase (µs), and the
 collectives it issues, each tied to the unit whose work it waits for or feeds. `tasks` turns it
-into the tasks of the replay (tools/whatif_replay.py), with the waits where the pipeline waits:
+into the tasks of the replay (tools/whatif/replay.py), with the waits where the pipeline waits:
 
 - sequential: forward, backward, then a blocking all_reduce per unit (last unit first), then Adam.
 - split: unit k's reduce_scatter starts when B_k ends and runs under the earlier units' backward;
@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from profile_overlap.core.modes import MODES
-from profile_overlap.tools.whatif_replay import COMM, COMPUTE, ReplayedStep, Task, replay, step_times
+from profile_overlap.tools.whatif.replay import COMM, COMPUTE, ReplayedStep, Task, replay, step_times
 
 _RING_STEPS = {
     "all_reduce": lambda n: 2 * (n - 1),
@@ -132,7 +132,7 @@ def ddp_buckets(params: Sequence[tuple[int, int]], cap_bytes: float, first_cap_b
 
 def rebucket(graph: StepGraph, buckets: Sequence[tuple[int, int]], cost: Callable[[int], float]) -> StepGraph:
     """`graph` (ddp) with its backward all_reduces replaced by one per bucket, each costing cost(nbytes) µs."""
-    assert graph.mode == "ddp", graph.mode
+    assert MODES[graph.mode].unit_calls is None, graph.mode  # a bucketed backward
     keep = tuple(c for c in graph.comms if c.phase != "backward")
     new = tuple(Comm(kind="all_reduce", nbytes=n, phase="backward", unit=u, dur_us=cost(n)) for u, n in buckets)
     return dataclasses.replace(graph, comms=new + keep)
@@ -143,7 +143,7 @@ def regroup(graph: StepGraph, nbytes: Sequence[int], size: int, cost: Callable[[
     fully_shard groups of `size` consecutive units (`--fsdp-group`): each group's compute is its
     units' sum, and each of the graph's per-unit collectives becomes one per group, of the group's
     bytes, costing cost(kind, nbytes) µs."""
-    assert graph.mode == "fsdp2", graph.mode
+    assert "fsdp_group" in MODES[graph.mode].flags, graph.mode
     groups = [range(k, min(k + size, graph.num_units)) for k in range(0, graph.num_units, size)]
 
     def merged(xs: tuple[float, ...]) -> tuple[float, ...]:

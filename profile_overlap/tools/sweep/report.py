@@ -1,5 +1,5 @@
 """The sweep's renderers (rank 0): its figure, verdict sentences, points table (sweep.html,
-sweep.md, sweep.png) and console summary. They read the sweep record (tools/sweep.py builds it)
+sweep.md, sweep.png) and console summary. They read the sweep record (tools/sweep/ builds it)
 and never recompute a number.
 """
 
@@ -10,8 +10,9 @@ from pathlib import Path
 
 from profile_overlap.core.files import SWEEP_HTML, SWEEP_MD, SWEEP_PNG
 from profile_overlap.core.io import write_text_atomic
-from profile_overlap.tools.sweep_axes import numeric_knob, series_of, x_position
-from profile_overlap.tools.sweep_record import SweepPoint, SweepRecord
+from profile_overlap.core.modes import SPEEDUP_BASELINE, SPEEDUP_MODE
+from profile_overlap.tools.sweep.axes import numeric_knob, series_of, x_position
+from profile_overlap.tools.sweep.record import SweepPoint, SweepRecord
 
 
 def _nan(value: float | None) -> float:
@@ -111,7 +112,7 @@ def explain_crossover(record: SweepRecord) -> list[str]:
             best = max(series, key=lambda p: p.mode(ch).speedup_vs_first or 0)
             s = best.mode(base), best.mode(ch)
             beats = (s[1].speedup_vs_first or 0) > 1
-            gloo = (base, ch) == ("sequential", "split") and (s[1].comm_ms or 0) > (s[0].comm_ms or 0)
+            gloo = (base, ch) == (SPEEDUP_BASELINE, SPEEDUP_MODE) and (s[1].comm_ms or 0) > (s[0].comm_ms or 0)
             why = " On gloo, reduce_scatter runs as a full all_reduce, so the split pays for the all_reduce and the all_gather."
             lines.append(
                 f"{ch} never beats {base}{' by more than run-to-run noise' if beats else ''} in this range{where}: at best "

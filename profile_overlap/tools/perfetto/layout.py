@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 
-from profile_overlap.tools import perfetto_tracks as pt
-from profile_overlap.tools.perfetto_lanes import assign_lanes
-from profile_overlap.tools.perfetto_read import Event, FileScan, TrackKey, rewrite
+from profile_overlap.tools.perfetto import tracks as pt
+from profile_overlap.tools.perfetto.lanes import assign_lanes
+from profile_overlap.tools.perfetto.read import Event, FileScan, TrackKey, rewrite
 
 OURS = "profile_overlap"
 """The pid part of the analysis tracks' keys in a rank's track table."""

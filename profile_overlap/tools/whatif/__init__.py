@@ -12,7 +12,7 @@ backward is the compute between two such launches; the forward is split in the s
 (a unit's backward costs about twice its forward, whatever the unit), the optimizer by the units'
 bytes. A run without split or split-blocking traces splits both by bytes (a note says so).
 
-The replay (tools/whatif_model.py) then runs each mode's dependency graph: with the measured
+The replay (tools/whatif/model.py) then runs each mode's dependency graph: with the measured
 collective durations at the run's own world size (the self-replay, against the measured median
 step time), and with ring α-β costs at each target point.
 """
@@ -32,13 +32,13 @@ from profile_overlap.analysis.folder import analyze_dir, find_trace_files
 from profile_overlap.analysis.record import analysis_record
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import write_json_atomic
-from profile_overlap.core.modes import MODES, PHASES, SHARDED_MODES
+from profile_overlap.core.modes import MODES, PHASES, SHARDED_MODES, UNIT_MODES
 from profile_overlap.record.analysis import AnalysisRecord
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.interference_used import UsedInterference, charged, overall, used_interference
 from profile_overlap.record.whatif import SCHEMA, WHATIF_JSON, Crossover, SelfReplay, WhatifPoint, WhatifResult
-from profile_overlap.tools import whatif_model as model
-from profile_overlap.tools.bench_record import BenchTimes
+from profile_overlap.tools.bench.record import BenchTimes
+from profile_overlap.tools.whatif import model
 
 SAME_BODY = tuple(name for name, spec in MODES.items() if spec.same_compute)
 """Modes that run the same forward and backward operators (fsdp2 adds its gathers' copies)."""
@@ -159,11 +159,11 @@ class Units:
 
 def find_units(measured: dict[str, Measured], notes: list[str]) -> Units:
     """One unit per backward reduce_scatter (or sequential all_reduce), last unit first in the trace."""
-    for mode in ("split", "split-blocking", "sequential", "fsdp2"):
+    for mode in UNIT_MODES:
         m = measured.get(mode)
         if m is None:
             continue
-        kind = "all_reduce" if mode == "sequential" else "reduce_scatter"
+        kind = MODES[mode].unit_calls
         calls = [c for c in m.calls if c.phase == "backward" and c.kind == kind]
         sizes = [c.nbytes for c in calls if c.nbytes]
         if sizes and len(sizes) == len(calls):
@@ -186,7 +186,7 @@ def _assign_units(m: Measured, units: Units) -> list[tuple[MeasuredCall, int]]:
     for c in m.calls:
         groups.setdefault((c.phase, c.kind), []).append(c)
     for (phase, _kind), calls in groups.items():
-        if m.mode == "ddp" and phase == "backward":
+        if MODES[m.mode].unit_calls is None and phase == "backward":  # buckets
             filled, u, total = 0.0, K - 1, 0.0
             for c in calls:
                 total += c.nbytes or 0

@@ -2,7 +2,7 @@
 
 `scan` (pass 1) keeps per complete slice ("X") its track, start and duration in integer ns on the
 merged clock, per flow event its track, time and id, and the tracks' names: enough to give every
-slice a lane (perfetto_lanes) and to keep only flows with both ends. `rewrite` (pass 2) decodes the
+slice a lane (lanes.py) and to keep only flows with both ends. `rewrite` (pass 2) decodes the
 events again and hands them on with the track, time and flow id they get in the merged file; an
 event's `args` pass through as the bytes they were, never decoded.
 """

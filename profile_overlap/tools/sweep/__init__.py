@@ -19,7 +19,7 @@ The sweep's numbers are each point's headline numbers (record.summary.headline) 
 numbers (record.summary.modes, speedup_vs_first), read from its record, never recomputed. Every
 point runs the same modes (--modes, passed through; by default sequential, split, split-blocking);
 the crossover is where the second of them starts to beat the first. Its renderers (figure,
-reports, console) are in tools/sweep_report.py.
+reports, console) are in tools/sweep/report.py.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import CONFIG_JSON, METRICS_JSON, SWEEP_JSON
 from profile_overlap.run import config as run_config
 from profile_overlap.run import flags
-from profile_overlap.tools.sweep_axes import series_of
-from profile_overlap.tools.sweep_record import WORKLOAD, ModeEntry, SweepCrossover, SweepPoint, SweepRecord, Workload
+from profile_overlap.tools.sweep.axes import series_of
+from profile_overlap.tools.sweep.record import WORKLOAD, ModeEntry, SweepCrossover, SweepPoint, SweepRecord, Workload
 
 _FLAGS = {f.name: f for f in flags.flags(run_config.Config)}
 KNOBS = {name: _FLAGS[name] for name in ("dim", "layers", "batch", "dtype", "model", "heads", "seq_len")}
@@ -136,7 +136,7 @@ def run_rank(sweep: SweepConfig) -> int:
     from profile_overlap.core import status as run_status
     from profile_overlap.core.io import write_json_atomic
     from profile_overlap.run import harness, job
-    from profile_overlap.tools.sweep_report import print_summary, write_reports
+    from profile_overlap.tools.sweep.report import print_summary, write_reports
 
     with job.process_group(sweep) as (backend, device):  # checks every point against the world size first
         world = dist.get_world_size()

@@ -1,14 +1,18 @@
 """`perfetto`: every rank of a run, job or trace folder in one Chrome trace-event file (gzipped JSON)
 for the Perfetto UI, on the clock the analysis aligned the ranks to.
 
-    source (perfetto_source) -> analyze_dir per mode (keep_spans) -> per rank: scan its files
-    (perfetto_read), the analysis tracks (perfetto_tracks), lanes so every slice nests
-    (perfetto_lanes) -> write: metadata, analysis tracks, each file's events rewritten, arrows.
+    source (source.py) -> analyze_dir per mode (keep_spans) -> per rank: scan its files
+    (read.py), the analysis tracks (tracks.py), lanes so every slice nests
+    (lanes.py) -> write: metadata, analysis tracks, each file's events rewritten, arrows.
 
 A rank is the process "rank R (host)"; its threads and streams are its tracks, and a slice that
 partly overlapped another on its track moves to an extra track ("stream 20 (2)"). Times: a rank's
 own time − its clock offset (ClockAlignment.offset), less the file's origin `time_origin_us`;
 modes of a run that overlap in time are laid one after another. Nothing is measured here.
+
+It reads the traces, not the record: it draws every event of every file and every interval the
+analysis found (each call, the hidden and exposed communication, the waits), which the record
+only sums. Those come from the one analysis entry point, `analyze_dir(keep_spans=True)`.
 """
 
 from __future__ import annotations
@@ -27,10 +31,10 @@ from profile_overlap.analysis.cross_rank import TraceAnalysis
 from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import replace_atomically
-from profile_overlap.tools import perfetto_tracks as pt
-from profile_overlap.tools.perfetto_layout import OURS, Rank, arrow_events, drawn_events, layout, meta_event, rewrite_rank, slice_event
-from profile_overlap.tools.perfetto_read import MAX_US, Event, scan, times_in_range, to_ns
-from profile_overlap.tools.perfetto_source import Source
+from profile_overlap.tools.perfetto import tracks as pt
+from profile_overlap.tools.perfetto.layout import OURS, Rank, arrow_events, drawn_events, layout, meta_event, rewrite_rank, slice_event
+from profile_overlap.tools.perfetto.read import MAX_US, Event, scan, times_in_range, to_ns
+from profile_overlap.tools.perfetto.source import Source
 
 MODE_GAP_NS = 10_000_000
 """Between two modes laid one after another (their traces overlapped in time)."""

@@ -1,4 +1,4 @@
-"""sweep.json, typed: what tools/sweep.py writes and tools/sweep_report.py reads by attribute.
+"""sweep.json, typed: what tools/sweep/ writes and tools/sweep/report.py reads by attribute.
 
 The file keeps its layout: each point holds its fixed keys (name, knobs, workload, passed, headline,
 within_noise) and, beside them, one object per mode under the mode's name. So a point's modes are

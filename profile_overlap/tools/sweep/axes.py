@@ -1,13 +1,13 @@
 """The sweep's x axis: the first knob, numeric (its values) or named (its place in the given order),
 and the series of points over it (one per combination of the other knobs). Shared by the sweep
-record (tools/sweep.py) and its renderers (tools/sweep_report.py)."""
+record (tools/sweep/) and its renderers (tools/sweep/report.py)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from profile_overlap.tools.sweep_record import SweepPoint
+    from profile_overlap.tools.sweep.record import SweepPoint
 
 
 def numeric_knob(values) -> bool:

@@ -1,5 +1,5 @@
-"""The replayed candidates of `advise`: each mode's measured step (tools/whatif.py) replayed with one
-knob changed (tools/whatif_model.py), against the same step replayed as run.
+"""The replayed candidates of `advise`: each mode's measured step (tools/whatif/) replayed with one
+knob changed (tools/whatif/model.py), against the same step replayed as run.
 
 Predicted gain = replay(as run) − replay(changed): both replays share the measured compute and
 collectives, so what the model gets wrong about the run itself mostly cancels; what is left is
@@ -13,13 +13,15 @@ import math
 import statistics
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
+from profile_overlap.core.modes import MODES, SPEEDUP_BASELINE, SPEEDUP_MODE
+from profile_overlap.record.analysis import AnalysisRecord
 from profile_overlap.record.call_cost import BANDWIDTH, FIT, LATENCY, CallCost
 from profile_overlap.record.config import RunConfig
+from profile_overlap.run import flags
 from profile_overlap.run.config import Config, from_record
 from profile_overlap.tools import whatif
-from profile_overlap.tools import whatif_model as model
+from profile_overlap.tools.whatif import model
 
 MIB = 1024 * 1024
 
@@ -64,14 +66,14 @@ class Replayed:
 
 
 def rerun_config(cfg: RunConfig, mode: str, change: Mapping[str, object]) -> Config:
-    """The run's Config for one mode with `change` applied, as a verification run takes it: a flag of
-    another mode's engine (--first-bucket-mb, --fsdp-group) back at its default. ValueError: the
-    run's own checks refuse it."""
-    values = {"compare_modes": None, "mode": mode, **change}
-    if values["mode"] != "ddp":
-        values["first_bucket_mb"] = None
-    if values["mode"] != "fsdp2":
-        values["fsdp_group"] = 1
+    """The run's Config for one mode with `change` applied, as a verification run takes it: a flag
+    only another mode takes (ModeSpec.exclusive_flags: --first-bucket-mb, --fsdp-group) back at its
+    default. ValueError: the run's own checks refuse it."""
+    defaults = {f.name: f.default for f in flags.flags(Config)}
+    values: dict[str, object] = {"compare_modes": None, "mode": mode, **change}
+    for name, spec in MODES.items():
+        if name != mode:
+            values.update({flag: defaults[flag] for flag in spec.exclusive_flags})
     return from_record(cfg, **values)
 
 
@@ -120,12 +122,13 @@ def replay_as_run(m: whatif.Measured, units: whatif.Units, cfg: RunConfig, world
     fully_shard groups, serial when its measured overlap is under SERIAL_OVERLAP_PCT). FSDP2's
     implicit prefetch (--fsdp-prefetch 0) is calibrated: the distances (0 or 1, forward and
     backward) whose replay comes closest to the measured profiled step."""
-    if m.mode == "fsdp2":
+    flags = MODES[m.mode].flags
+    if "fsdp_group" in flags:
         units = group_units(units, cfg.fsdp_group)
     graph = whatif.step_graph(m, units, durations=lambda c, n: c.dur_us, world_size=world, measured_world=world, compute_scale=1.0)
-    if m.mode in ("split", "split-blocking"):
+    if "split_prefetch" in flags:
         graph = dataclasses.replace(graph, knobs=model.Knobs(split_prefetch=cfg.split_prefetch))
-    if m.mode == "fsdp2":
+    if "fsdp_prefetch" in flags:
         n = cfg.fsdp_prefetch
         options = [(n, n)] if n else [(f, b) for f in (0, 1) for b in (0, 1)]
         target = (m.profiled_ms or 0) * 1e3
@@ -233,7 +236,7 @@ def ddp(r: Replayed, params: list[tuple[int, int]], cfg: RunConfig, cost: tuple[
         seen.add(buckets)
         yield Candidate(
             kind="ddp-bucket",
-            mode="ddp",
+            mode=r.mode,
             change=f"gradient buckets of {cap_mb:g} MiB: {len(buckets)} all_reduces, the first starting when unit {buckets[0][0]}'s "
             f"backward ends (now {len(now)} bucket{'s' if len(now) > 1 else ''} of at most {cfg.bucket_cap_mb:g} MiB; {cost_words(cost)})",
             flag=f"--bucket-cap-mb {cap_mb:g}",
@@ -261,7 +264,7 @@ def ddp_first_bucket(
         seen.add(buckets)
         yield Candidate(
             kind="ddp-first-bucket",
-            mode="ddp",
+            mode=r.mode,
             change=f"a first gradient bucket of {first_mb:g} MiB ({buckets[0][1] / MIB:.3g} MiB, all_reduced when unit "
             f"{buckets[0][0]}'s backward ends), the others at most {cfg.bucket_cap_mb:g} MiB: {len(buckets)} all_reduces "
             f"({cost_words(cost)})",
@@ -274,8 +277,8 @@ def ddp_first_bucket(
 
 @dataclass(frozen=True)
 class FsdpCosts:
-    """What FSDP2 costs on the training thread besides its collectives (analysis/fsdp_units.py): the
-    median over the mode's trace files (ranks); zeros and empty on GPU or without traces."""
+    """What FSDP2 costs on the training thread besides its collectives (the record's per-rank `fsdp`,
+    analysis/fsdp_units.py): the median over the mode's ranks; zeros and empty on GPU or in a record without it."""
 
     backward_gathers_us: float = 0.0
     """µs per step of the backward gathers' own work: issuing, prefetching and copying them."""
@@ -283,14 +286,10 @@ class FsdpCosts:
     """Per fully_shard unit of the run (forward order), µs per step of busy time in the FSDP:: ranges naming it."""
 
 
-def fsdp_costs(folder: Path) -> FsdpCosts:
-    """The mode's FsdpCosts from its trace files (each read once)."""
-    from profile_overlap.analysis.folder import find_trace_files
-    from profile_overlap.analysis.fsdp_units import fsdp_busy
-    from profile_overlap.analysis.trace import load_trace
-
-    found = [fsdp_busy(load_trace(f)) for f in (find_trace_files(folder) if folder.is_dir() else [])]
-    busy = [tuple(x.units.values()) for x in found]
+def fsdp_costs(analysis: AnalysisRecord) -> FsdpCosts:
+    """The mode's FsdpCosts from its record's ranks."""
+    found = [r.fsdp for r in analysis.ranks if r.fsdp is not None]
+    busy = [tuple(u.busy_us for u in x.units) for x in found]
     same = bool(busy) and len({len(b) for b in busy}) == 1
     return FsdpCosts(
         backward_gathers_us=statistics.median(x.backward_gathers_us for x in found) if found else 0.0,
@@ -298,21 +297,13 @@ def fsdp_costs(folder: Path) -> FsdpCosts:
     )
 
 
-def fsdp2(r: Replayed, cfg: RunConfig, *, backward_gathers_us: float = 0.0) -> Iterator[Candidate]:
-    """Resharding (its gain: the backward gathers in the replay, and their work on the training thread, measured) and
-    explicit prefetch distances."""
+def fsdp2_reshard(r: Replayed, cfg: RunConfig, *, backward_gathers_us: float = 0.0) -> Iterator[Candidate]:
+    """Resharding (its gain: the backward gathers in the replay, and their work on the training thread, measured)."""
     knobs = r.graph.knobs
-    num_units = len(r.graph.forward_us)
-    why = (
-        f" (replayed serial: the run overlapped under {SERIAL_OVERLAP_PCT:g}% of its communication, so its all_gathers "
-        "ran beside no compute and moving them earlier hides nothing)"
-        if knobs.serial
-        else ""
-    )
     if cfg.reshard_after_forward == "true":
         yield Candidate(
             kind="fsdp2-reshard",
-            mode="fsdp2",
+            mode=r.mode,
             change="keep each unit's gathered parameters from forward to backward: no all_gather in backward (more memory)"
             + (
                 f": their whole time comes off the step (the run overlapped under {SERIAL_OVERLAP_PCT:g}% of its communication)"
@@ -325,13 +316,24 @@ def fsdp2(r: Replayed, cfg: RunConfig, *, backward_gathers_us: float = 0.0) -> I
             config={"reshard_after_forward": "false"},
             gain_us=_gain(r, dataclasses.replace(r.graph, knobs=dataclasses.replace(knobs, reshard=False))) + backward_gathers_us,
         )
-    for n in range(1, num_units):
+
+
+def fsdp2_prefetch(r: Replayed, cfg: RunConfig) -> Iterator[Candidate]:
+    """Explicit prefetch distances."""
+    knobs = r.graph.knobs
+    why = (
+        f" (replayed serial: the run overlapped under {SERIAL_OVERLAP_PCT:g}% of its communication, so its all_gathers "
+        "ran beside no compute and moving them earlier hides nothing)"
+        if knobs.serial
+        else ""
+    )
+    for n in range(1, len(r.graph.forward_us)):
         if n == cfg.fsdp_prefetch:
             continue
         changed = dataclasses.replace(knobs, fsdp_forward_ahead=n, fsdp_backward_ahead=n)
         yield Candidate(
             kind="fsdp2-prefetch",
-            mode="fsdp2",
+            mode=r.mode,
             change=f"prefetch the next {n} unit{'s' if n > 1 else ''}' all_gathers explicitly in forward and backward{why}",
             flag=f"--fsdp-prefetch {n}",
             code=f"units[k].set_modules_to_forward_prefetch(units[k + 1 : k + {n + 1}]) (and backward: units[k - {n} : k])",
@@ -389,7 +391,7 @@ def fsdp2_groups(
         )
         yield Candidate(
             kind="fsdp2-group",
-            mode="fsdp2",
+            mode=r.mode,
             change=f"fully_shard {what}: {calls} all_gather{'s' if calls > 1 else ''} per pass instead of {before} ({trade}; "
             f"{unit_us / 1e3:.3g} ms of FSDP2 hook work per unit measured)",
             flag=f"--fsdp-group {n}",
@@ -420,16 +422,17 @@ def schedule(replayed: dict[str, Replayed], medians: dict[str, float | None]) ->
     """sequential -> split, or the reverse, when the run measured both. When the run timed both, the gain
     is what its timed steps measured (median against median: the direct evidence; the replay of the
     profiled steps leaves out what overlap costs compute, e.g. gloo's threads on the cores); else the replay's."""
-    if not {"sequential", "split"} <= set(replayed):
+    base, mode = SPEEDUP_BASELINE, SPEEDUP_MODE
+    if not {base, mode} <= set(replayed):
         return
-    replay_gain = replayed["sequential"].step_us - replayed["split"].step_us
-    times = {m: t for m in ("sequential", "split") if (t := medians.get(m)) is not None}
+    replay_gain = replayed[base].step_us - replayed[mode].step_us
+    times = {m: t for m in (base, mode) if (t := medians.get(m)) is not None}
     timed = len(times) == 2
-    gain = (times["sequential"] - times["split"]) * 1e3 if timed else replay_gain
-    src, dst = ("sequential", "split") if gain > 0 else ("split", "sequential")
+    gain = (times[base] - times[mode]) * 1e3 if timed else replay_gain
+    src, dst = (base, mode) if gain > 0 else (mode, base)
     change = f"train with the {dst} schedule instead of {src}"
     if timed:
-        replayed_gain = replay_gain if src == "sequential" else -replay_gain
+        replayed_gain = replay_gain if src == base else -replay_gain
         change += (
             f": this run timed {src} at {times[src]:.3g} ms and {dst} at {times[dst]:.3g} ms per step "
             f"(the replay of the profiled steps gives {replayed_gain / 1e3:.3g} ms)"
@@ -444,3 +447,41 @@ def schedule(replayed: dict[str, Replayed], medians: dict[str, float | None]) ->
         gain_us=abs(gain),
         timed=timed,
     )
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a mode's candidates are made from besides its replay: the run's config, every mode's measured
+    step, the world size, the model's parameters and units, and each mode's analysis record."""
+
+    cfg: RunConfig
+    measured: dict[str, whatif.Measured]
+    world: int
+    params: list[tuple[int, int]]
+    units: whatif.Units
+    analysis: Callable[[str], AnalysisRecord]
+
+
+def _ddp_buckets(r: Replayed, ctx: Context) -> Iterator[Candidate]:
+    return ddp(r, ctx.params, ctx.cfg, call_costs(ctx.measured, "all_reduce"))
+
+
+def _fsdp2_reshard(r: Replayed, ctx: Context) -> Iterator[Candidate]:
+    return fsdp2_reshard(r, ctx.cfg, backward_gathers_us=fsdp_costs(ctx.analysis(r.mode)).backward_gathers_us)
+
+
+def _fsdp2_group(r: Replayed, ctx: Context) -> Iterator[Candidate]:
+    fits = {k: collective_cost(ctx.measured, ctx.world, k, r.mode) for k in ("all_gather", "reduce_scatter")}
+    residual = max(fit_residual(ctx.measured, k, r.mode, fit) for k, fit in fits.items())
+    unit_us = unit_cost_us(ctx.units, ctx.cfg, fsdp_costs(ctx.analysis(r.mode)).unit_busy_us)
+    return fsdp2_groups(r, ctx.units, ctx.cfg, lambda kind, n: fits[kind](n), residual=residual, unit_us=unit_us)
+
+
+CANDIDATES: dict[str, Callable[[Replayed, Context], Iterator[Candidate]]] = {
+    "ddp-buckets": _ddp_buckets,
+    "fsdp2-reshard": _fsdp2_reshard,
+    "fsdp2-prefetch": lambda r, ctx: fsdp2_prefetch(r, ctx.cfg),
+    "fsdp2-group": _fsdp2_group,
+    "split-prefetch": lambda r, ctx: split(r, ctx.cfg),
+}
+"""The replayed changes a mode's ModeSpec.advise names: each the mode's replay as run -> its candidates."""

@@ -3,12 +3,12 @@
     python -m profile_overlap advise runs/<run> [--top 5] [--json advice.json]
 
 For each cause of exposed time (record/exposed.py) the candidate changes: DDP bucket sizes, FSDP2
-resharding and prefetch, the split's wait-ahead, sequential <-> split (tools/advise_replay.py, each
+resharding and prefetch, the split's wait-ahead, sequential <-> split (tools/advise/candidates.py, each
 replayed by the whatif model), a straggler rank and a collective that needs more bandwidth than the
 link has (from the causes, not replayed). Each replayed change is checked against the run's own
 config checks (run/config.py) before it is advised. A job (traces of anyone's training) gets the
 causes' items and the code lines to try; `advise --verify` runs our runs' top items
-(tools/advise_verify.py).
+(tools/advise/verify.py).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from profile_overlap.api.job import ensure_record, is_job_record
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, STATUS_JSON
 from profile_overlap.core.io import write_json_atomic
+from profile_overlap.core.modes import MODES
 from profile_overlap.record import noise
 from profile_overlap.record.advice import ADVICE_JSON, NOTHING, SCHEMA, Advice, AdviceItem
 from profile_overlap.record.config import RunConfig
@@ -30,9 +31,9 @@ from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.interference_used import UsedInterference, overall
 from profile_overlap.record.metrics import ModeMetrics
 from profile_overlap.record.summary import blocks, summary_of
-from profile_overlap.tools import advise_replay as replay
 from profile_overlap.tools import whatif
-from profile_overlap.tools import whatif_model as model
+from profile_overlap.tools.advise import candidates as replay
+from profile_overlap.tools.whatif import model
 
 
 def load_source(path: Path) -> tuple[Run, bool]:
@@ -163,17 +164,13 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
                     f"{timed:.3g} ms): its replayed gains rest on steps unlike the others; rerun with more --profile-steps"
                 )
     candidates = list(replay.schedule(replayed, {m: metrics.modes[m].step_time.median_ms for m in modes}))
-    if "ddp" in replayed:
-        candidates += replay.ddp(replayed["ddp"], params, cfg, replay.call_costs(measured, "all_reduce"))
-    if "fsdp2" in replayed:
-        costs = replay.fsdp_costs(run.dir / "fsdp2")
-        candidates += replay.fsdp2(replayed["fsdp2"], cfg, backward_gathers_us=costs.backward_gathers_us)
-        fits = {k: replay.collective_cost(measured, world, k, "fsdp2") for k in ("all_gather", "reduce_scatter")}
-        residual = max(replay.fit_residual(measured, k, "fsdp2", fit) for k, fit in fits.items())
-        unit_us = replay.unit_cost_us(units, cfg, costs.unit_busy_us)
-        candidates += replay.fsdp2_groups(replayed["fsdp2"], units, cfg, lambda kind, n: fits[kind](n), residual=residual, unit_us=unit_us)
-    if "split" in replayed:
-        candidates += replay.split(replayed["split"], cfg)
+    ctx = replay.Context(
+        cfg=cfg, measured=measured, world=world, params=params, units=units, analysis=lambda m: whatif.replay_record(run, m)
+    )
+    for m, r in replayed.items():
+        for change in MODES[m].advise:
+            if change in replay.CANDIDATES:
+                candidates += replay.CANDIDATES[change](r, ctx)
     out = []
     gains: list[tuple[replay.Candidate, float, float]] = []
     for c in candidates:
@@ -209,18 +206,20 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
             )
         )
     notes += overlap_costs(gains, {m: x.interference for m, x in measured.items()})
-    if "ddp" in metrics.modes:
-        grad_mib = statistics.median(x.grad_bytes for x in metrics.modes["ddp"].memory) / 2**20 if metrics.modes["ddp"].memory else None
+    for name, mm in metrics.modes.items():
+        if name not in MODES or "bucket-view" not in MODES[name].advise:
+            continue
+        grad_mib = statistics.median(x.grad_bytes for x in mm.memory) / 2**20 if mm.memory else None
         saving = f": saves {grad_mib:.3g} MiB per rank" if grad_mib else ""
         out.append(
             AdviceItem(
                 kind="ddp-bucket-view",
-                mode="ddp",
+                mode=name,
                 cause="memory: every gradient is held twice (in .grad and in its bucket)",
                 change=f"let the gradients be views into DDP's buckets (no copy into the bucket){saving}; step time: no change predicted",
                 flag=None,
                 code="DistributedDataParallel(model, gradient_as_bucket_view=True)",
-                baseline_ms=metrics.modes["ddp"].step_time.median_ms,
+                baseline_ms=mm.step_time.median_ms,
                 predicted_ms=None,
                 predicted_gain_ms=None,
                 gain_low_ms=None,
