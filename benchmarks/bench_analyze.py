@@ -74,7 +74,7 @@ seconds = time.perf_counter() - t
     "parse": """
 import sys, time
 from pathlib import Path
-from profile_overlap.analysis.trace import load_trace
+from profile_overlap.analysis.read.trace import load_trace
 t = time.perf_counter()
 for p in sys.argv[1:]:
     load_trace(Path(p))
@@ -402,7 +402,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench_analyze_") as tmp:
         tmp = Path(tmp)
         from profile_overlap.analysis.folder import analyze_dir
-        from profile_overlap.analysis.per_rank import analyze_rank
+        from profile_overlap.analysis.rank.per_rank import analyze_rank
 
         if args.parse:
             files, expected = make_traces(tmp / "main", ranks=args.ranks, mb=args.mb)

@@ -36,7 +36,7 @@ of all_reduce and reduce_scatter, the output of all_gather; the message of a sen
 union of compute, hidden = comm - exposed, the group size, busbw = sum(S · factor(kind, n)) /
 sum(duration) with nccl-tests' factor and n the group's own size. Per pipeline stage and step:
 its window (GPU: from the first kernel it launched in the step to the last one's end, never
-before the previous window's end, as profile_overlap/analysis/steps.py; CPU: the ProfilerStep
+before the previous window's end, as profile_overlap/analysis/file/steps.py; CPU: the ProfilerStep
 range), bubble = window minus the union of its compute, p2p_exposed = the union of its sends and
 recvs in the window minus compute, idle = bubble - p2p_exposed, and the ideal (p-1)/(m+p-1).
 """

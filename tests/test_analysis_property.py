@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from synthetic import gpu_trace, write_trace
 
-from profile_overlap.analysis.per_rank import analyze_rank
+from profile_overlap.analysis.rank.per_rank import analyze_rank
 from profile_overlap.core import intervals as iv
 
 HORIZON = 120

@@ -6,12 +6,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profile_overlap.analysis.classify import COMM_KERNEL_RE, collective_kind
 from profile_overlap.analysis.folder import analyze_dir
-from profile_overlap.analysis.per_rank import analyze_rank
+from profile_overlap.analysis.rank.per_rank import analyze_rank
+from profile_overlap.analysis.rank.spans import MAX_SPANS_PER_STEP
+from profile_overlap.analysis.read.classify import COMM_KERNEL_RE, collective_kind
+from profile_overlap.analysis.read.trace import load_trace
 from profile_overlap.analysis.record import to_json
-from profile_overlap.analysis.spans import MAX_SPANS_PER_STEP
-from profile_overlap.analysis.trace import load_trace
 
 DATA = Path(__file__).parent / "data"
 TRACE_FILTER = DATA / "hta_trace_filter_2rank"

@@ -140,7 +140,7 @@ def test_report_of_a_trace_folder_builds_the_record_first(foreign_job, tmp_path)
 
 
 def test_scalars_of_a_cycle_are_per_global_step():
-    from profile_overlap.analysis.per_rank import analyze_rank
+    from profile_overlap.analysis.rank.per_rank import analyze_rank
 
     (path,) = sorted(GLOO.glob("host_0*"))
     result = analyze_rank([path], steps=(None, None))
@@ -228,7 +228,7 @@ def test_the_worker_writes_a_record_whose_analysis_forks(tmp_path, monkeypatch):
 
 def test_rank_0_keeps_a_live_record_of_the_latest_cycle(foreign_job, tmp_path):
     """While the job runs: metrics.json and timeline.json of each rank's trace of rank 0's latest cycle."""
-    from profile_overlap.analysis.per_rank import analyze_rank
+    from profile_overlap.analysis.rank.per_rank import analyze_rank
     from profile_overlap.api.worker import RankWorker
 
     job_dir = tmp_path / "job"

@@ -1,4 +1,4 @@
-"""Collective calls kept as columns (analysis/call_columns.py): numbered and summed as the objects
+"""Collective calls kept as columns (analysis/file/call_columns.py): numbered and summed as the objects
 they replace, no Python object per call left in a rank's analysis, and `analyze --json` writing
 every replayed call though it no longer holds them all as objects."""
 
@@ -9,15 +9,15 @@ from types import FunctionType, ModuleType, SimpleNamespace
 import numpy as np
 from synthetic import write_large_trace
 
-from profile_overlap.analysis.call_columns import UNKNOWN, Calls, collective_stats, number_calls
-from profile_overlap.analysis.clocks import ClockAlignment
-from profile_overlap.analysis.collectives import CollectiveCall, CollectiveInstance
-from profile_overlap.analysis.cross_rank import _call_keys, _last_arrivals
-from profile_overlap.analysis.events import extract
+from profile_overlap.analysis.file.call_columns import UNKNOWN, Calls, collective_stats, number_calls
+from profile_overlap.analysis.file.collectives import CollectiveCall, CollectiveInstance
+from profile_overlap.analysis.file.events import extract
 from profile_overlap.analysis.folder import analyze_dir
-from profile_overlap.analysis.per_rank import finish_rank
+from profile_overlap.analysis.rank.per_rank import finish_rank
+from profile_overlap.analysis.read.trace import load_trace
 from profile_overlap.analysis.record import to_json
-from profile_overlap.analysis.trace import load_trace
+from profile_overlap.analysis.world.clocks import ClockAlignment
+from profile_overlap.analysis.world.cross_rank import _call_keys, _last_arrivals
 from profile_overlap.cli.main import main
 
 

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from synthetic import gpu_trace, write_trace
 
-from profile_overlap.analysis.clocks import align_clocks, median_ci
-from profile_overlap.analysis.collectives import CollectiveInstance
+from profile_overlap.analysis.file.collectives import CollectiveInstance
 from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.analysis.record import timeline_record
+from profile_overlap.analysis.world.clocks import align_clocks, median_ci
 from profile_overlap.record.config import RunConfig
 from profile_overlap.record.metrics import Env, RunMetrics
 from profile_overlap.render import timeline

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from many_ranks import planted, write
 
-from profile_overlap.analysis.call_columns import Instances
-from profile_overlap.analysis.causes import _call_keys
-from profile_overlap.analysis.clocks import align_clocks
+from profile_overlap.analysis.file.call_columns import Instances
 from profile_overlap.analysis.folder import analyze_dir
-from profile_overlap.analysis.stragglers import group_medians, stragglers
+from profile_overlap.analysis.world.causes import _call_keys
+from profile_overlap.analysis.world.clocks import align_clocks
+from profile_overlap.analysis.world.stragglers import group_medians, stragglers
 
 
 @pytest.fixture(scope="module")

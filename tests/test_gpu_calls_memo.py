@@ -1,14 +1,14 @@
-"""Classifying a GPU trace's collective calls (analysis/events.py, _gpu_calls) works out each distinct
+"""Classifying a GPU trace's collective calls (analysis/file/events.py, _gpu_calls) works out each distinct
 collective once: a trace repeats a few collectives every step, with shared argument objects
-(analysis/trace.py), and the per-file cost of many small ranks is this fixed work (issue 38)."""
+(analysis/read/trace.py), and the per-file cost of many small ranks is this fixed work (issue 38)."""
 
 from __future__ import annotations
 
 from synthetic import write_large_trace
 
-from profile_overlap.analysis import events
-from profile_overlap.analysis.events import extract
-from profile_overlap.analysis.trace import load_trace
+from profile_overlap.analysis.file import events
+from profile_overlap.analysis.file.events import extract
+from profile_overlap.analysis.read.trace import load_trace
 
 
 def test_each_distinct_collective_is_classified_once_not_once_per_call(tmp_path, monkeypatch):

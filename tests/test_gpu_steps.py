@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from gpu_steps_traces import write
 
-from profile_overlap.analysis.classify import MEMORY_KERNEL_RE, SYNC_KERNEL_RE
 from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.analysis.read.classify import MEMORY_KERNEL_RE, SYNC_KERNEL_RE
 
 from conftest import DATA
 

@@ -1,4 +1,4 @@
-"""The rank x time heatmap (analysis/heatmap.py) on a synthetic 64-rank job with a late rank, a
+"""The rank x time heatmap (analysis/world/heatmap.py) on a synthetic 64-rank job with a late rank, a
 slow node of 8 ranks and a phase-wide pattern planted (benchmarks/many_ranks.py)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 from many_ranks import planted, write
 
 from profile_overlap.analysis.folder import analyze_dir
-from profile_overlap.analysis.heatmap import covered
 from profile_overlap.analysis.record import timeline_of
+from profile_overlap.analysis.world.heatmap import covered
 from profile_overlap.tb_plugin.export import write_plugin_data
 
 from test_tb_plugin import serve_tensorboard

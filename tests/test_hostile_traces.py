@@ -10,8 +10,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from profile_overlap.analysis.stream import NotATrace, stream_events
-from profile_overlap.analysis.trace import load_trace
+from profile_overlap.analysis.read.stream import NotATrace, stream_events
+from profile_overlap.analysis.read.trace import load_trace
 from profile_overlap.core.errors import UserError
 
 from conftest import DATA

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from profile_overlap.analysis.folder import analyze_dir
-from profile_overlap.analysis.interference import _resampled_medians
+from profile_overlap.analysis.rank.interference import _resampled_medians
 from profile_overlap.analysis.record import analysis_record, to_json
 from profile_overlap.cli.main import main
 from profile_overlap.record.interference_used import NONE, OPERATORS, SPLIT_BLOCKING, UsedInterference, charged, used_interference

@@ -60,7 +60,7 @@ def test_the_real_traces_come_out_whole_nested_and_with_every_rank_and_step(name
             drawn = m.track(r.rank, track)
             assert sum(e["dur"] for e in drawn) == pytest.approx(total, abs=0.001 * len(drawn) + 1e-9 * total), track
         assert len(m.track(r.rank, "collectives")) == len(r.instances)
-        # The exposed track is cut into wait and transfer (analysis/causes.py), which Perfetto
+        # The exposed track is cut into wait and transfer (analysis/world/causes.py), which Perfetto
         # colours apart: each name sums to the causes' split of this rank.
         split = analysis.exposed.ranks.get(r.rank) if analysis.exposed is not None else None
         if split is not None and split.wait_us is not None and split.transfer_us is not None:

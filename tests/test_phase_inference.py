@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from profile_overlap.analysis.folder import analyze_dir
-from profile_overlap.analysis.per_rank import analyze_rank
+from profile_overlap.analysis.rank.per_rank import analyze_rank
 from profile_overlap.record.load import load_metrics
 
 from conftest import DATA, ENGINE_MODES, clean_env, only_run_dir, torchrun

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from profile_overlap.analysis.bandwidth import bus_factor as trace_bus_factor
+from profile_overlap.analysis.file.bandwidth import bus_factor as trace_bus_factor
 from profile_overlap.tools.whatif import model
 from profile_overlap.tools.whatif.replay import COMM, COMPUTE, Task, replay
 
@@ -139,7 +139,7 @@ def test_calls_in_flight_together_share_the_time():
     the communication was busy, so serialised on one stream they keep it busy just as long."""
     import numpy as np
 
-    from profile_overlap.analysis.replay import stream_shares
+    from profile_overlap.analysis.file.replay import stream_shares
 
     starts, ends = np.array([0.0, 5.0, 20.0]), np.array([10.0, 15.0, 25.0])
     assert stream_shares(starts, ends).tolist() == [7.5, 7.5, 5.0]

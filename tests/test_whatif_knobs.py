@@ -169,7 +169,7 @@ def test_fsdp2_measured_without_overlap_is_replayed_serial_and_prefetch_predicts
 
 
 def test_the_backward_gathers_work_is_their_ranges_busy_time_in_the_backward_window(tmp_path):
-    from profile_overlap.analysis.per_rank import analyze_rank
+    from profile_overlap.analysis.rank.per_rank import analyze_rank
 
     def x(name: str, ts: float, dur: float, cat: str = "user_annotation", tid: int = 1) -> dict:
         return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
@@ -208,7 +208,7 @@ def test_a_schedule_switch_the_run_timed_is_predicted_from_its_timed_medians_not
 
 
 def test_fsdp2s_cost_per_unit_is_the_busy_time_in_the_ranges_naming_it_less_its_waits(tmp_path):
-    from profile_overlap.analysis.per_rank import analyze_rank
+    from profile_overlap.analysis.rank.per_rank import analyze_rank
 
     def x(name: str, ts: float, dur: float, cat: str = "user_annotation", tid: int = 1) -> dict:
         return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
@@ -259,7 +259,7 @@ def test_merging_fsdp2_units_saves_each_dropped_units_own_cost_beside_its_calls_
 
 
 def test_a_rank_of_several_files_costs_fsdp2s_work_per_step_over_all_of_them():
-    from profile_overlap.analysis.fsdp_units import rank_busy
+    from profile_overlap.analysis.file.fsdp_units import rank_busy
     from profile_overlap.record.analysis import FsdpRecord, FsdpUnitRecord
 
     def rec(backward_us: float, **units: float) -> FsdpRecord:

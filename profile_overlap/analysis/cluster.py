@@ -14,8 +14,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-from profile_overlap.analysis.cross_rank import TraceAnalysis
 from profile_overlap.analysis.folder import FileResult, finish, read_file, trace_paths
+from profile_overlap.analysis.world.cross_rank import TraceAnalysis
 from profile_overlap.core.errors import UserError
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID")

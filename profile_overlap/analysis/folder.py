@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from profile_overlap.analysis.cross_rank import TraceAnalysis, combine
-from profile_overlap.analysis.events import extract
-from profile_overlap.analysis.per_rank import RankAnalysis, finish_rank
-from profile_overlap.analysis.trace import load_trace
+from profile_overlap.analysis.file.events import extract
+from profile_overlap.analysis.rank.per_rank import RankAnalysis, finish_rank
+from profile_overlap.analysis.read.trace import load_trace
+from profile_overlap.analysis.world.cross_rank import TraceAnalysis, combine
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import (
     ADVICE_JSON,

@@ -9,12 +9,12 @@ from typing import Any
 
 import msgspec
 
-from profile_overlap.analysis.cross_rank import RankWait, TraceAnalysis
-from profile_overlap.analysis.exposed_timeline import rank_exposure
-from profile_overlap.analysis.interference import combine as combine_interference
-from profile_overlap.analysis.per_rank import PhaseMetrics, RankAnalysis
-from profile_overlap.analysis.replay import OTHER, ReplayStep
-from profile_overlap.analysis.spread import spread
+from profile_overlap.analysis.file.replay import OTHER, ReplayStep
+from profile_overlap.analysis.rank.exposed_timeline import rank_exposure
+from profile_overlap.analysis.rank.interference import combine as combine_interference
+from profile_overlap.analysis.rank.per_rank import PhaseMetrics, RankAnalysis
+from profile_overlap.analysis.world.cross_rank import RankWait, TraceAnalysis
+from profile_overlap.analysis.world.spread import spread
 from profile_overlap.core.json_text import as_python_json, reindent
 from profile_overlap.core.modes import PHASES
 from profile_overlap.record.analysis import (

@@ -22,7 +22,7 @@ from pathlib import Path
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from profile_overlap.analysis.per_rank import RankAnalysis
+from profile_overlap.analysis.rank.per_rank import RankAnalysis
 from profile_overlap.record.exposed import Exposed
 
 STEP_NUMBERS = {

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profile_overlap.analysis.checks import credible_world_size, missing_ranges
-from profile_overlap.analysis.cross_rank import TraceAnalysis
 from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.analysis.integrity.checks import credible_world_size, missing_ranges
 from profile_overlap.analysis.record import timeline_of, traced_record
+from profile_overlap.analysis.world.cross_rank import TraceAnalysis
 from profile_overlap.api import layout
 from profile_overlap.core import status
 from profile_overlap.core.errors import UserError

@@ -76,7 +76,7 @@ class RankWorker:
 
     def _scalars(self, path: Path):
         """This cycle's analysis (a RankAnalysis), its scalars appended; None when it has no numbers."""
-        from profile_overlap.analysis.per_rank import analyze_rank
+        from profile_overlap.analysis.rank.per_rank import analyze_rank
         from profile_overlap.api.events import RankEvents
 
         try:
@@ -96,8 +96,8 @@ class RankWorker:
         same number), once the others have written theirs (or LIVE_WAIT_S passed). It reads one
         trace per other rank, and takes at most LIVE_SHARE of the time; the whole job's record
         comes at the end."""
-        from profile_overlap.analysis.cross_rank import combine
-        from profile_overlap.analysis.per_rank import analyze_rank
+        from profile_overlap.analysis.rank.per_rank import analyze_rank
+        from profile_overlap.analysis.world.cross_rank import combine
         from profile_overlap.api import job
 
         started = time.monotonic()

@@ -51,7 +51,7 @@ class PhaseRecord(msgspec.Struct, frozen=True, kw_only=True):
     """Communication hidden behind this phase's compute."""
     exposed_comm_us: float | None
     sources: tuple[str, ...] = ()
-    """Where the phase's windows came from (analysis/phases.py): "labels", or torch's own ranges in
+    """Where the phase's windows came from (analysis/file/phases.py): "labels", or torch's own ranges in
     unlabelled steps; absent before phases were found without labels."""
 
 
@@ -91,7 +91,7 @@ class CollectiveRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ReplayCallRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """One collective call of a profiled step, in issue order (analysis/replay.py)."""
+    """One collective call of a profiled step, in issue order (analysis/file/replay.py)."""
 
     kind: str
     nbytes: int | None
@@ -123,7 +123,7 @@ class FsdpUnitRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 class FsdpRecord(msgspec.Struct, frozen=True, kw_only=True):
     """What FSDP2 costs one rank's training thread besides its collectives, µs per ProfilerStep
-    (analysis/fsdp_units.py): what advise's `--fsdp-group` and `--reshard-after-forward false` take off."""
+    (analysis/file/fsdp_units.py): what advise's `--fsdp-group` and `--reshard-after-forward false` take off."""
 
     units: tuple[FsdpUnitRecord, ...] = ()
     """Per fully_shard unit, in the order the units first appear (forward order)."""

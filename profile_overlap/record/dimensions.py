@@ -1,6 +1,6 @@
 """Dimensions and pipeline stages, typed: the `dimensions` and `pipeline` keys of the analysis
 record (definitions: docs/metrics.md "Dimensions" and "Pipeline stages"). The analysis
-(analysis/dimensions.py, analysis/pipeline.py) builds these structs once; the record stores them
+(analysis/rank/dimensions.py, analysis/rank/pipeline.py) builds these structs once; the record stores them
 and the renderers read them by attribute."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Why communication is exposed: the typed record of analysis/causes.py (`analyze --json`'s
+"""Why communication is exposed: the typed record of analysis/world/causes.py (`analyze --json`'s
 top-level "exposed", and each mode's `exposed` in metrics.json). Every field is defined in the
 docs/metrics.md ("Why exposed"); times in µs unless the name says otherwise."""
 

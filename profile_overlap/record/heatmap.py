@@ -1,4 +1,4 @@
-"""The rank x time heatmap of the median profiled step, typed (analysis/heatmap.py builds it; the
+"""The rank x time heatmap of the median profiled step, typed (analysis/world/heatmap.py builds it; the
 report's figure, the PNG and the Overlap tab draw it). Definitions: docs/metrics.md "Rank x time heatmap".
 
 Each layer holds one string per row, one character per time bin: the hex digit round(15 · f), f the

@@ -1,6 +1,6 @@
 """The integrity checks of a record, typed: each mode's `analysis.integrity` in metrics.json and the
 `integrity` of an `analyze --json` record. The checks themselves are computed once, by the analysis
-(analysis/integrity.py); renderers read these fields."""
+(analysis/integrity/world.py); renderers read these fields."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Interference, typed: how much longer compute runs while communication is in flight than alone
 (definitions: `interference_slowdown_pct`, docs/metrics.md "Interference"). The analysis measures it per rank
-and phase from the same operators seen both ways (analysis/interference.py); `analyze --json` has it
+and phase from the same operators seen both ways (analysis/rank/interference.py); `analyze --json` has it
 at the top level, each mode's analysis in metrics.json beside its ranks.
 """
 

@@ -1,4 +1,4 @@
-"""How the per-rank numbers spread over the ranks (`analyze --json`'s "spread"; analysis/spread.py
+"""How the per-rank numbers spread over the ranks (`analyze --json`'s "spread"; analysis/world/spread.py
 builds it). Definitions: docs/metrics.md "Over ranks"."""
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class TimelineRank(msgspec.Struct, frozen=True, kw_only=True):
     spans: tuple[TimelineSpan, ...] = ()
     phases: tuple[PhaseWindow, ...] = ()
     wait: tuple[tuple[float, float], ...] = ()
-    """[start_us, end_us] of exposed instants waiting for a peer (analysis/exposed_timeline.py); this and
+    """[start_us, end_us] of exposed instants waiting for a peer (analysis/rank/exposed_timeline.py); this and
     the next three are empty without the causes (one rank, no steps, or timelines written before them)."""
     transfer: tuple[tuple[float, float], ...] = ()
     """[start_us, end_us] of exposed instants moving data."""

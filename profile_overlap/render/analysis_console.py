@@ -20,7 +20,7 @@ from profile_overlap.render.numbers import grouped, nbytes
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from profile_overlap.analysis.cross_rank import TraceAnalysis
+    from profile_overlap.analysis.world.cross_rank import TraceAnalysis
     from profile_overlap.record.analysis import AnalysisRecord
 
 PER_RANK_UP_TO = 8

@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from profile_overlap.analysis.cross_rank import TraceAnalysis, combine
-from profile_overlap.analysis.per_rank import analyze_rank
+from profile_overlap.analysis.rank.per_rank import analyze_rank
 from profile_overlap.analysis.record import analysis_record, timeline_of
+from profile_overlap.analysis.world.cross_rank import TraceAnalysis, combine
 from profile_overlap.core import rank_output
 from profile_overlap.core import status as run_status
 from profile_overlap.core.errors import UserError

@@ -34,7 +34,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.profiler import record_function
 
-from profile_overlap.analysis.classify import SCHEDULE_OPTIMIZER_RANGE
+from profile_overlap.analysis.read.classify import SCHEDULE_OPTIMIZER_RANGE
 from profile_overlap.core.modes import MODES, PHASES
 from profile_overlap.run import models
 from profile_overlap.run.config import Config

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profile_overlap.analysis.cross_rank import TraceAnalysis
 from profile_overlap.analysis.record import timeline_of, traced_record
+from profile_overlap.analysis.world.cross_rank import TraceAnalysis
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import METRICS_JSON, TIMELINE_JSON
 from profile_overlap.record.metrics import FOLDER, FOLDER_MODE, Env, JobFacts, RankEnv, RunMetrics, StepTimes

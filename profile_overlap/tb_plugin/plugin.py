@@ -45,7 +45,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from profile_overlap.analysis.spans import coarsen
+from profile_overlap.analysis.rank.spans import coarsen
 from profile_overlap.core import modes as registry
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import ADVICE_JSON, METRICS_JSON, PERFETTO_TRACE, STATUS_JSON, TIMELINE_JSON

@@ -16,7 +16,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from profile_overlap.analysis.classify import COMM_KERNEL_RE, MEMORY_KERNEL_RE, SYNC_KERNEL_RE
+from profile_overlap.analysis.read.classify import COMM_KERNEL_RE, MEMORY_KERNEL_RE, SYNC_KERNEL_RE
 
 GIB = 2**30
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}

@@ -278,7 +278,7 @@ def ddp_first_bucket(
 @dataclass(frozen=True)
 class FsdpCosts:
     """What FSDP2 costs on the training thread besides its collectives (the record's per-rank `fsdp`,
-    analysis/fsdp_units.py): the median over the mode's ranks; zeros and empty on GPU or in a record without it."""
+    analysis/file/fsdp_units.py): the median over the mode's ranks; zeros and empty on GPU or in a record without it."""
 
     backward_gathers_us: float = 0.0
     """µs per step of the backward gathers' own work: issuing, prefetching and copying them."""

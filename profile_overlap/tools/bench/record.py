@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from profile_overlap.analysis.bandwidth import algbw_gbps, busbw_gbps
+from profile_overlap.analysis.file.bandwidth import algbw_gbps, busbw_gbps
 from profile_overlap.record.analysis import as_json
 from profile_overlap.record.metrics import Env
 from profile_overlap.tools.bench.config import COLLECTIVES, BenchConfig, parse_sizes

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import msgspec
 
-from profile_overlap.analysis.cross_rank import TraceAnalysis
 from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.analysis.world.cross_rank import TraceAnalysis
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import replace_atomically
 from profile_overlap.tools.perfetto import tracks as pt

@@ -17,8 +17,8 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from profile_overlap.analysis.stream import read_chunks, stream_events
-from profile_overlap.analysis.trace import CHUNK_BYTES, decode_errors
+from profile_overlap.analysis.read.stream import read_chunks, stream_events
+from profile_overlap.analysis.read.trace import CHUNK_BYTES, decode_errors
 from profile_overlap.core.errors import UserError
 
 FLOW_PHASES = frozenset({"s", "t", "f"})

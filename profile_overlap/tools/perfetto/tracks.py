@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profile_overlap.analysis.cross_rank import TraceAnalysis
-from profile_overlap.analysis.dimensions import base_group
-from profile_overlap.analysis.per_rank import RankAnalysis
+from profile_overlap.analysis.rank.dimensions import base_group
+from profile_overlap.analysis.rank.per_rank import RankAnalysis
+from profile_overlap.analysis.world.cross_rank import TraceAnalysis
 from profile_overlap.core import intervals as iv
 
 STEPS, PHASES, COLLECTIVES, COMPUTE, HIDDEN, EXPOSED = "steps", "phases", "collectives", "compute", "comm hidden", "comm exposed"
@@ -61,7 +61,7 @@ def _r(x: float | None, digits: int = 3) -> float | None:
 
 def rank_tracks(r: RankAnalysis, to_ns: Callable[[float], int], mode: str, *, wait: iv.Union | None = None) -> RankTracks:
     """One rank's analysis tracks; to_ns: a time on the rank's own clock (µs) -> merged ns. wait:
-    the rank's exposed instants that are wait (analysis/causes.py, on its own clock): the exposed
+    the rank's exposed instants that are wait (analysis/world/causes.py, on its own clock): the exposed
     track's slices are then cut into "wait" and "transfer" pieces, which Perfetto colours apart."""
     out = RankTracks()
 
@@ -83,7 +83,7 @@ def rank_tracks(r: RankAnalysis, to_ns: Callable[[float], int], mode: str, *, wa
         add(STEPS, s.start_us, s.start_us + s.step_us, f"step {s.step}", args)
     for step, phase, a, b in r.phase_windows:
         add(PHASES, a, b, phase, {"step": step})
-    # Each call names its dimension (analysis/dimensions.py); with two or more, the slice's name
+    # Each call names its dimension (analysis/rank/dimensions.py); with two or more, the slice's name
     # carries it too, so that Perfetto colours (and its search groups) calls by dimension.
     dimension_of = dict(r.dimensions.dimension_of) if r.dimensions is not None else {}
     named = len(r.dimensions.dims) >= 2 if r.dimensions is not None else False

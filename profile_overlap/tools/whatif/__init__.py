@@ -2,7 +2,7 @@
 
     python -m profile_overlap whatif runs/<run> --world-size 8,64,512 --link-gbps 50,450
 
-Inputs, per mode, from the run's record (each rank's `replay`, measured by analysis/replay.py with
+Inputs, per mode, from the run's record (each rank's `replay`, measured by analysis/file/replay.py with
 the rest of the analysis; a record written before it held them gets its traces analysed again):
 the compute per phase (forward, backward, optimizer, and outside the phases) and every collective
 of a step (kind, size S, the phase that issued it, its duration), each the median over ranks and

@@ -50,7 +50,7 @@ def ring_steps(kind: str, n: int) -> int:
 
 
 def bus_factor(kind: str, n: int) -> float:
-    """nccl-tests' busbw / algbw ratio (analysis/bandwidth.py has the same table for traces)."""
+    """nccl-tests' busbw / algbw ratio (analysis/file/bandwidth.py has the same table for traces)."""
     return _BUS_FACTOR[kind](n)
 
 

@@ -1,0 +1,241 @@
+"""The facts the integrity checks rest on, kept beside the metrics (stages 1 and 2).
+
+`file_facts` reads them from one classified trace file (in the worker process that read it),
+`rank_facts` pools a rank's files and adds what needs its step windows. Both are small and
+picklable, like the metrics they travel with; `integrity` turns them into checks. Cheap by
+design: per-name totals by `np.bincount`, one sort per GPU stream, no per-event Python loop.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from profile_overlap.analysis.file.call_columns import Calls, Instances
+from profile_overlap.analysis.read.classify import COLLECTIVE_OP_PREFIXES, RECORD_PARAM_COMMS
+from profile_overlap.analysis.read.trace import CPU_OP, Trace
+from profile_overlap.core import intervals as iv
+
+TOP_NAMES = 10
+"""Names listed per check (the longest in total)."""
+STREAM_OVERLAP_TOLERANCE_US = 1.0
+"""Two kernels on one stream overlapping by less than this are clock rounding, not an overlap."""
+DEFAULT_STREAMS = frozenset({"0", "7"})
+"""The default (legacy) stream's ids as Kineto writes them: 7 (CUPTI's id for it in every PyTorch trace we have,
+where all compute of tests/data runs), or 0. Not verified on a GPU here: a trace whose default stream has
+another id gets no warning from streams.default_stream."""
+COMM_LIKE_RE = re.compile(r"nccl|rccl|msccl|all_?reduce|reduce_?scatter|all_?gather|all_?to_?all|send_?recv", re.IGNORECASE)
+"""Names that look like communication. A kernel counted as compute whose name matches is a
+communication kernel the classification table does not know (NCCL renamed `ncclKernel` to
+`ncclDevKernel` once), or a fused communication + compute kernel."""
+
+Named = tuple[tuple[str, int, float], ...]
+"""(name, count, total µs), longest total first."""
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """What the integrity checks need from one trace file, beyond its metrics."""
+
+    first_event_us: float
+    """Start of the earliest event of any kind (the profiler's start, near enough)."""
+    last_event_us: float
+    unclassified: Named
+    """Events counted as neither communication, compute nor ignored (CPU: operators off the main
+    thread and outside gloo's work); GPU traces have none, every kernel has a class."""
+    unclassified_us: float
+    comm_like: Named
+    """Compute kernels whose names look like communication (COMM_LIKE_RE)."""
+    collective_ops: int
+    """CPU events of collective ops (`nccl:*`, `c10d::*`, `gloo:*`, record_param_comms)."""
+    comm_events: int
+    """Events counted as communication (kernels or gloo work)."""
+    no_group_calls: int
+    """Collective calls whose process group the trace does not name (matched as group "default")."""
+    declared_groups: int
+    """Process groups in distributedInfo.pg_config."""
+    comm_streams: tuple[str, ...]
+    compute_streams: tuple[str, ...]
+    default_stream_comm: int
+    """Communication kernels on a default stream (DEFAULT_STREAMS)."""
+    stream_overlaps: int
+    """Kernels that start before the previous kernel on their stream ended (by more than the tolerance)."""
+    stream_overlap_max_us: float
+    negative: int
+    """Communication and compute events with a negative duration..."""
+    zero: int
+    """...and with a zero duration."""
+    ignored: Named = ()
+    """GPU kernels ignored by rule (memcpy, memset, sync), the longest by name: neither comm nor compute."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankFacts(FileFacts):
+    """A rank's files pooled (rank_facts), and what only the whole rank can tell."""
+
+    in_steps: bool
+    """The rank's totals were measured inside its ProfilerStep windows only (runs, jobs, --steps)."""
+    outside_comm_us: float
+    """Communication (union) outside every ProfilerStep window, and the same for compute; the
+    whole union when the rank has no steps."""
+    outside_compute_us: float
+    all_comm_us: float
+    """The communication union over the whole trace, inside steps or not; the same for compute."""
+    all_compute_us: float
+    calls: Instances | None = None
+    """Every collective call of the trace, numbered before any step window (what cross-rank matching uses)."""
+
+
+def _named(names: Sequence[str], codes: np.ndarray, dur: np.ndarray, rows: np.ndarray) -> Named:
+    """(name, count, total µs) of the rows, by name code, longest first, at most TOP_NAMES."""
+    if rows.size == 0:
+        return ()
+    count = np.bincount(codes[rows], minlength=len(names))
+    total = np.bincount(codes[rows], weights=dur[rows], minlength=len(names))
+    top = np.flatnonzero(count)
+    top = top[np.argsort(-total[top], kind="stable")][:TOP_NAMES]
+    return tuple((names[int(c)], int(count[c]), float(total[c])) for c in top)
+
+
+def _stream_overlaps(stream: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[int, float]:
+    """Kernels starting before an earlier kernel on the same stream ended, and the largest such overlap."""
+    if start.size < 2:
+        return 0, 0.0
+    order = np.lexsort((start, stream))
+    s, st, en = stream[order], start[order], end[order]
+    same = s[1:] == s[:-1]
+    # Running maximum of the ends within each stream: restart it at every stream boundary.
+    ends = en.copy()
+    for lo, hi in zip(*_runs(s)):
+        ends[lo:hi] = np.maximum.accumulate(en[lo:hi])
+    over = np.where(same, ends[:-1] - st[1:], 0.0)
+    hit = over > STREAM_OVERLAP_TOLERANCE_US
+    return int(hit.sum()), float(over[hit].max()) if hit.any() else 0.0
+
+
+def _runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    edges = np.flatnonzero(values[1:] != values[:-1]) + 1
+    return np.concatenate([[0], edges]), np.concatenate([edges, [values.size]])
+
+
+def file_facts(
+    trace: Trace,
+    *,
+    comm_rows: np.ndarray,
+    compute_rows: np.ndarray,
+    comm_dur: np.ndarray,
+    compute_dur: np.ndarray,
+    unclassified_rows: np.ndarray,
+    calls: Calls,
+) -> FileFacts:
+    """comm_rows / compute_rows: kernel rows (GPU) of each class, empty arrays on CPU;
+    unclassified_rows: CPU rows counted as neither; comm_dur / compute_dur: durations of the
+    classified events (either device)."""
+    k, cpu = trace.kernels, trace.cpu
+    starts = [a.min() for a in (k.ts, cpu.ts) if a.size]
+    ends = [(a + d).max() for a, d in ((k.ts, k.dur), (cpu.ts, cpu.dur)) if a.size]
+    collective_codes = [i for i, n in enumerate(cpu.names) if n.startswith((*COLLECTIVE_OP_PREFIXES, RECORD_PARAM_COMMS))]
+    collective_ops = int(np.isin(cpu.name, collective_codes).sum()) if collective_codes else 0
+    comm_streams = compute_streams = ()
+    default_comm = overlaps = 0
+    overlap_max = 0.0
+    comm_like: Named = ()
+    ignored: Named = ()
+    if len(k):
+        stream_of = np.array([t.removeprefix("stream ").strip() for t in k.tids])
+        # By stream code, not per kernel: a string per kernel costs more than the kernel's columns.
+        comm_streams = tuple(sorted(set(stream_of[np.unique(k.tid[comm_rows])].tolist()), key=_stream_key))
+        compute_streams = tuple(sorted(set(stream_of[np.unique(k.tid[compute_rows])].tolist()), key=_stream_key))
+        default_comm = int(np.isin(stream_of, list(DEFAULT_STREAMS))[k.tid[comm_rows]].sum())
+        rows = np.concatenate([comm_rows, compute_rows])
+        overlaps, overlap_max = _stream_overlaps(k.tid[rows], k.ts[rows], k.ts[rows] + k.dur[rows])
+        like = np.array([bool(COMM_LIKE_RE.search(n)) for n in k.names])
+        comm_like = _named(k.names, k.name, k.dur, compute_rows[like[k.name[compute_rows]]])
+        other = np.ones(len(k), dtype=bool)
+        other[rows] = False
+        ignored = _named(k.names, k.name, k.dur, np.flatnonzero(other))
+    durs = np.concatenate([comm_dur, compute_dur])
+    return FileFacts(
+        first_event_us=float(min(starts)) if starts else 0.0,
+        last_event_us=float(max(ends)) if ends else 0.0,
+        unclassified=_named(cpu.names, cpu.name, cpu.dur, unclassified_rows),
+        unclassified_us=float(cpu.dur[unclassified_rows].sum()),
+        comm_like=comm_like,
+        collective_ops=collective_ops,
+        comm_events=int(comm_dur.size),
+        no_group_calls=int((calls.pg == calls.pgs.index("default")).sum()) if "default" in calls.pgs else 0,
+        declared_groups=len(trace.pg_sizes),
+        comm_streams=comm_streams,
+        compute_streams=compute_streams,
+        default_stream_comm=default_comm,
+        stream_overlaps=overlaps,
+        stream_overlap_max_us=overlap_max,
+        negative=int((durs < 0).sum()),
+        zero=int((durs == 0).sum()),
+        ignored=ignored,
+    )
+
+
+def cpu_unclassified(trace: Trace, main: int | None, comm: iv.Union) -> np.ndarray:
+    """CPU rows counted as neither communication, compute nor ignored: operators off the main
+    thread that do not run inside gloo's work (gloo copies its buffers with aten ops there)."""
+    cpu = trace.cpu
+    rows = np.flatnonzero((cpu.cat == CPU_OP) & (cpu.tid != (main if main is not None else -1)))
+    return rows[~iv.covers(comm, cpu.ts[rows])] if rows.size else rows
+
+
+def _stream_key(s: str) -> tuple[int, int | str]:
+    return (0, int(s)) if s.isdigit() else (1, s)
+
+
+def _merge(parts: Sequence[Named]) -> Named:
+    counts: dict[str, int] = {}
+    totals: dict[str, float] = {}
+    for part in parts:
+        for name, count, total in part:
+            counts[name] = counts.get(name, 0) + count
+            totals[name] = totals.get(name, 0.0) + total
+    return tuple(sorted(((n, counts[n], totals[n]) for n in counts), key=lambda x: -x[2])[:TOP_NAMES])
+
+
+def rank_facts(
+    files: Sequence[FileFacts],
+    *,
+    comm_u: iv.Union,
+    compute_u: iv.Union,
+    windows: iv.Union,
+    in_steps: bool,
+    calls: Instances,
+) -> RankFacts:
+    """Pool a rank's files; comm_u / compute_u: its unions before any clipping to steps;
+    windows: the union of its ProfilerStep windows."""
+    unclassified = _merge([f.unclassified for f in files])
+    all_comm, all_compute = iv.length(comm_u), iv.length(compute_u)
+    return RankFacts(
+        first_event_us=min(f.first_event_us for f in files),
+        last_event_us=max(f.last_event_us for f in files),
+        unclassified=unclassified,
+        unclassified_us=sum(f.unclassified_us for f in files),
+        comm_like=_merge([f.comm_like for f in files]),
+        collective_ops=sum(f.collective_ops for f in files),
+        comm_events=sum(f.comm_events for f in files),
+        no_group_calls=sum(f.no_group_calls for f in files),
+        declared_groups=max(f.declared_groups for f in files),
+        comm_streams=tuple(sorted({s for f in files for s in f.comm_streams}, key=_stream_key)),
+        compute_streams=tuple(sorted({s for f in files for s in f.compute_streams}, key=_stream_key)),
+        default_stream_comm=sum(f.default_stream_comm for f in files),
+        stream_overlaps=sum(f.stream_overlaps for f in files),
+        stream_overlap_max_us=max(f.stream_overlap_max_us for f in files),
+        negative=sum(f.negative for f in files),
+        zero=sum(f.zero for f in files),
+        in_steps=in_steps,
+        outside_comm_us=all_comm - iv.intersection_length(comm_u, windows),
+        outside_compute_us=all_compute - iv.intersection_length(compute_u, windows),
+        all_comm_us=all_comm,
+        all_compute_us=all_compute,
+        calls=calls,
+        ignored=_merge([f.ignored for f in files]),
+    )

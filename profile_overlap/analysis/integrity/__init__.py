@@ -1,0 +1,1 @@
+"""Integrity checks: the evidence every analysis carries about its own numbers."""

@@ -1,0 +1,1 @@
+"""One rank: its events -> its metrics, times, interference, dimensions and spans."""

@@ -1,0 +1,293 @@
+"""Interference: how much longer compute runs while communication is in flight than when it runs
+alone, measured from the same operators seen both ways in a rank's profiled steps (docs/metrics.md
+"Interference"; DESIGN.md "Interference").
+
+An operator is one outermost compute event: on CPU a main-thread operator inside no other compute
+operator (so each moment counts once, and an operator's own time, such as a matmul's, is in it),
+known by its name and `Input Dims`; on GPU a compute kernel, known by its kernel name. A call ran
+*alone* when no communication was in flight at any moment of it, *beside* communication when
+communication was in flight for the whole of it (calls partly covered are left out). A collective
+is in flight from its launch to its end: on CPU from its c10d op on the calling thread (the call is
+queued for gloo's worker thread from then) to the end of its gloo work; on GPU its kernel. A
+collective launched before the profiler started is not in the trace, yet it can still be in flight
+(the split's first forward waits for all_gathers its profiler warmup step launched), so the calls
+that start before the first collective the trace shows launching are left out. For each
+operator of a phase seen both ways, its n_b beside calls pair with its alone calls:
+
+    slowdown = Σ_k n_b,k · median(beside_k) / Σ_k n_b,k · median(alone_k) − 1
+
+the beside calls' time over what the same calls take alone: a mean of the operators' ratios of
+medians weighted by the compute that ran beside communication (its alone time). The median of n
+calls is the lower middle one, the m-th smallest with m = ⌈n/2⌉. A rank's figure and the top level
+sum the same terms over phases and ranks. The 95% interval is a percentile bootstrap: each
+operator's alone and beside calls resampled with replacement, RESAMPLES times, seeded, so a trace
+always gives the same interval; ranks and phases add their resamples term by term. A resample's
+median is drawn from its exact distribution without drawing the resample (`_rank_cdf`), so each
+draw costs O(log n) whatever n (a GPU trace has thousands of calls of one kernel).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from profile_overlap.analysis.array_eq import ArrayEq
+from profile_overlap.analysis.file.call_columns import Calls
+from profile_overlap.analysis.read.trace import Events
+from profile_overlap.core import intervals as iv
+from profile_overlap.core.modes import PHASES
+from profile_overlap.record.interference import MIN_PAIRS, Interference, InterferenceEstimate, RankInterference
+
+RESAMPLES = 400
+SEED = 36
+OTHER = "other"
+BESIDE = 0.999
+"""A call is beside communication when communication covers this share of it or more."""
+
+
+@dataclass(frozen=True, eq=False)
+class Operators(ArrayEq):
+    """One file's outermost compute calls: when they ran and which operator each is."""
+
+    start: np.ndarray
+    end: np.ndarray
+    key: np.ndarray
+    """int32 code of the call's operator in `keys`."""
+    keys: tuple[str, ...]
+
+
+NO_OPERATORS = Operators(np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int32), ())
+
+
+def cpu_operators(cpu: Events, rows: np.ndarray) -> Operators:
+    """The outermost of the compute operators `rows` (one thread's, nested): an operator is outermost
+    when it starts at or after the end of every operator that started before it. Known by name and
+    `Input Dims`."""
+    if not rows.size:
+        return NO_OPERATORS
+    ts, dur = cpu.ts[rows], cpu.dur[rows]
+    order = np.lexsort((-dur, ts))  # a parent before the child that starts with it
+    rows, ts, end = rows[order], ts[order], ts[order] + dur[order]
+    reach = np.maximum.accumulate(end)
+    leaf = np.append(True, ts[1:] >= reach[:-1]) & (end > ts)
+    rows = rows[leaf]
+    shape = cpu.shape[rows] if cpu.shape.size else np.full(rows.size, -1, dtype=np.int32)
+    pair = cpu.name[rows].astype(np.int64) * (len(cpu.shapes) + 1) + (shape.astype(np.int64) + 1)
+    unique, key = np.unique(pair, return_inverse=True)
+    names = [cpu.names[int(p // (len(cpu.shapes) + 1))] for p in unique.tolist()]
+    dims = [cpu.shapes[int(p % (len(cpu.shapes) + 1)) - 1] if p % (len(cpu.shapes) + 1) else "" for p in unique.tolist()]
+    return Operators(ts[leaf], end[leaf], key.astype(np.int32), tuple(f"{n} {d}" for n, d in zip(names, dims)))
+
+
+def gpu_operators(kernels: Events, rows: np.ndarray) -> Operators:
+    """The compute kernels `rows`, known by their kernel name."""
+    if not rows.size:
+        return NO_OPERATORS
+    unique, key = np.unique(kernels.name[rows], return_inverse=True)
+    ts = kernels.ts[rows]
+    return Operators(ts, ts + kernels.dur[rows], key.astype(np.int32), tuple(kernels.names[int(c)] for c in unique.tolist()))
+
+
+@dataclass(frozen=True, eq=False)
+class Sample(ArrayEq):
+    """The sums behind one figure: Σ n_b·median(beside) and Σ n_b·median(alone), measured and per resample."""
+
+    pairs: int
+    beside_us: float
+    alone_us: float
+    boot_beside_us: np.ndarray
+    boot_alone_us: np.ndarray
+
+    def __add__(self, other: Sample) -> Sample:
+        return Sample(
+            self.pairs + other.pairs,
+            self.beside_us + other.beside_us,
+            self.alone_us + other.alone_us,
+            self.boot_beside_us + other.boot_beside_us,
+            self.boot_alone_us + other.boot_alone_us,
+        )
+
+    def estimate(self) -> InterferenceEstimate:
+        """The figure in %, and its interval; None with fewer than MIN_PAIRS pairs."""
+        if self.pairs < MIN_PAIRS or self.alone_us <= 0:
+            return InterferenceEstimate(slowdown_pct=None, low_pct=None, high_pct=None, pairs=self.pairs)
+        boot = 100 * (self.boot_beside_us / self.boot_alone_us - 1)
+        low, high = np.percentile(boot, [2.5, 97.5]).tolist()
+        return InterferenceEstimate(
+            slowdown_pct=round(100 * (self.beside_us / self.alone_us - 1), 3),
+            low_pct=round(low, 3),
+            high_pct=round(high, 3),
+            pairs=self.pairs,
+        )
+
+
+EMPTY = Sample(0, 0.0, 0.0, np.zeros(RESAMPLES), np.zeros(RESAMPLES))
+
+
+@dataclass(frozen=True)
+class RankSample:
+    """One rank's samples per phase (PHASES order, then OTHER)."""
+
+    phases: tuple[tuple[str, Sample], ...]
+
+    def total(self) -> Sample:
+        out = EMPTY
+        for _, s in self.phases:
+            out = out + s
+        return out
+
+    def record(self) -> RankInterference:
+        t = self.total().estimate()
+        phases = {name: s.estimate() for name, s in self.phases}
+        return RankInterference(slowdown_pct=t.slowdown_pct, low_pct=t.low_pct, high_pct=t.high_pct, pairs=t.pairs, phases=phases)
+
+
+def measure(
+    operators: Sequence[Operators],
+    *,
+    comm: iv.Union,
+    steps: iv.Union,
+    phase: np.ndarray,
+    phase_start: np.ndarray,
+    phase_end: np.ndarray,
+    rank: int,
+    calls: Calls | None = None,
+) -> RankSample:
+    """One rank's interference from its files' operators, the union of its communication, its
+    profiled steps' time and its phase windows (classify.PHASES codes). `calls`: the rank's
+    collectives over the whole trace; each is in flight from its launch (`in_flight`)."""
+    keys: dict[str, int] = {}
+    parts = []
+    for ops in operators:
+        remap = np.array([keys.setdefault(k, len(keys)) for k in ops.keys] or [0], dtype=np.int64)
+        parts.append((ops.start, ops.end, remap[ops.key] if ops.key.size else ops.key.astype(np.int64)))
+    start = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
+    end = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
+    key = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    inside = iv.covers(steps, start) & iv.covers(steps, np.nextafter(end, -np.inf))
+    if calls is not None and len(calls):
+        flight, seen_from = in_flight(calls)
+        comm = iv.union(np.concatenate([comm[0], flight[0]]), np.concatenate([comm[1], flight[1]]))
+        inside &= start >= seen_from
+    start, end, key = start[inside], end[inside], key[inside]
+    dur = end - start
+    covered = _covered(comm, start, end)
+    alone, beside = covered <= 0, covered >= BESIDE * dur
+    where = np.full(start.size, len(PHASES))
+    for index in range(len(PHASES)):
+        sel = phase == index
+        if sel.any():
+            free = where == len(PHASES)
+            where[free & iv.covers(iv.union(phase_start[sel], phase_end[sel]), start)] = index
+    rng = np.random.default_rng([SEED, rank])
+    out = []
+    for index, name in enumerate((*PHASES, OTHER)):
+        mine = where == index
+        if mine.any():
+            out.append((name, _sample(key[mine], dur[mine], alone[mine], beside[mine], rng)))
+    return RankSample(tuple(out))
+
+
+def in_flight(calls: Calls) -> tuple[iv.Union, float]:
+    """When the rank's collectives were in flight, each from its launch (CPU: its c10d op; else its
+    start) to its end, and the first launch the trace shows: before it, a collective launched before
+    the profiler started can be in flight unseen."""
+    launch = calls.issue_or_start()
+    end = calls.start_us + calls.dur_us
+    return iv.union(np.minimum(launch, calls.start_us), end), float(np.min(launch))
+
+
+def _covered(u: iv.Union, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For each [start, end), how much of it the union covers."""
+    s, e = u
+    if not s.size:
+        return np.zeros(start.size)
+    before = np.concatenate([[0.0], np.cumsum(e - s)])
+
+    def upto(t: np.ndarray) -> np.ndarray:
+        """|u ∩ (−∞, t)|."""
+        i = np.searchsorted(s, t, side="right")  # intervals started by t
+        inside = np.minimum(t - s[np.maximum(i - 1, 0)], (e - s)[np.maximum(i - 1, 0)])
+        out: np.ndarray = before[np.maximum(i - 1, 0)] + np.where(i > 0, inside, 0.0)
+        return out
+
+    covered: np.ndarray = upto(end) - upto(start)
+    return covered
+
+
+def _sample(key: np.ndarray, dur: np.ndarray, alone: np.ndarray, beside: np.ndarray, rng: np.random.Generator) -> Sample:
+    """The sums of one phase's calls over the operators seen both ways (all operators at once)."""
+    both = np.intersect1d(key[alone], key[beside])
+    if not both.size:
+        return Sample(0, 0.0, 0.0, np.zeros(RESAMPLES), np.zeros(RESAMPLES))
+    a_ordered, a_start, a_n = _grouped(key[alone], dur[alone], both)
+    b_ordered, b_start, b_n = _grouped(key[beside], dur[beside], both)
+    weight = b_n.astype(np.float64)  # each operator's calls beside communication
+    boot_beside = weight @ _resampled_medians(b_ordered, b_start, b_n, rng)
+    boot_alone = weight @ _resampled_medians(a_ordered, a_start, a_n, rng)
+    beside_us = float(weight @ b_ordered[b_start + (b_n + 1) // 2 - 1])
+    alone_us = float(weight @ a_ordered[a_start + (a_n + 1) // 2 - 1])
+    return Sample(int(b_n.sum()), beside_us, alone_us, boot_beside, boot_alone)
+
+
+def _grouped(key: np.ndarray, dur: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The durations of the operators `wanted` (sorted keys), sorted by (key, duration): (durations,
+    each operator's first index, its count)."""
+    keep = np.isin(key, wanted)
+    key, dur = key[keep], dur[keep]
+    order = np.lexsort((dur, key))
+    start = np.searchsorted(key[order], wanted, side="left")
+    end = np.searchsorted(key[order], wanted, side="right")
+    return dur[order], start, end - start
+
+
+def _resampled_medians(ordered: np.ndarray, start: np.ndarray, n: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Per operator (rows), RESAMPLES lower medians of resamples with replacement of its sorted calls
+    ordered[start : start + n]: the median's rank drawn from its exact distribution (`_rank_cdf`) by
+    inverse transform, without drawing the resamples; above EXACT_UP_TO calls, from Beta(m, n − m + 1)."""
+    u = rng.random((n.size, RESAMPLES))
+    rank = np.empty((n.size, RESAMPLES), dtype=np.int64)
+    for row, count in enumerate(n.tolist()):
+        if count <= EXACT_UP_TO:
+            rank[row] = np.searchsorted(_rank_cdf(count), u[row]) + 1
+        else:
+            m = (count + 1) // 2
+            rank[row] = np.ceil(count * rng.beta(m, count - m + 1, size=RESAMPLES)).astype(np.int64)
+    rank = np.clip(rank, 1, n[:, None])
+    medians: np.ndarray = ordered[start[:, None] + rank - 1]
+    return medians
+
+
+EXACT_UP_TO = 512
+
+
+@lru_cache(maxsize=256)
+def _rank_cdf(n: int) -> np.ndarray:
+    """P(rank ≤ j), j = 1..n, of the lower median (the m-th smallest, m = ⌈n/2⌉) of n calls drawn
+    with replacement from n sorted ones: at most j of them fall above the j-th smallest exactly when
+    at least m fall at or below it, so P = P(Binomial(n, j / n) ≥ m)."""
+    m = (n + 1) // 2
+    i = np.arange(m, n + 1)
+    log_choose = np.array([math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) for k in range(m, n + 1)])
+    p = np.arange(1, n) / n  # j = n has P = 1
+    log_pmf = log_choose[None, :] + i[None, :] * np.log(p)[:, None] + (n - i)[None, :] * np.log1p(-p)[:, None]
+    cdf = np.append(np.exp(log_pmf).sum(axis=1), 1.0)
+    cdf = np.minimum(np.maximum.accumulate(cdf), 1.0)
+    cdf.flags.writeable = False
+    return cdf
+
+
+def combine(samples: Sequence[tuple[int, RankSample]]) -> Interference | None:
+    """The top level over every rank and phase, and each rank's figures; None without ranks."""
+    if not samples:
+        return None
+    total = EMPTY
+    for _, s in samples:
+        total = total + s.total()
+    t = total.estimate()
+    ranks = {str(rank): s.record() for rank, s in sorted(samples, key=lambda x: x[0])}
+    return Interference(slowdown_pct=t.slowdown_pct, low_pct=t.low_pct, high_pct=t.high_pct, pairs=t.pairs, ranks=ranks)

@@ -1,0 +1,234 @@
+"""One rank's times that the causes of exposed communication need (stage 2, kept beside the metrics).
+
+`rank_times` keeps, on the rank's own clock: its compute and exposed-communication unions inside
+the step windows, its phase windows, and one row per collective call (when it was issued, when it
+started and ended, its phase, its index in the step, and when this rank's compute first waited
+for it). The cross-rank part (causes.py) aligns these and splits exposed time into wait and
+transfer. Columns, not objects: a 76 MB trace has tens of thousands of calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from profile_overlap.analysis.array_eq import ArrayEq
+from profile_overlap.analysis.file.call_columns import Calls, Instances
+from profile_overlap.analysis.file.steps import StepTable
+from profile_overlap.core import intervals as iv
+from profile_overlap.core.modes import PHASES
+
+OTHER = "other"
+"""The phase of a call issued outside every phase window and engine label."""
+
+
+@dataclass(frozen=True, eq=False)
+class CallTimes(ArrayEq):
+    """One rank's collective calls as columns, in time order (the order `number_calls` gives)."""
+
+    kind: tuple[str, ...]
+    group: np.ndarray
+    """Code of each call's (process group, kind) in `groups`."""
+    groups: tuple[tuple[str, str], ...]
+    seq: np.ndarray
+    """Order among the rank's calls of the same kind and process group (the cross-rank match)."""
+    nbytes: np.ndarray
+    """int64; -1 (call_columns.UNKNOWN) when the trace does not size the call."""
+    group_size: tuple[int | None, ...]
+    start_us: np.ndarray
+    end_us: np.ndarray
+    issue_us: np.ndarray
+    """When the program issued the call (CPU: its c10d op; GPU: its launch); NaN when unknown."""
+    step: np.ndarray
+    """The ProfilerStep number whose window holds the call's start; -1 outside every window; 0
+    for every call of a trace without step windows (the trace is one window)."""
+    step_end_us: np.ndarray
+    """End of that window; NaN outside every window."""
+    phase: tuple[str, ...]
+    """Phase of the call's issue (classify.PHASES or "other")."""
+    kind_phase: np.ndarray
+    """Code of each call's (kind, phase) in `kind_phases`."""
+    kind_phases: tuple[tuple[str, str], ...]
+    index: np.ndarray
+    """Index among the step's calls of the same kind and phase on this rank (-1 outside steps)."""
+    first_wait_us: np.ndarray
+    """Start of the stretch without compute that ends at the call's end (this rank's compute waited
+    from then on); NaN when compute ran up to the call's end (nothing waited for it)."""
+
+    def __len__(self) -> int:
+        return int(self.start_us.size)
+
+
+@dataclass(frozen=True, eq=False)
+class RankTimes(ArrayEq):
+    """What causes.py needs from one rank, on its own clock."""
+
+    compute: iv.Union
+    """Compute time inside the step windows (the whole trace without windows)."""
+    exposed: iv.Union
+    """Communication not covered by compute, inside the step windows."""
+    windows: iv.Union
+    """The step windows (empty without ProfilerStep annotations)."""
+    phases: tuple[iv.Union, ...]
+    """Per classify.PHASES, the union of that phase's labelled ranges."""
+    calls: CallTimes
+    issue_known: bool
+    """Whether every call's issue time is in the trace (GPU: its runtime launch event)."""
+
+
+def rank_times(
+    calls: Calls,
+    instances: Instances,
+    *,
+    device: str,
+    comm: iv.Union,
+    compute: iv.Union,
+    windows: iv.Union,
+    steps: StepTable,
+    phase: np.ndarray,
+    phase_start: np.ndarray,
+    phase_end: np.ndarray,
+) -> RankTimes:
+    """`calls` and `instances` are the same calls (instances numbered by `number_calls`, whose
+    order is the calls' order by start); comm and compute are already cut to the windows."""
+    n = len(calls)
+    assert n == len(instances)
+    # The calls in start order (stable, as number_calls sorts them).
+    ordered = calls.take(np.argsort(calls.start_us, kind="stable"))
+    start = instances.start_us
+    end = start + instances.dur_us
+    if device == "cuda":  # the runtime call that launched the kernel (NaN without launch events)
+        issue = ordered.launch_us
+    else:  # the c10d op on the calling thread (NaN when no op was matched to the gloo work)
+        issue = ordered.issued_us
+    phases = tuple(iv.union(phase_start[phase == i], phase_end[phase == i]) for i in range(len(PHASES)))
+    names = _call_phases(ordered, phases)
+
+    # The step whose window holds each call's start.
+    order = np.argsort(steps.start_us, kind="stable")
+    s_num, s_lo, s_hi = steps.num[order], steps.start_us[order], steps.end_us[order]
+    if s_lo.size:
+        j = np.maximum(np.searchsorted(s_lo, start, side="right") - 1, 0)
+        inside = (start >= s_lo[j]) & (start < s_hi[j])
+        step = np.where(inside, s_num[j], -1)
+        step_end_us = np.where(inside, s_hi[j], np.nan)
+    else:  # no step windows: the whole trace is one window, with no end to count slack to
+        step, step_end_us = np.zeros(start.size, dtype=np.int64), np.full(start.size, np.nan)
+
+    kinds = tuple(instances.kinds[k] for k in instances.kind.tolist())
+    kind_phase, kind_phases, index = _index_in_step(step, kinds, names)
+    group_of: dict[tuple[str, str], int] = {}
+    pairs = zip(instances.pg.tolist(), instances.kind.tolist())
+    group = np.fromiter((group_of.setdefault((instances.pgs[g], instances.kinds[k]), len(group_of)) for g, k in pairs), np.int64, n)
+
+    return RankTimes(
+        compute=compute,
+        exposed=iv.difference(comm, compute),
+        windows=windows,
+        phases=phases,
+        calls=CallTimes(
+            kind=kinds,
+            group=group,
+            groups=tuple(group_of),
+            kind_phase=kind_phase,
+            kind_phases=kind_phases,
+            seq=instances.seq,
+            nbytes=instances.nbytes,
+            group_size=tuple(None if g < 0 else g for g in instances.group_size.tolist()),
+            start_us=start,
+            end_us=end,
+            issue_us=issue,
+            step=step,
+            step_end_us=step_end_us,
+            phase=names,
+            index=index,
+            first_wait_us=first_wait(compute, end),
+        ),
+        issue_known=bool(np.isfinite(issue).all()),
+    )
+
+
+def _index_in_step(
+    step: np.ndarray, kinds: tuple[str, ...], phases: tuple[str, ...]
+) -> tuple[np.ndarray, tuple[tuple[str, str], ...], np.ndarray]:
+    """(code of each call's (kind, phase), the (kind, phase) of each code, each call's index among
+    the calls of its step, kind and phase in time order (-1 outside steps))."""
+    codes: dict[tuple[str, str], int] = {}
+    name = np.fromiter((codes.setdefault(kp, len(codes)) for kp in zip(kinds, phases)), np.int64, len(kinds))
+    index = np.full(step.size, -1, dtype=np.int64)
+    inside = np.flatnonzero(step >= 0)
+    if inside.size:
+        order = inside[np.lexsort((inside, name[inside], step[inside]))]
+        key_s, key_n = step[order], name[order]
+        new = np.ones(order.size, dtype=bool)
+        new[1:] = (key_s[1:] != key_s[:-1]) | (key_n[1:] != key_n[:-1])
+        first = np.maximum.accumulate(np.where(new, np.arange(order.size), 0))
+        index[order] = np.arange(order.size) - first
+    return name, tuple(codes), index
+
+
+def first_wait(compute: iv.Union, t: np.ndarray) -> np.ndarray:
+    """For each time in `t`: NaN where compute runs just before it (an interval with start < t <=
+    end); else the start of the stretch without compute that ends at it (the end of the last
+    compute interval before it; -inf when none)."""
+    s, e = compute
+    if s.size == 0:
+        return np.full(np.shape(t), -np.inf)
+    j = np.searchsorted(s, t, side="left") - 1
+    jj = np.maximum(j, 0)
+    covered = (j >= 0) & (e[jj] >= t)
+    return np.where(covered, np.nan, np.where(j >= 0, e[jj], -np.inf))
+
+
+def _call_phases(calls: Calls, phases: tuple[iv.Union, ...]) -> tuple[str, ...]:
+    """The phase window holding each call's issue as `phase_collectives` attributes it (CPU: its c10d
+    op; GPU: its kernel's start, in the device-side windows); else its engine labels' phase
+    (CollectiveCall.phase_hint); else "other"."""
+    t = calls.issue_or_start()
+    hints = (*(h or OTHER for h in calls.hints), OTHER)  # code -1 (no hint) -> OTHER
+    out = [hints[h] for h in calls.hint.tolist()]
+    done = np.zeros(t.size, dtype=bool)
+    for name, union in zip(PHASES, phases):
+        inside = iv.covers(union, t) & ~done
+        for n in np.flatnonzero(inside).tolist():
+            out[n] = name
+        done |= inside
+    return tuple(out)
+
+
+@dataclass(frozen=True, eq=False)
+class RankSplit(ArrayEq):
+    """One rank's exposed time split per call, on its own clock (columns follow its CallTimes)."""
+
+    rank: int
+    offset_us: float
+    """Subtract from this rank's times for the aligned clock."""
+    wait: iv.Union
+    """Exposed instants that are wait; exposed − wait is transfer."""
+    call_wait_us: np.ndarray
+    call_transfer_us: np.ndarray
+    latest_start_us: np.ndarray
+    """Each call's latest start over the ranks, on this rank's clock (its own start when unmatched)."""
+    late_rank: np.ndarray
+    """The rank that started each call last (-1: unmatched or no peer started later than the first)."""
+    slack_us: np.ndarray
+    """Issue → first wait (NaN when unknown)."""
+
+
+def cumulative(u: iv.Union, t: np.ndarray) -> np.ndarray:
+    """|u ∩ (−∞, t)| for each time in t."""
+    s, e = u
+    if s.size == 0:
+        return np.zeros(np.shape(t))
+    before = np.concatenate([[0.0], np.cumsum(e - s)])
+    j = np.searchsorted(s, t, side="right") - 1
+    jj = np.maximum(j, 0)
+    inside = np.minimum(t, e[jj]) - s[jj]
+    return np.where(j >= 0, before[jj] + inside, 0.0)
+
+
+def covered_length(u: iv.Union, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """|u ∩ [lo, hi)| for each pair (0 where hi <= lo)."""
+    covered: np.ndarray = np.maximum(cumulative(u, np.maximum(hi, lo)) - cumulative(u, lo), 0.0)
+    return covered

@@ -1,0 +1,1 @@
+"""Reading: a trace file -> compact columns, and the name tables that classify events."""

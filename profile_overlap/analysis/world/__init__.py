@@ -1,0 +1,1 @@
+"""Across ranks: clocks, the wait/transfer split, causes, stragglers, the critical path, heatmap, spread."""

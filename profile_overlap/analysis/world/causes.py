@@ -1,0 +1,234 @@
+"""Why communication is exposed (stage 3): each rank's exposed time split into wait and transfer,
+the calls that cost most, the stragglers and the critical path (docs/metrics.md "Why exposed").
+
+On the aligned clock (clocks.py), an exposed instant of rank r is *wait* when some call in flight
+on r has not yet started on a peer (the call's latest start over the ranks, matched by process
+group, kind and order, lies after it), else *transfer*. Each exposed instant belongs to one call:
+the oldest waiting call in flight when it is wait, the oldest call in flight when it is transfer,
+so the calls' wait and transfer add up to the rank's. Everything is computed on each rank's own
+clock; a peer's start moves onto it by the two offsets.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from profile_overlap.analysis.file.bandwidth import busbw_gbps
+from profile_overlap.analysis.integrity.checks import WARNING, new_check
+from profile_overlap.analysis.rank.per_rank import RankAnalysis
+from profile_overlap.analysis.rank.rank_times import RankSplit, RankTimes, covered_length
+from profile_overlap.analysis.world.clocks import ClockAlignment
+from profile_overlap.analysis.world.critical_path import Segment, critical_path
+from profile_overlap.analysis.world.stragglers import stragglers
+from profile_overlap.core import intervals as iv
+from profile_overlap.record.exposed import TOP_CALLS, Exposed, ExposedCall, RankExposed
+from profile_overlap.record.integrity import IntegrityCheck
+
+CAUSES = "why exposed (wait, transfer, slack, stragglers, critical path)"
+"""What the causes' integrity check affects."""
+
+
+@dataclass(frozen=True)
+class Explained:
+    """What `explain` found: the record, the per-rank splits (for the figures) and the check."""
+
+    exposed: Exposed
+    splits: tuple[RankSplit, ...]
+    path: tuple[Segment, ...]
+    """The critical path's pieces in time order (for the figures)."""
+    check: IntegrityCheck | None
+    """A warning naming what the causes could not use (None when nothing is missing)."""
+
+
+def _owned(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For intervals sorted by start: the part of each not covered by an earlier one ([lo, hi), hi
+    may be <= lo: nothing)."""
+    before = np.concatenate([[-np.inf], np.maximum.accumulate(end)[:-1]]) if end.size else end
+    return np.maximum(start, before), end
+
+
+def _call_keys(ranks: Sequence[RankAnalysis]) -> dict[int, np.ndarray]:
+    """An int64 key per call of each rank, equal on every rank for one matched call."""
+    groups: dict[tuple[str, str], int] = {}
+    keys = {}
+    for r in ranks:
+        c = r.times.calls
+        to_global = np.array([groups.setdefault(g, len(groups)) for g in c.groups] or [0], dtype=np.int64)
+        keys[r.rank] = to_global[c.group] * (1 << 40) + c.seq if len(c) else np.zeros(0, np.int64)
+    return keys
+
+
+def _latest_starts(
+    ranks: Sequence[RankAnalysis], keys: dict[int, np.ndarray], offsets: dict[int, float]
+) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray], dict[int, np.ndarray]]:
+    """Per rank and call: the latest aligned start over the aligned ranks, the rank that made it
+    and how many ranks have the call."""
+    all_keys = np.concatenate([keys[r.rank] for r in ranks])
+    starts = np.concatenate([r.times.calls.start_us - offsets.get(r.rank, np.nan) for r in ranks])
+    who = np.concatenate([np.full(len(r.times.calls), r.rank) for r in ranks])
+    uniq, inverse = np.unique(all_keys, return_inverse=True)
+    latest = np.full(uniq.size, -np.inf)
+    usable = np.isfinite(starts)
+    np.maximum.at(latest, inverse[usable], starts[usable])
+    count = np.bincount(inverse[usable], minlength=uniq.size)
+    # The rank that started last (the lowest rank on a tie): sort by (key, start, -rank).
+    order = np.lexsort((-who[usable], starts[usable], inverse[usable]))
+    last_rank = np.full(uniq.size, -1)
+    last_rank[inverse[usable][order]] = who[usable][order]
+    first = np.full(uniq.size, np.inf)
+    np.minimum.at(first, inverse[usable], starts[usable])
+    last_rank[~(latest > first)] = -1
+    out_latest, out_rank, out_count = {}, {}, {}
+    at = 0
+    for r in ranks:
+        n = len(r.times.calls)
+        idx = inverse[at : at + n]
+        out_latest[r.rank], out_rank[r.rank], out_count[r.rank] = latest[idx], last_rank[idx], count[idx]
+        at += n
+    return out_latest, out_rank, out_count
+
+
+def _split(r: RankAnalysis, offset: float, latest: np.ndarray, late: np.ndarray, count: np.ndarray) -> RankSplit:
+    t: RankTimes = r.times
+    c = t.calls
+    own_latest = np.where(count >= 2, latest + offset, c.start_us)
+    wait_end = np.clip(own_latest, c.start_us, c.end_us)
+    wait = iv.intersect(iv.union(c.start_us, wait_end), t.exposed)
+    transfer = iv.difference(t.exposed, wait)
+    w_lo, w_hi = _owned(c.start_us, wait_end)
+    o_lo, o_hi = _owned(c.start_us, c.end_us)
+    call_wait = covered_length(t.exposed, w_lo, w_hi)
+    call_transfer = covered_length(transfer, o_lo, o_hi)
+    waited = c.first_wait_us
+    stop = np.where(np.isnan(waited), c.step_end_us, np.minimum(np.maximum(waited, -1e300), c.step_end_us))
+    slack = np.maximum(stop - c.issue_us, 0.0)
+    return RankSplit(
+        rank=r.rank,
+        offset_us=offset,
+        wait=wait,
+        call_wait_us=call_wait,
+        call_transfer_us=call_transfer,
+        latest_start_us=own_latest,
+        late_rank=np.where(count >= 2, late, -1),
+        slack_us=slack,
+    )
+
+
+def explain(ranks: Sequence[RankAnalysis], clocks: ClockAlignment) -> Explained | None:
+    """The causes of the ranks' exposed communication, or None without ranks."""
+    ranks = list(ranks)
+    if not ranks:
+        return None
+    missing = []
+    several = len(ranks) >= 2
+    if not several:
+        missing.append("one rank only: wait, transfer, late ranks, stragglers and the critical path need the peers' traces")
+    offsets = {r.rank: clocks.offset(r.rank) for r in ranks if r.rank in clocks.offsets_us}
+    unaligned = [r.rank for r in ranks if r.rank not in offsets]
+    if several and unaligned:
+        missing.append(
+            f"rank(s) {', '.join(map(str, unaligned))} share no collective with the others: their clocks "
+            "cannot be aligned, so their wait and transfer are unknown"
+        )
+    if not all(r.times.windows[0].size for r in ranks):
+        missing.append(
+            "no ProfilerStep windows: exposed time covers the whole trace; slack (to the step's end) "
+            "and the critical path need step windows"
+        )
+    if not all(r.times.issue_known for r in ranks):
+        missing.append(
+            "some calls' issue time is not in the trace (GPU: no CPU launch events; CPU: no c10d op): "
+            "their slack and required bandwidth are unknown"
+        )
+
+    keys = _call_keys(ranks)
+    latest, late, count = _latest_starts(ranks, keys, offsets) if several else ({}, {}, {})
+    splits = []
+    rows = {}
+    for r in ranks:
+        c = r.times.calls
+        n = len(c)
+        if several and r.rank in offsets:
+            split = _split(r, offsets[r.rank], latest[r.rank], late[r.rank], count[r.rank])
+        else:
+            split = _split(r, offsets.get(r.rank, 0.0), np.zeros(n), np.full(n, -1), np.zeros(n, dtype=np.int64))
+        splits.append(split)
+        exposed_us = iv.length(r.times.exposed)
+        known = several and r.rank in offsets
+        wait_us = iv.length(split.wait) if known else None
+        rows[r.rank] = RankExposed(exposed_us=exposed_us, wait_us=wait_us, transfer_us=None if wait_us is None else exposed_us - wait_us)
+
+    path, pieces = critical_path(ranks, splits, keys) if several and not unaligned else (None, ())
+    exposed = Exposed(
+        ranks=rows,
+        top=_top_calls(ranks, splits, known_split=several and not unaligned),
+        stragglers=stragglers(ranks, splits, keys) if several and not unaligned else (),
+        critical_path=path,
+    )
+    check = None
+    if missing:
+        meaning = "the parts named are left out (none in the record); the rest stands"
+        check = new_check("causes.inputs", WARNING, "; ".join(missing), {"missing": missing}, meaning, (CAUSES,))
+    return Explained(exposed=exposed, splits=tuple(splits), path=pieces, check=check)
+
+
+def _top_calls(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], *, known_split: bool) -> tuple[ExposedCall, ...]:
+    """Calls inside steps, one row per (kind, phase, index in the step), by exposed time."""
+    names: dict[tuple[str, str], int] = {}
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("name", "index", "exposed", "wait", "slack", "late", "row")}
+    for r, split in zip(ranks, splits):
+        c = r.times.calls
+        exposed = split.call_wait_us + split.call_transfer_us
+        sel = np.flatnonzero((c.step >= 0) & (exposed > 0))
+        to_global = np.array([names.setdefault(kp, len(names)) for kp in c.kind_phases] or [0], dtype=np.int64)
+        cols["name"].append(to_global[c.kind_phase[sel]])
+        cols["index"].append(c.index[sel])
+        cols["exposed"].append(exposed[sel])
+        cols["wait"].append(split.call_wait_us[sel])
+        cols["slack"].append(split.slack_us[sel])
+        cols["late"].append(split.late_rank[sel])
+        cols["row"].append(np.stack([np.full(sel.size, len(cols["row"])), sel], axis=1))
+    col = {k: np.concatenate(v) for k, v in cols.items()}
+    if not col["name"].size:
+        return ()
+    groups, inverse = np.unique(np.stack([col["name"], col["index"]], axis=1), axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    exposed = np.bincount(inverse, weights=col["exposed"], minlength=len(groups))
+    wait = np.bincount(inverse, weights=col["wait"], minlength=len(groups))
+    kind_phase = {code: pair for pair, code in names.items()}
+    out = []
+    for g in np.argsort(-exposed, kind="stable")[:TOP_CALLS].tolist():
+        members = np.flatnonzero(inverse == g)
+        kind, phase = kind_phase[int(groups[g][0])]
+        slacks = col["slack"][members]
+        slacks = slacks[np.isfinite(slacks)]
+        slack = float(np.median(slacks)) if slacks.size else None
+        first = col["row"][members[0]]
+        calls = ranks[int(first[0])].times.calls
+        sized = int(calls.nbytes[int(first[1])])
+        nbytes = sized if sized >= 0 else None  # UNKNOWN: the trace does not size it
+        group = calls.group_size[int(first[1])]
+        needed = busbw_gbps(kind, nbytes, slack, group) if slack and nbytes else None
+        late: dict[int, float] = defaultdict(float)
+        for m in members[(col["wait"][members] > 0) & (col["late"][members] >= 0)].tolist():
+            late[int(col["late"][m])] += float(col["wait"][m])
+        late_rank = max(sorted(late), key=lambda k: late[k]) if late else None
+        out.append(
+            ExposedCall(
+                kind=kind,
+                phase=phase,
+                call=int(groups[g][1]),
+                bytes=nbytes,
+                exposed_us=float(exposed[g]),
+                wait_us=float(wait[g]) if known_split else None,
+                transfer_us=float(exposed[g] - wait[g]) if known_split else None,
+                slack_us=slack,
+                required_gbps=needed,
+                late_rank=late_rank,
+            )
+        )
+    return tuple(out)

@@ -1,0 +1,129 @@
+"""The rank x time heatmap of the median profiled step (record/heatmap.py): per rank, on the aligned
+clock, the fraction of each time bin that is wait, transfer, a call in flight and compute, read from
+the geometry the causes already computed (RankTimes, RankSplit). Definitions: docs/metrics.md "Rank x time heatmap"."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from profile_overlap.analysis.rank.per_rank import RankAnalysis
+from profile_overlap.analysis.rank.rank_times import RankSplit
+from profile_overlap.analysis.world.clocks import ClockAlignment
+from profile_overlap.core import intervals as iv
+from profile_overlap.core.modes import PHASES
+from profile_overlap.record.heatmap import LAYERS, Heatmap
+
+BINS = 240
+"""Time bins across the median step."""
+MAX_ROWS = 1024
+"""Rows at most: with more ranks, consecutive ranks share a row (bounded cells: MAX_ROWS x BINS per layer)."""
+HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+"""The digit of each level 0-15, as ASCII codes: rows are built as bytes and decoded once (joining
+numpy's one-letter strings took 0.2 s at 1,024 ranks)."""
+DOT = ord(".")
+
+
+def median_step(ranks: Sequence[RankAnalysis]) -> int | None:
+    """The step whose median duration over ranks is the median over steps (the lower one of an even count)."""
+    durations: dict[int, list[float]] = defaultdict(list)
+    for r in ranks:
+        for s in r.steps:
+            durations[s.step].append(s.step_us)
+    if not durations:
+        return None
+    by_median = sorted(durations, key=lambda n: (float(np.median(durations[n])), n))
+    return by_median[(len(by_median) - 1) // 2]
+
+
+def covered(u: iv.Union, edges: np.ndarray) -> np.ndarray:
+    """The fraction of each bin [edges[i], edges[i+1]) the union covers."""
+    s, e = u
+    if s.size == 0:
+        return np.zeros(edges.size - 1)
+    cum = np.concatenate([[0.0], np.cumsum(e - s)])
+    k = np.searchsorted(s, edges, side="right")  # intervals started by each edge
+    before = cum[k] - np.where(k > 0, np.maximum(e[np.maximum(k - 1, 0)] - edges, 0.0), 0.0)
+    return np.clip(np.diff(before) / np.diff(edges), 0.0, 1.0)
+
+
+def _shift(u: iv.Union, offset: float) -> iv.Union:
+    return u[0] - offset, u[1] - offset
+
+
+def heatmap(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], clocks: ClockAlignment) -> Heatmap | None:
+    """None without step windows, or when no rank's clock is aligned."""
+    split_of = {s.rank: s for s in splits}
+    shown = [r for r in ranks if r.times is not None and r.rank in clocks.offsets_us and r.rank in split_of]
+    step = median_step(shown)
+    if step is None:
+        return None
+    windows = {}
+    for r in shown:
+        s = next((s for s in r.steps if s.step == step), None)
+        if s is not None:
+            off = clocks.offset(r.rank)
+            windows[r.rank] = (s.start_us - off, s.start_us + s.step_us - off)
+    lo = min(a for a, _ in windows.values())
+    hi = max(b for _, b in windows.values())
+    if not hi > lo:
+        return None
+    edges = np.linspace(lo, hi, BINS + 1)
+    mids = (edges[:-1] + edges[1:]) / 2
+    rows: dict[str, list[np.ndarray]] = {name: [] for name in LAYERS}
+    phase_rows = []
+    for r in shown:
+        off = clocks.offset(r.rank)
+        t = r.times
+        assert t is not None  # `shown` keeps ranks with times
+        if r.rank in windows:  # a rank without this step leaves its row empty
+            a, b = windows[r.rank]
+            exposed = iv.clip(_shift(t.exposed, off), a, b)
+            wait = iv.clip(_shift(split_of[r.rank].wait, off), a, b)
+            calls = iv.union(t.calls.start_us - off, t.calls.end_us - off)
+            layers = {
+                "wait": covered(wait, edges),
+                "transfer": covered(iv.difference(exposed, wait), edges),
+                "in_flight": covered(iv.clip(calls, a, b), edges),
+                "compute": covered(iv.clip(_shift(t.compute, off), a, b), edges),
+            }
+            letters = np.full(BINS, DOT, dtype=np.uint8)
+            for name, u in zip(PHASES, t.phases):
+                letters[iv.covers(_shift(u, off), mids) & (mids >= a) & (mids < b)] = ord(name[0])
+        else:
+            layers = {name: np.zeros(BINS) for name in LAYERS}
+            letters = np.full(BINS, DOT, dtype=np.uint8)
+        for name in LAYERS:
+            rows[name].append(layers[name])
+        phase_rows.append(letters)
+    per_row = -(-len(shown) // MAX_ROWS)
+    first = [r.rank for r in shown][::per_row]
+
+    def encode(layer: list[np.ndarray]) -> tuple[str, ...]:
+        m = np.array(layer)
+        if per_row > 1:
+            pad = -len(m) % per_row
+            m = np.pad(m, ((0, pad), (0, 0))).reshape(-1, per_row, BINS).max(axis=1)
+        return _rows(HEX[np.rint(m * 15).astype(int)])
+
+    return Heatmap(
+        step=step,
+        start_us=round(float(lo), 3),
+        bin_us=round(float((hi - lo) / BINS), 3),
+        bins=BINS,
+        ranks_per_row=per_row,
+        ranks=tuple(first),
+        wait=encode(rows["wait"]),
+        transfer=encode(rows["transfer"]),
+        in_flight=encode(rows["in_flight"]),
+        compute=encode(rows["compute"]),
+        phase=_rows(np.array(phase_rows[::per_row], dtype=np.uint8).reshape(-1, BINS)),
+    )
+
+
+def _rows(codes: np.ndarray) -> tuple[str, ...]:
+    """A (rows, BINS) array of ASCII codes as one string per row."""
+    text = codes.astype(np.uint8).tobytes().decode("ascii")
+    return tuple(text[i : i + BINS] for i in range(0, len(text), BINS))
