@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import msgspec
 
-from profile_overlap.record.analysis import AnalysisRecord
+from profile_overlap.record.analysis import AnalysisRecord, builtin
 from profile_overlap.record.folder import Run
 from profile_overlap.render.document import Picture, Ref, Section, Table
 from profile_overlap.render.numbers import pct, us
@@ -33,7 +33,7 @@ def heatmap_sections(run: Run) -> tuple[Section, ...]:
     pngs: dict[tuple[bytes, str], bytes] = {}
     for mode, h in drawn.items():
         title = f"{mode}: step {h.step}, {len(h.ranks)} {'ranks' if h.ranks_per_row == 1 else 'rows'}"
-        key = (msgspec.json.encode(h), title)
+        key = (msgspec.json.encode(h, enc_hook=builtin), title)
         pngs[key] = _last_drawn.get(key) or png_bytes(figure(h, title=title))
         blocks.append(
             Picture(

@@ -11,6 +11,7 @@ import msgspec
 
 from profile_overlap.core.files import REPORT_HTML, REPORT_JSON, REPORT_MD, TIMELINE_PNG
 from profile_overlap.core.io import ensure_writable_dir, replace_atomically, write_json_atomic, write_text_atomic
+from profile_overlap.record.analysis import builtin
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.metrics import RunMetrics
 from profile_overlap.render.compare import build_compare, compare_record
@@ -97,7 +98,7 @@ def _drawn(run: Run, formats: tuple[str, ...]) -> tuple[str | None, bytes | None
     html, md = "html" in formats, "md" in formats
     if not run.timeline or not run.timeline.modes or not (html or md):
         return None, None
-    key = msgspec.json.encode((run.metrics, run.timeline))
+    key = msgspec.json.encode((run.metrics, run.timeline), enc_hook=builtin)
     last = _last_drawn if _last_drawn is not None and _last_drawn[0] == key else None
     if last is not None and (last[1] is not None or not html) and (last[2] is not None or not md):
         return last[1] if html else None, last[2] if md else None
