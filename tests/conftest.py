@@ -25,7 +25,7 @@ import pytest
 
 PROCESS_FIXTURES = frozenset(
     {
-        "compare_run_2", "compare_run_4", "engine_run_2",  # here
+        "compare_run_2", "compare_run_4", "engine_run_2", "split_run_2", "ddp_run_2", "no_profile_run_2",  # here
         "ddp_job", "bench_run", "engine_runs", "nan_run", "tb_logdir", "tensorboard", "server", "browser",  # in their test files
     }
 )  # fmt: skip
@@ -183,3 +183,31 @@ def compare_run_2(tmp_path_factory) -> Path:
 def compare_run_4(tmp_path_factory) -> Path:
     """A finished 4-rank compare run folder (read-only for tests)."""
     return _compare_run(tmp_path_factory, 4)
+
+
+@pytest.fixture(scope="session")
+def split_run_2(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """A finished 2-rank split-only run at SMALL sizes, and its torchrun process (read-only for tests)."""
+    out = tmp_path_factory.mktemp("split2")
+    proc = torchrun(["--mode", "split", "--out", str(out), *SMALL], nproc=2)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return only_run_dir(out), proc
+
+
+@pytest.fixture(scope="session")
+def no_profile_run_2(tmp_path_factory) -> Path:
+    """A finished 2-rank split run at SMALL sizes with --no-profile: step times, no traces (read-only for tests)."""
+    out = tmp_path_factory.mktemp("noprofile2")
+    proc = torchrun(["--mode", "split", "--no-profile", "--out", str(out), *SMALL], nproc=2)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return only_run_dir(out)
+
+
+@pytest.fixture(scope="session")
+def ddp_run_2(tmp_path_factory) -> tuple[Path, str]:
+    """A finished 2-rank ddp-only run of the tiny transformer, and its stdout (read-only for tests:
+    copy it to write into it)."""
+    out = tmp_path_factory.mktemp("ddp2")
+    proc = torchrun(["--mode", "ddp", "--out", str(out), *TINY_TRANSFORMER, *FEW_STEPS], nproc=2)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return only_run_dir(out), proc.stdout

@@ -11,7 +11,7 @@ import pytest
 
 from profile_overlap.run.config import Config
 
-from conftest import FEW_STEPS, REPO, TINY_TRANSFORMER, cli, only_run_dir
+from conftest import REPO, cli
 
 
 def _advise(*args: str):
@@ -56,10 +56,8 @@ def test_a_jobs_traces_get_advice_from_their_causes_and_how_to_try_it(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_without_traces_gets_one_line_and_exit_2(tmp_path):
-    proc = cli(["--nproc-per-node", "2", "--mode", "ddp", "--no-profile", "--out", str(tmp_path), *TINY_TRANSFORMER, *FEW_STEPS])
-    assert proc.returncode == 0, proc.stderr
-    proc = _advise(only_run_dir(tmp_path))
+def test_a_run_without_traces_gets_one_line_and_exit_2(no_profile_run_2):
+    proc = _advise(no_profile_run_2)
     assert proc.returncode == 2 and "no analysed traces" in proc.stderr and "--profile-steps" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
@@ -111,12 +109,11 @@ def test_advice_on_four_modes_is_ranked_and_every_flag_passes_the_runs_checks(en
 
 
 @pytest.mark.slow
-def test_verify_on_ddp_at_the_default_bucket_runs_a_smaller_bucket_that_overlaps(tmp_path):
+def test_verify_on_ddp_at_the_default_bucket_runs_a_smaller_bucket_that_overlaps(ddp_run_2, tmp_path):
     """The issue's must-hold: ddp at the default bucket size, verified. With --repeats 2 here (4 runs, not 10: the
     suite's time); benchmarks/bench_advise.py verifies the same run with --repeats 5 (benchmarks/README.md)."""
-    proc = cli(["--nproc-per-node", "2", "--mode", "ddp", "--out", str(tmp_path), *TINY_TRANSFORMER, *FEW_STEPS], timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    run_dir = only_run_dir(tmp_path)
+    run_dir = tmp_path / "run"
+    shutil.copytree(ddp_run_2[0], run_dir)  # --verify writes its runs, advice.json and the report into the folder
     proc = cli(["advise", str(run_dir), "--verify", "--repeats", "2"], timeout=1800)
     assert proc.returncode == 0, proc.stderr
     advice = json.loads((run_dir / "advice.json").read_text())

@@ -15,7 +15,7 @@ from synthetic import NCCL_KERNEL, gpu_trace, write_trace
 from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.api import job
 
-from conftest import DATA, SMALL, cli, only_run_dir, torchrun
+from conftest import DATA, cli
 
 STEPS = [(1, 0, 1000), (2, 1000, 2000), (3, 2000, 3000)]
 COMM = [(20, 100, 300), (20, 1100, 1300), (20, 2100, 2300)]
@@ -248,10 +248,8 @@ def test_strict_exit_code_json_and_console(tmp_path):
 
 
 @pytest.mark.slow
-def test_own_split_run_is_clean_and_reported(tmp_path):
-    proc = torchrun(["--mode", "split", "--out", str(tmp_path), *SMALL], nproc=2)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    run = only_run_dir(tmp_path)
+def test_own_split_run_is_clean_and_reported(split_run_2):
+    run, proc = split_run_2
     analysis = json.loads((run / "metrics.json").read_text())["modes"]["split"]["analysis"]
     bad = {c["name"]: c["detail"] for c in analysis["integrity"]["checks"] if c["status"] != "ok"}
     assert bad == {}

@@ -20,7 +20,7 @@ from profile_overlap.render import console, modes, notes
 from profile_overlap.render.compare import build_compare
 from profile_overlap.render.markdown import render as render_md
 
-from conftest import ENGINE_MODES, FEW_STEPS, TINY_TRANSFORMER, only_run_dir, torchrun
+from conftest import ENGINE_MODES
 
 STEP_NUMBERS = ("step_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap_pct")
 """A step record's numbers; the hand-made records here leave them unknown."""
@@ -206,12 +206,9 @@ def test_notes_state_the_bytes_ratios_and_a_mismatch_first():
 
 
 @pytest.fixture(scope="module")
-def engine_runs(tmp_path_factory, engine_run_2):
+def engine_runs(engine_run_2, ddp_run_2):
     """The shared 2-rank run of sequential, split, ddp and fsdp2, and a ddp-only run, of the same tiny transformer."""
-    folder = tmp_path_factory.mktemp("ddp")
-    proc = torchrun(["--mode", "ddp", "--out", str(folder), *TINY_TRANSFORMER, *FEW_STEPS], nproc=2)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return {"four": engine_run_2, "ddp": (only_run_dir(folder), proc.stdout)}
+    return {"four": engine_run_2, "ddp": ddp_run_2}
 
 
 def test_four_modes_side_by_side_in_console_and_report(engine_runs):

@@ -95,12 +95,10 @@ def test_compare_run_summary_on_rank0_only(compare_run_4):
     assert f"TensorBoard: python -m profile_overlap tensorboard {compare_run_4.parent}" in out
 
 
-def test_single_mode_two_ranks(tmp_path):
+def test_single_mode_two_ranks(split_run_2):
     """One mode alone (split; sequential runs alone the same way, through the same harness)."""
     mode = "split"
-    proc = torchrun(["--mode", mode, "--out", str(tmp_path), *SMALL], nproc=2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run_dir = only_run_dir(tmp_path)
+    run_dir, _ = split_run_2
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert list(metrics["modes"]) == [mode]
     assert metrics["speedup"] is None
@@ -132,10 +130,8 @@ def test_injected_fault_fails_verification(tmp_path):
     )
 
 
-def test_no_profile_times_steps_only(tmp_path):
-    proc = torchrun(["--mode", "split", "--no-profile", "--out", str(tmp_path), *SMALL], nproc=2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run_dir = only_run_dir(tmp_path)
+def test_no_profile_times_steps_only(no_profile_run_2):
+    run_dir = no_profile_run_2
     assert not list(run_dir.glob("**/*.pt.trace.json*"))
     assert list((run_dir / "split").glob("events.out.tfevents.*"))  # step times still go to TensorBoard
     metrics = json.loads((run_dir / "metrics.json").read_text())

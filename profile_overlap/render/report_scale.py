@@ -4,7 +4,9 @@ spread over the ranks in place of the per-rank table (the full table: `analyze -
 
 from __future__ import annotations
 
-from profile_overlap.record.analysis import AnalysisRecord
+import msgspec
+
+from profile_overlap.record.analysis import AnalysisRecord, builtin
 from profile_overlap.record.folder import Run
 from profile_overlap.render.document import Picture, Ref, Section, Table
 from profile_overlap.render.numbers import pct, us
@@ -14,20 +16,29 @@ TABLE_RANKS = 64
 OUTLIERS_SHOWN = 8
 
 
+_last_drawn: dict[tuple[bytes, str], bytes] = {}
+"""(heatmap record, title) -> PNG: the heatmaps of the last report built in this process, which
+`report` on a job's traces builds twice (the job folder's report, then the one asked for)."""
+
+
 def heatmap_sections(run: Run) -> tuple[Section, ...]:
     """One section with a picture per mode whose timeline has a heatmap (none in timelines written before it)."""
+    global _last_drawn
     if not run.timeline:
         return ()
     from profile_overlap.render.heatmap import figure, png_bytes
 
     drawn = {mode: t.heatmap for mode, t in run.timeline.modes.items() if t.heatmap is not None}
     blocks = []
+    pngs: dict[tuple[bytes, str], bytes] = {}
     for mode, h in drawn.items():
         title = f"{mode}: step {h.step}, {len(h.ranks)} {'ranks' if h.ranks_per_row == 1 else 'rows'}"
+        key = (msgspec.json.encode(h, enc_hook=builtin), title)
+        pngs[key] = _last_drawn.get(key) or png_bytes(figure(h, title=title))
         blocks.append(
             Picture(
                 name="heatmap.png" if len(drawn) == 1 else f"heatmap-{mode}.png",
-                png=png_bytes(figure(h, title=title)),
+                png=pngs[key],
                 alt=f"rank x time heatmap of {mode}'s median profiled step",
                 caption=(
                     "Every rank (a row each, in rank order) over the median profiled step on the aligned clock (",
@@ -37,6 +48,7 @@ def heatmap_sections(run: Run) -> tuple[Section, ...]:
                 ),
             )
         )
+    _last_drawn = pngs
     return (Section("heatmap", "Every rank over the median step", tuple(blocks)),) if blocks else ()
 
 

@@ -7,8 +7,11 @@ import re
 from functools import partial
 from pathlib import Path
 
+import msgspec
+
 from profile_overlap.core.files import REPORT_HTML, REPORT_JSON, REPORT_MD, TIMELINE_PNG
 from profile_overlap.core.io import ensure_writable_dir, replace_atomically, write_bytes_atomic, write_json_atomic, write_text_atomic
+from profile_overlap.record.analysis import builtin
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.metrics import RunMetrics
 from profile_overlap.record.timeline import Timeline
@@ -39,32 +42,26 @@ def write_run(run: Run, *, out: Path | None = None, formats: tuple[str, ...] = F
     out = Path(out) if out else run.dir
     ensure_writable_dir(out)
     report = build(run)
-    fig = _figure(run) if ("html" in formats or "md" in formats) else None
-    return write_files(report, run.metrics, fig, out=out, formats=formats)
+    svg, png = _drawn(run, formats)
+    return write_files(report, run.metrics, svg, png, out=out, formats=formats)
 
 
-def write_files(report, metrics: RunMetrics, fig, *, out: Path, formats: tuple[str, ...]) -> list[Path]:
-    """A built report's files in `out`: report.html (the figure as SVG), report.md (+ timeline.png)
+def write_files(report, metrics: RunMetrics, svg: str | None, png: bytes | None, *, out: Path, formats: tuple[str, ...]) -> list[Path]:
+    """A built report's files in `out`: report.html (the timeline as SVG), report.md (+ timeline.png)
     and report.json (the record). Shared by runs and by profiled jobs."""
     written = []
     if "html" in formats:
         from profile_overlap.render import html as report_html
-        from profile_overlap.render import timeline
 
-        svg = timeline.to_svg(fig) if fig is not None else None
         written.append(write_text_atomic(out / REPORT_HTML, report_html.render(report, figure_svg=svg)))
     if "md" in formats:
         from profile_overlap.render import markdown as report_md
-        from profile_overlap.render import timeline
 
-        png = None
-        if fig is not None:
-            timeline.save_png(fig, out / TIMELINE_PNG)
-            written.append(out / TIMELINE_PNG)
-            png = TIMELINE_PNG
+        if png is not None:
+            written.append(replace_atomically(out / TIMELINE_PNG, partial(_write_bytes, data=png)))
         for picture in (b for section in report.sections for b in section.blocks if isinstance(b, Picture)):
             written.append(replace_atomically(out / picture.name, partial(_write_bytes, data=picture.png)))
-        written.append(write_text_atomic(out / REPORT_MD, report_md.render(report, figure_png=png)))
+        written.append(write_text_atomic(out / REPORT_MD, report_md.render(report, figure_png=TIMELINE_PNG if png else None)))
     if "json" in formats:
         write_bytes_atomic(out / REPORT_JSON, [metrics.json_bytes(indent=2)])
         written.append(out / REPORT_JSON)
@@ -92,12 +89,28 @@ def write_compare(a: Run, b: Run, *, out: Path | None = None, formats: tuple[str
     return written
 
 
-def _figure(run: Run):
-    if not run.timeline or not run.timeline.modes:
-        return None
+_last_drawn: tuple[bytes, str | None, bytes | None] | None = None
+"""(the record drawn, its SVG, its PNG): the last timeline drawn in this process."""
+
+
+def _drawn(run: Run, formats: tuple[str, ...]) -> tuple[str | None, bytes | None]:
+    """The run's timeline as SVG (for report.html) and PNG (for report.md), each drawn once per
+    record: `report` on a job's traces writes the report of the record it builds twice, into the
+    job folder as the record is built, then where it was asked to."""
+    global _last_drawn
+    html, md = "html" in formats, "md" in formats
+    if not run.timeline or not run.timeline.modes or not (html or md):
+        return None, None
+    key = msgspec.json.encode((run.metrics, run.timeline), enc_hook=builtin)
+    last = _last_drawn if _last_drawn is not None and _last_drawn[0] == key else None
+    if last is not None and (last[1] is not None or not html) and (last[2] is not None or not md):
+        return last[1] if html else None, last[2] if md else None
     from profile_overlap.render import timeline
 
-    return timeline.figure(run.metrics, run.timeline)
+    fig = timeline.figure(run.metrics, run.timeline)
+    svg, png = timeline.to_svg(fig) if html else None, timeline.png_bytes(fig) if md else None
+    _last_drawn = (key, svg, png)
+    return svg, png
 
 
 def _write_bytes(path: Path, *, data: bytes) -> None:
