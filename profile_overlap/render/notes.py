@@ -11,7 +11,7 @@ from profile_overlap.core.modes import SPEEDUP_BASELINE, SPEEDUP_MODE
 from profile_overlap.record.metrics import RunMetrics, StepTimes
 from profile_overlap.record.summary import ModeSummary, measured_interference, summary_of
 from profile_overlap.render.document import Inline, Ref
-from profile_overlap.render.modes import bytes_inline, expectation
+from profile_overlap.render.modes import bytes_inline, expectation, hidden_inline
 from profile_overlap.render.numbers import mib, ms, pct, times
 
 # Thresholds, with the reason each is where it is.
@@ -146,11 +146,7 @@ def short_of_ideal(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
         " falls short of the ideal ",
         Ref(times(sp.predicted), "predicted_speedup"),
         " that perfect overlap of sequential's communication would give: split hid ",
-        Ref(f"{ms(split.overlap_ms)} ms", "overlap_ms"),
-        " of its ",
-        Ref(f"{ms(split.comm_ms)} ms", "comm_ms"),
-        " per step (",
-        Ref(f"{pct(split.overlap_pct)}%", "mode_overlap_pct"),
+        *hidden_inline(split, " per step ("),
         ").",
     )
 

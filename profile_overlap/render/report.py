@@ -24,7 +24,7 @@ from profile_overlap.record.metrics import CheckResult, ModeSummary, RunMetrics
 from profile_overlap.record.summary import summary_of
 from profile_overlap.render import advice, dimensions, exposed, integrity, modes, notes, notes_job, report_job, whatif
 from profile_overlap.render.document import Code, Inline, Items, Paragraph, Ref, Report, Section, Table
-from profile_overlap.render.numbers import mib, ms, pct, times
+from profile_overlap.render.numbers import mib, ms, times
 from profile_overlap.render.perfetto_link import perfetto_blocks
 from profile_overlap.render.report_scale import heatmap_sections
 from profile_overlap.render.report_tables import (
@@ -143,15 +143,7 @@ def _one_mode_verdict(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline:
     one = s[name]
     text: list = [f"{name} only: median step ", Ref(f"{ms(m.modes[name].step_time.median_ms)} ms", "step_time_ms")]
     if one.comm_ms:
-        text += [
-            ", with ",
-            Ref(f"{ms(one.overlap_ms)} ms", "overlap_ms"),
-            " of its ",
-            Ref(f"{ms(one.comm_ms)} ms", "comm_ms"),
-            " of communication per step hidden behind compute (",
-            Ref(f"{pct(one.overlap_pct)}%", "mode_overlap_pct"),
-            ")",
-        ]
+        text += [", with ", *modes.hidden_inline(one, " of communication per step hidden behind compute ("), ")"]
     return (*text, "; run with --mode compare (and --modes to choose them) to set it beside other modes.")
 
 

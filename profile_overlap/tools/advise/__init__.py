@@ -73,6 +73,36 @@ def _steps(m: ModeMetrics) -> int:
     return max(len(ranks[0].steps), 1) if ranks else 1
 
 
+def unreplayed(
+    *,
+    kind: str,
+    mode: str,
+    cause: str,
+    change: str,
+    code: str | None,
+    baseline_ms: float | None,
+    bound_ms: float | None = None,
+    worth_it: bool = False,
+) -> AdviceItem:
+    """An item advise does not replay, so no flag verifies it: its gain is at most bound_ms (an
+    interval 0 .. bound_ms), or unknown (None)."""
+    return AdviceItem(
+        kind=kind,
+        mode=mode,
+        cause=cause,
+        change=change,
+        flag=None,
+        code=code,
+        baseline_ms=baseline_ms,
+        predicted_ms=None if baseline_ms is None or bound_ms is None else baseline_ms - bound_ms,
+        predicted_gain_ms=bound_ms,
+        gain_low_ms=None if bound_ms is None else 0.0,
+        gain_high_ms=bound_ms,
+        worth_it=worth_it,
+        verifiable=False,
+    )
+
+
 def cause_items(name: str, m: ModeMetrics, summary) -> list[AdviceItem]:
     """The causes that no flag changes: the most late rank, and the exposed call that needs the most bandwidth."""
     e = m.exposed
@@ -87,20 +117,15 @@ def cause_items(name: str, m: ModeMetrics, summary) -> list[AdviceItem]:
         s = max(e.stragglers, key=lambda s: s.extra_ms)
         wait_ms = min(wait_ms, s.extra_ms)
         out.append(
-            AdviceItem(
+            unreplayed(
                 kind="straggler",
                 mode=name,
                 cause=f"wait: rank {s.rank} arrives late",
                 change=f"make rank {s.rank}'s {s.phase} ({s.what}) as fast as its peers': it runs {s.extra_ms:.3g} ms longer per step",
-                flag=None,
                 code=f"look at rank {s.rank} in {s.phase}: its host, its data, its {s.what}",
                 baseline_ms=base,
-                predicted_ms=None if base is None else base - wait_ms,
-                predicted_gain_ms=wait_ms,
-                gain_low_ms=0.0,
-                gain_high_ms=wait_ms,
+                bound_ms=wait_ms,
                 worth_it=wait_ms > noise_ms(m),
-                verifiable=False,
             )
         )
     busbw = {c.kind: c.busbw_gbps.mean for c in (summary.collectives if summary else ()) if c.busbw_gbps}
@@ -109,21 +134,16 @@ def cause_items(name: str, m: ModeMetrics, summary) -> list[AdviceItem]:
         c = max(needs, key=lambda c: c.exposed_us)
         per_step = c.exposed_us / 1e3 / max(len(e.ranks), 1) / _steps(m)
         out.append(
-            AdviceItem(
+            unreplayed(
                 kind="bandwidth",
                 mode=name,
                 cause=f"transfer: {c.kind} #{c.call} in {c.phase} is exposed",
                 change=f"this schedule cannot hide it at the measured {busbw[c.kind]:.3g} GB/s: it fits in its slack only at "
                 f"{c.required_gbps:.3g} GB/s bus bandwidth (a faster link, or a schedule that issues it earlier)",
-                flag=None,
                 code=None,
                 baseline_ms=base,
-                predicted_ms=None if base is None else base - per_step,
-                predicted_gain_ms=per_step,
-                gain_low_ms=0.0,
-                gain_high_ms=per_step,
+                bound_ms=per_step,
                 worth_it=False,  # a bound of what the link costs, not a change to make
-                verifiable=False,
             )
         )
     return out
@@ -212,20 +232,13 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
         grad_mib = statistics.median(x.grad_bytes for x in mm.memory) / 2**20 if mm.memory else None
         saving = f": saves {grad_mib:.3g} MiB per rank" if grad_mib else ""
         out.append(
-            AdviceItem(
+            unreplayed(
                 kind="ddp-bucket-view",
                 mode=name,
                 cause="memory: every gradient is held twice (in .grad and in its bucket)",
                 change=f"let the gradients be views into DDP's buckets (no copy into the bucket){saving}; step time: no change predicted",
-                flag=None,
                 code="DistributedDataParallel(model, gradient_as_bucket_view=True)",
                 baseline_ms=mm.step_time.median_ms,
-                predicted_ms=None,
-                predicted_gain_ms=None,
-                gain_low_ms=None,
-                gain_high_ms=None,
-                worth_it=False,
-                verifiable=False,
             )
         )
     return out, errors
@@ -293,20 +306,13 @@ def advise(path: Path, *, top: int | None = None) -> Advice:
     if not any(i.worth_it for i in ranked):
         ranked.insert(
             0,
-            AdviceItem(
+            unreplayed(
                 kind=NOTHING,
                 mode=", ".join(run.metrics.modes),
                 cause="no change is predicted to beat the run-to-run noise",
                 change="nothing worth changing: every predicted gain is within the noise of the step time",
-                flag=None,
                 code=None,
                 baseline_ms=None,
-                predicted_ms=None,
-                predicted_gain_ms=None,
-                gain_low_ms=None,
-                gain_high_ms=None,
-                worth_it=False,
-                verifiable=False,
             ),
         )
     if top is not None:
