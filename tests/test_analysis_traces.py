@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.analysis.options import AnalysisOptions
 from profile_overlap.analysis.rank.per_rank import analyze_rank
 from profile_overlap.analysis.rank.spans import MAX_SPANS_PER_STEP
 from profile_overlap.analysis.read.classify import COMM_KERNEL_RE, collective_kind
@@ -58,7 +59,7 @@ def test_nccl_data_overlap():
 )
 def test_hta_compat_reproduces_hta(path, hta_pct):
     ours = analyze_rank([path])
-    hta = analyze_rank([path], hta_compat=True)
+    hta = analyze_rank([path], AnalysisOptions(hta_compat=True))
     assert close_pct(hta.overlap_pct, hta_pct)
     assert len(hta.steps) == len(ours.steps) - 1  # the last step is dropped
     assert any("dropped the last profiler step" in n for n in hta.notes)
@@ -68,7 +69,7 @@ def test_hta_compat_assigns_kernels_by_launch():
     # nccl_data: by the kernels' own timestamps the cut gives 14.76 %; HTA (and we, with
     # --hta-compat) assign each kernel to the step of the runtime call that launched it and
     # round times to whole µs, which gives 14.31 %: 3473 of 24278 µs of comm.
-    hta = analyze_rank([NCCL_DATA], hta_compat=True)
+    hta = analyze_rank([NCCL_DATA], AnalysisOptions(hta_compat=True))
     assert hta.comm_us == pytest.approx(24278, rel=1e-3)
     assert hta.overlap_us == pytest.approx(3473, rel=1e-3)
 
@@ -193,7 +194,7 @@ def test_streaming_chunks_give_the_same_events():
 
 
 def test_steps_filter():
-    r = analyze_rank([NCCL_DATA], steps=(5, None))
+    r = analyze_rank([NCCL_DATA], AnalysisOptions(steps=(5, None)))
     assert [s.step for s in r.steps] == [5, 6]
     whole = analyze_rank([NCCL_DATA])
     assert r.comm_us < whole.comm_us

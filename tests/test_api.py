@@ -140,10 +140,11 @@ def test_report_of_a_trace_folder_builds_the_record_first(foreign_job, tmp_path)
 
 
 def test_scalars_of_a_cycle_are_per_global_step():
+    from profile_overlap.analysis.options import IN_STEPS
     from profile_overlap.analysis.rank.per_rank import analyze_rank
 
     (path,) = sorted(GLOO.glob("host_0*"))
-    result = analyze_rank([path], steps=(None, None))
+    result = analyze_rank([path], IN_STEPS)
     points = events.scalars(result)
     steps = sorted({s.step for s in result.steps})
     for tag in ("overlap/exposed_comm_ms", "overlap/comm_ms", "overlap/compute_ms", "overlap/step_ms"):
@@ -228,6 +229,7 @@ def test_the_worker_writes_a_record_whose_analysis_forks(tmp_path, monkeypatch):
 
 def test_rank_0_keeps_a_live_record_of_the_latest_cycle(foreign_job, tmp_path):
     """While the job runs: metrics.json and timeline.json of each rank's trace of rank 0's latest cycle."""
+    from profile_overlap.analysis.options import IN_STEPS
     from profile_overlap.analysis.rank.per_rank import analyze_rank
     from profile_overlap.api.worker import RankWorker
 
@@ -237,7 +239,7 @@ def test_rank_0_keeps_a_live_record_of_the_latest_cycle(foreign_job, tmp_path):
         layout.write_state(job_dir, rank, {"rank": rank, "world_size": 2, "worker": f"host_{rank}"})
     (mine,) = layout.traces_of(job_dir, "host_0")
     worker = RankWorker({"job_dir": str(job_dir), "rank": 0, "world_size": 2, "worker": "host_0", "analyze": True})
-    worker._live_record(analyze_rank([mine], steps=(None, None)))
+    worker._live_record(analyze_rank([mine], IN_STEPS))
     record = json.loads((job_dir / "metrics.json").read_text())
     assert record["config"]["cycles"] == "cycle 1 only (the job is running)"
     assert [r["rank"] for r in record["modes"]["job"]["analysis"]["ranks"]] == [0, 1]

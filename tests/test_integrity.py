@@ -13,6 +13,7 @@ import pytest
 from synthetic import NCCL_KERNEL, gpu_trace, write_trace
 
 from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.analysis.options import AnalysisOptions
 from profile_overlap.api import job
 
 from conftest import DATA, cli
@@ -29,8 +30,8 @@ def write_ranks(folder: Path, docs: list[dict]) -> Path:
     return folder
 
 
-def checks(folder: Path, **kwargs) -> dict:
-    return {c.name: c for c in analyze_dir(folder, max_workers=1, **kwargs).integrity.checks}
+def checks(folder: Path, **options) -> dict:
+    return {c.name: c for c in analyze_dir(folder, AnalysisOptions(**options), max_workers=1).integrity.checks}
 
 
 def pair(comm=COMM, compute=COMPUTE, steps=STEPS, **kwargs) -> list[dict]:
@@ -278,7 +279,7 @@ def test_calls_are_numbered_before_the_step_windows(tmp_path):
     for doc in docs:
         for k, nelems in zip(kernels(doc), (1024, 2048, 4096)):
             k["args"]["In msg nelems"] = k["args"]["Out msg nelems"] = nelems
-    result = analyze_dir(write_ranks(tmp_path, docs), max_workers=1, steps=(None, None))
+    result = analyze_dir(write_ranks(tmp_path, docs), AnalysisOptions(steps=(None, None)), max_workers=1)
     waits = {w.rank: (w.wait_us, w.transfer_us, w.matched) for w in result.waits}
     assert waits == {0: (0.0, 200.0, 2), 1: (100.0, 200.0, 2)}  # calls #0 and #2: 100 vs 150 µs each
     assert {c.name: c.status for c in result.integrity.checks}["collectives.matched"] == "ok"

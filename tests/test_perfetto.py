@@ -16,6 +16,7 @@ import pytest
 from synthetic import gpu_trace, write_trace
 
 from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.analysis.options import AnalysisOptions
 from profile_overlap.cli.main import main as cli_main
 from profile_overlap.tools.perfetto import write_perfetto
 from profile_overlap.tools.perfetto.source import find_source
@@ -42,7 +43,7 @@ def merged(folder: Path, out: Path, **kwargs):
 def test_the_real_traces_come_out_whole_nested_and_with_every_rank_and_step(name, tmp_path):
     folder = DATA / name
     result, m = merged(folder, tmp_path / "merged.json.gz")
-    analysis = analyze_dir(folder, keep_spans=True)
+    analysis = analyze_dir(folder, AnalysisOptions(keep_spans=True))
     # Nothing lost: every slice of every trace is in the file, and on every track they nest.
     assert m.traces_slices() == sum(len(v) for v in raw_tracks(folder).values()) == result.slices
     assert {track: partial_overlaps(events) for track, events in m.slices.items() if partial_overlaps(events)} == {}

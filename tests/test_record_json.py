@@ -16,6 +16,7 @@ from synthetic import write_large_trace
 
 from profile_overlap.analysis import record as record_module
 from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.analysis.options import AnalysisOptions
 from profile_overlap.analysis.record import to_json
 from profile_overlap.cli.main import main
 from profile_overlap.core import io
@@ -54,7 +55,7 @@ def test_analyze_json_is_byte_for_byte_what_json_dump_wrote_replay_steps_and_non
     out = tmp_path / "analysis.json"
     assert main(["analyze", str(traces), "--json", str(out), *options]) == 0
     steps = (1, 3) if options[:1] == ["--steps"] else None
-    expected = to_json(analyze_dir(traces, steps=steps, hta_compat=options == ["--hta-compat"]))
+    expected = to_json(analyze_dir(traces, AnalysisOptions(steps=steps, hta_compat=options == ["--hta-compat"])))
     assert sum(len(s["calls"]) for r in expected["ranks"] for s in r["replay"]) > 50
     assert out.read_bytes() == python_json(expected)
 

@@ -16,6 +16,7 @@ One package per stage of the data path, in order; `folder` and `cluster` are the
                 causes, stragglers, critical_path, heatmap, spread
     integrity/  all ranks' facts -> the integrity checks: checks (a check, thresholds), events
                 (classification, streams, timing), world (the checks across ranks)
+    options     AnalysisOptions: hta_compat, steps, skip_bad, keep_spans as one frozen value
     folder      analyze_dir: find the trace files, read them in parallel, bad files
     cluster     analyze_dir spread over a torchrun job's ranks
     record      TraceAnalysis -> the `analyze --json` record and timeline.json

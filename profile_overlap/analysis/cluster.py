@@ -15,6 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from profile_overlap.analysis.folder import FileResult, finish, read_file, trace_paths
+from profile_overlap.analysis.options import DEFAULT, AnalysisOptions
 from profile_overlap.analysis.world.cross_rank import TraceAnalysis
 from profile_overlap.core.errors import UserError
 
@@ -46,16 +47,13 @@ def share(sizes: list[int], workers: int) -> list[int]:
 
 def analyze_dir_cluster(
     folder: Path,
+    options: AnalysisOptions = DEFAULT,
     *,
-    hta_compat: bool = False,
-    steps: tuple[int | None, int | None] | None = None,
-    skip_bad: bool = False,
     warn: Callable[[str], None] | None = None,
-    keep_spans: bool = False,
     timeout_s: float = 1800.0,
 ) -> TraceAnalysis | None:
     """The analysis on rank 0, None on the other ranks. A bad file gives rank 0 the same
-    UserError (or, with skip_bad, the same warning) as `analyze_dir`; the other ranks stay quiet.
+    UserError (or, with options.skip_bad, the same warning) as `analyze_dir`; the other ranks stay quiet.
     A folder that is missing or empty raises the same UserError on every rank."""
     import torch.distributed as dist
 
@@ -71,9 +69,7 @@ def analyze_dir_cluster(
             except OSError:
                 sizes.append(0)  # read_file names the problem
         owner = share(sizes, world)
-        mine = {
-            i: read_file(str(p), hta_compat=hta_compat, steps=steps, keep_spans=keep_spans) for i, p in enumerate(paths) if owner[i] == rank
-        }
+        mine = {i: read_file(str(p), options) for i, p in enumerate(paths) if owner[i] == rank}
         gathered: list[dict[int, FileResult | UserError]] | None = [{} for _ in range(world)] if rank == 0 else None
         dist.gather_object(mine, gathered, dst=0)
     finally:
@@ -83,12 +79,4 @@ def analyze_dir_cluster(
     assert gathered is not None  # rank 0 gathered every rank's part
     results = {i: r for part in gathered for i, r in part.items()}
     assert sorted(results) == list(range(len(paths))), "every file read once"
-    return finish(
-        folder,
-        [results[i] for i in range(len(paths))],
-        hta_compat=hta_compat,
-        steps=steps,
-        skip_bad=skip_bad,
-        warn=warn,
-        keep_spans=keep_spans,
-    )
+    return finish(folder, [results[i] for i in range(len(paths))], options, warn=warn)

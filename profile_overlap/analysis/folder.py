@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 
 from profile_overlap.analysis.file.events import extract
+from profile_overlap.analysis.options import DEFAULT, AnalysisOptions
 from profile_overlap.analysis.rank.per_rank import RankAnalysis, finish_rank
 from profile_overlap.analysis.read.trace import load_trace
 from profile_overlap.analysis.world.cross_rank import TraceAnalysis, combine
@@ -71,16 +72,14 @@ class FileResult:
     """finish_rank of this file alone, or the error it raised."""
 
 
-def read_file(
-    path: str, *, hta_compat: bool = False, steps: tuple[int | None, int | None] | None = None, keep_spans: bool = False
-) -> FileResult | UserError:
+def read_file(path: str, options: AnalysisOptions = DEFAULT) -> FileResult | UserError:
     """Read, classify and measure one file (run in worker processes, or on a torchrun rank)."""
     try:
         f = extract(load_trace(Path(path)))
     except UserError as err:
         return err
     try:
-        alone: RankAnalysis | UserError = finish_rank([f], hta_compat=hta_compat, steps=steps, keep_spans=keep_spans)
+        alone: RankAnalysis | UserError = finish_rank([f], options)
     except UserError as err:
         alone = err
     return FileResult(path=f.path, rank=f.rank, t_min=f.t_min, t_max=f.t_max, alone=alone)
@@ -115,17 +114,14 @@ def _bad(skip_bad: bool, warn: Callable[[str], None] | None) -> Callable[[str], 
 def finish(
     folder: Path,
     results: list[FileResult | UserError],
+    options: AnalysisOptions = DEFAULT,
     *,
-    hta_compat: bool = False,
-    steps: tuple[int | None, int | None] | None = None,
-    skip_bad: bool = False,
     warn: Callable[[str], None] | None = None,
-    keep_spans: bool = False,
 ) -> TraceAnalysis:
     """The files' results (in `trace_paths` order) -> the analysis: report bad files, group the
     files by rank, measure each rank (again, from all its files, if it has several) and add the
     cross-rank view. Shared by `analyze_dir` and the torchrun driver (`analysis.cluster`)."""
-    bad = _bad(skip_bad, warn)
+    bad = _bad(options.skip_bad, warn)
     files: list[FileResult] = []
     for result in results:
         if isinstance(result, UserError):
@@ -167,31 +163,27 @@ def finish(
             else:
                 # Successive spans of one rank: read them again, together (rare; one process).
                 events = [extract(load_trace(Path(f.path))) for f in group]
-                ranks.append(finish_rank(events, hta_compat=hta_compat, steps=steps, keep_spans=keep_spans))
+                ranks.append(finish_rank(events, options))
         except UserError as err:
             bad(str(err))
     if not ranks:
         raise UserError(f"no usable trace under {folder}: every rank was bad (see the warnings above)")
-    return combine(ranks, source=str(folder), hta_compat=hta_compat, duplicates=tuple(duplicates))
+    return combine(ranks, source=str(folder), hta_compat=options.hta_compat, duplicates=tuple(duplicates))
 
 
 def analyze_dir(
     folder: Path,
+    options: AnalysisOptions = DEFAULT,
     *,
-    hta_compat: bool = False,
-    steps: tuple[int | None, int | None] | None = None,
-    skip_bad: bool = False,
     warn: Callable[[str], None] | None = None,
     max_workers: int | None = None,
-    keep_spans: bool = False,
 ) -> TraceAnalysis:
     """Every trace under `folder`, grouped by rank; files are read in parallel processes.
-    With skip_bad, a bad file is reported through `warn(message)` and left out. keep_spans: each
-    rank keeps the intervals behind its totals (RankAnalysis.spans)."""
+    With options.skip_bad, a bad file is reported through `warn(message)` and left out."""
     folder = Path(folder)
     paths = trace_paths(folder)
     workers = max_workers or min(len(paths), os.cpu_count() or 1)
-    read = partial(read_file, hta_compat=hta_compat, steps=steps, keep_spans=keep_spans)
+    read = partial(read_file, options=options)
     # Worker processes cost ~0.1 s to start: only worth it when there is real parsing to share.
     # Each worker returns its files' small per-rank results, not their events, so the parent's
     # memory does not grow with the traces.
@@ -202,4 +194,4 @@ def analyze_dir(
             results = list(pool.map(read, [str(p) for p in paths], chunksize=max(1, len(paths) // (8 * workers))))
     else:
         results = [read(str(p)) for p in paths]
-    return finish(folder, results, hta_compat=hta_compat, steps=steps, skip_bad=skip_bad, warn=warn, keep_spans=keep_spans)
+    return finish(folder, results, options, warn=warn)

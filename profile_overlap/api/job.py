@@ -15,6 +15,7 @@ from pathlib import Path
 
 from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.analysis.integrity.checks import credible_world_size, missing_ranges
+from profile_overlap.analysis.options import AnalysisOptions
 from profile_overlap.analysis.record import timeline_of, traced_record
 from profile_overlap.analysis.world.cross_rank import TraceAnalysis
 from profile_overlap.api import layout
@@ -38,7 +39,7 @@ def build_job_record(log_dir: Path | str, *, warn=None) -> RunMetrics:
 
 def analyze_job(job_dir: Path, *, warn=None, max_workers: int | None = None) -> tuple[RunMetrics, TraceAnalysis]:
     """The record and the analysis it came from (timeline.json is drawn from the analysis)."""
-    result = analyze_dir(job_dir, steps=(None, None), skip_bad=True, warn=warn, max_workers=max_workers)
+    result = analyze_dir(job_dir, AnalysisOptions(steps=(None, None), skip_bad=True), warn=warn, max_workers=max_workers)
     return job_record(job_dir, result), result
 
 

@@ -76,11 +76,12 @@ class RankWorker:
 
     def _scalars(self, path: Path):
         """This cycle's analysis (a RankAnalysis), its scalars appended; None when it has no numbers."""
+        from profile_overlap.analysis.options import IN_STEPS
         from profile_overlap.analysis.rank.per_rank import analyze_rank
         from profile_overlap.api.events import RankEvents
 
         try:
-            result = analyze_rank([path], steps=(None, None))
+            result = analyze_rank([path], IN_STEPS)
         except UserError as err:
             if not self._analysis_failed:  # once: every cycle of a job fails the same way
                 say(f"profile_overlap: rank {self.rank}: no overlap numbers for this trace: {err}")
@@ -96,6 +97,7 @@ class RankWorker:
         same number), once the others have written theirs (or LIVE_WAIT_S passed). It reads one
         trace per other rank, and takes at most LIVE_SHARE of the time; the whole job's record
         comes at the end."""
+        from profile_overlap.analysis.options import IN_STEPS
         from profile_overlap.analysis.rank.per_rank import analyze_rank
         from profile_overlap.analysis.world.cross_rank import combine
         from profile_overlap.api import job
@@ -114,7 +116,7 @@ class RankWorker:
         analyses = [mine]
         for path in paths.values():
             try:
-                analyses.append(analyze_rank([path], steps=(None, None)))
+                analyses.append(analyze_rank([path], IN_STEPS))
             except UserError:
                 continue  # that rank's numbers wait for the end
         result = combine(analyses, source=str(self.job_dir))

@@ -79,6 +79,7 @@ def parse_steps(text: str) -> tuple[int | None, int | None]:
 
 def main(args: argparse.Namespace) -> int:
     from profile_overlap.analysis.folder import analyze_dir
+    from profile_overlap.analysis.options import AnalysisOptions
     from profile_overlap.analysis.record import analysis_record, record_json
     from profile_overlap.render import analysis_console
     from profile_overlap.render.console import make_console
@@ -89,12 +90,12 @@ def main(args: argparse.Namespace) -> int:
 
     from profile_overlap.analysis import cluster
 
-    options = {"hta_compat": args.hta_compat, "steps": args.steps, "skip_bad": args.skip_bad}
+    options = AnalysisOptions(hta_compat=args.hta_compat, steps=args.steps, skip_bad=args.skip_bad)
     if cluster.launched_by_torchrun():
         # Spread over the torchrun job's ranks: rank 0 prints and writes, the others stay quiet.
         leader = cluster.is_leader()
         try:
-            analysis = cluster.analyze_dir_cluster(args.dir, warn=warn if leader else None, **options)
+            analysis = cluster.analyze_dir_cluster(args.dir, options, warn=warn if leader else None)
         except UserError:
             if leader:
                 raise
@@ -102,7 +103,7 @@ def main(args: argparse.Namespace) -> int:
         if analysis is None:
             return 0
     else:
-        analysis = analyze_dir(args.dir, warn=warn, **options)
+        analysis = analyze_dir(args.dir, options, warn=warn)
     record = analysis_record(analysis, replay=False)  # the --json file gets the replay steps as it is written
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 140))
     tables = "in {} and {}".format(*csv_paths(args.json)) + ", or pass --per-rank" if args.json else ""

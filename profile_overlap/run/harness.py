@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from profile_overlap.analysis.options import IN_STEPS
 from profile_overlap.analysis.rank.per_rank import analyze_rank
 from profile_overlap.analysis.record import analysis_record, timeline_of
 from profile_overlap.analysis.world.cross_rank import TraceAnalysis, combine
@@ -199,9 +200,8 @@ def _mode_metrics(run: ModeRun, *, trace, run_dir: Path, device: torch.device) -
         # Each rank analyzes only its own trace; the small results travel, never the files, so this
         # scales to any number of ranks and needs no shared file system.
         analyses: list | None = [None] * world if dist.get_rank() == 0 else None
-        # Measured inside the ProfilerStep ranges only (steps=(None, None)): not the wait for the
-        # last step's collectives after its range closes (run/profiler.py).
-        dist.gather_object(analyze_rank([trace], steps=(None, None)), analyses, dst=0)
+        # Measured inside the ProfilerStep ranges only (IN_STEPS).
+        dist.gather_object(analyze_rank([trace], IN_STEPS), analyses, dst=0)
         if analyses is not None:
             combined = combine(analyses, source=str(trace.parent))
     # A step takes as long as its slowest rank.

@@ -2,7 +2,7 @@
 
 The same unions the rank's totals are measured on (per_rank.finish_rank): hidden = ∪comm ∩ ∪compute,
 exposed = ∪comm − ∪compute, so |hidden| = overlap_us and |exposed| = exposed_comm_us, on the rank's
-own clock. Kept only when asked (`analyze_dir(..., keep_spans=True)`): a GPU trace's unions hold
+own clock. Kept only when asked (`analyze_dir(folder, AnalysisOptions(keep_spans=True))`): a GPU trace's unions hold
 tens of thousands of intervals, which the metrics do not need.
 """
 

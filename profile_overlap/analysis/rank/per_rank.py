@@ -20,6 +20,7 @@ from profile_overlap.analysis.file.facts import RankFacts, rank_facts
 from profile_overlap.analysis.file.fsdp_units import rank_busy
 from profile_overlap.analysis.file.replay import ReplayStep, replay_steps
 from profile_overlap.analysis.file.steps import StepTable
+from profile_overlap.analysis.options import DEFAULT, AnalysisOptions
 from profile_overlap.analysis.rank.dimensions import RankDimensions, rank_dimensions
 from profile_overlap.analysis.rank.interference import RankSample, measure
 from profile_overlap.analysis.rank.overlap_spans import OverlapSpans, overlap_spans
@@ -109,7 +110,7 @@ class RankAnalysis:
     replay: tuple[ReplayStep, ...] = ()
     """Per profiled step, what whatif replays (analysis/file/replay.py)."""
     spans: OverlapSpans | None = None
-    """The intervals behind the totals (analysis/rank/overlap_spans.py); only with finish_rank(keep_spans=True)."""
+    """The intervals behind the totals (analysis/rank/overlap_spans.py); only with finish_rank(options.keep_spans)."""
     interference: RankSample | None = None
     """How much longer compute ran with communication in flight than alone, per phase (rank/interference.py); None without steps."""
     dimensions: RankDimensions | None = None
@@ -171,10 +172,7 @@ def _measure(comm: iv.Union, compute: iv.Union) -> _Overlap:
 
 def finish_rank(
     files: Sequence[FileEvents],
-    *,
-    hta_compat: bool = False,
-    steps: tuple[int | None, int | None] | None = None,
-    keep_spans: bool = False,
+    options: AnalysisOptions = DEFAULT,
 ) -> RankAnalysis:
     """Measure one rank from its file(s). Several files of one rank must be successive profiler
     spans of the same worker (disjoint in time); their events are pooled."""
@@ -182,13 +180,13 @@ def finish_rank(
     files = sorted(files, key=lambda f: f.t_min)
     rank, notes = rank_of(files)
     device = files[0].device
-    pooled = pool(files, hta_compat=hta_compat, notes=notes)
+    pooled = pool(files, hta_compat=options.hta_compat, notes=notes)
     comm, compute, all_calls = pooled.comm, pooled.compute, pooled.calls
     # Number the calls over the whole trace, before any window: the k-th call of a kind and group
     # is then the same call on every rank even where a step window cuts through the calls
     # differently on each rank (gloo starts the split's all_gathers across the step boundary).
     every_call = number_calls(all_calls, rank=rank)
-    window = step_window(pooled, every_call, steps=steps, rank=rank)
+    window = step_window(pooled, every_call, steps=options.steps, rank=rank)
     windows, calls, instances = window.windows, window.calls, window.instances
     table = StepTable(window.step_num, window.step_start, window.step_end)
     comm_u, compute_u = busy(files, pooled)
@@ -257,7 +255,7 @@ def finish_rank(
         facts=facts,
         replay=tuple(s for f in files for s in replay_steps(f) if s.step in kept),
         times=times,
-        spans=overlap_spans(comm_u, compute_u) if keep_spans else None,
+        spans=overlap_spans(comm_u, compute_u) if options.keep_spans else None,
         interference=(
             measure(
                 [f.operators for f in files],
@@ -368,6 +366,6 @@ def _phase_spans(
     return tuple(sorted(spans, key=lambda x: x[2]))
 
 
-def analyze_rank(paths: Sequence[Path], *, hta_compat: bool = False, steps: tuple[int | None, int | None] | None = None) -> RankAnalysis:
+def analyze_rank(paths: Sequence[Path], options: AnalysisOptions = DEFAULT) -> RankAnalysis:
     """One rank's trace file(s) -> its metrics."""
-    return finish_rank([extract(load_trace(Path(p))) for p in paths], hta_compat=hta_compat, steps=steps)
+    return finish_rank([extract(load_trace(Path(p))) for p in paths], options)

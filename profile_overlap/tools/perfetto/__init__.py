@@ -12,7 +12,7 @@ modes of a run that overlap in time are laid one after another. Nothing is measu
 
 It reads the traces, not the record: it draws every event of every file and every interval the
 analysis found (each call, the hidden and exposed communication, the waits), which the record
-only sums. Those come from the one analysis entry point, `analyze_dir(keep_spans=True)`.
+only sums. Those come from the one analysis entry point, `analyze_dir` with AnalysisOptions(keep_spans=True).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pathlib import Path
 import msgspec
 
 from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.analysis.options import AnalysisOptions
 from profile_overlap.analysis.world.cross_rank import TraceAnalysis
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import replace_atomically
@@ -86,10 +87,8 @@ def _extent_us(a: TraceAnalysis, cut: bool) -> tuple[float, float]:
 
 def write_perfetto(source: Source, out: Path, *, steps=None, warn=None) -> PerfettoFile:
     """Analyze each mode of `source`, then write the merged trace to `out` (atomically)."""
-    analyses = [
-        (m.mode, analyze_dir(m.folder, steps=_steps_for(source.kind, steps), keep_spans=True, skip_bad=source.kind == "job", warn=warn))
-        for m in source.modes
-    ]
+    options = AnalysisOptions(steps=_steps_for(source.kind, steps), keep_spans=True, skip_bad=source.kind == "job")
+    analyses = [(m.mode, analyze_dir(m.folder, options, warn=warn)) for m in source.modes]
     cut = steps is not None
     mode_shift_ns, prev_end = [], None
     for _, a in analyses:

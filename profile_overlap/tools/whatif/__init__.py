@@ -29,6 +29,7 @@ from pathlib import Path
 import msgspec
 
 from profile_overlap.analysis.folder import analyze_dir, find_trace_files
+from profile_overlap.analysis.options import IN_STEPS
 from profile_overlap.analysis.record import analysis_record
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import write_json_atomic
@@ -97,7 +98,7 @@ def replay_record(run: Run, mode: str) -> AnalysisRecord:
     folder = run.dir / mode
     if not folder.is_dir() or not find_trace_files(folder):
         raise UserError(f"{folder} holds no traces: whatif needs profiled steps; rerun with --profile-steps 2 or more")
-    return analysis_record(analyze_dir(folder, steps=(None, None), max_workers=1))
+    return analysis_record(analyze_dir(folder, IN_STEPS, max_workers=1))
 
 
 def measure_mode(run: Run, mode: str) -> Measured:
