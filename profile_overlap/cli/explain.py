@@ -30,7 +30,8 @@ def main(args: argparse.Namespace) -> int:
     n = args.world_size
     if not 2 <= n <= 64:
         raise UserError(f"--world-size {n} is out of range: give 2 to 64")
-    inputs, total, shards, gathered = worked_example(n)
+    x = worked_example(n)
+    inputs, total, shards, gathered = x.inputs, x.total, x.shards, x.gathered
     equal = bool((total == gathered).all())
     console = make_console()
     console.print(f"AllReduce(X) == AllGather(ReduceScatter(X)), with {n} ranks\n", style="bold")

@@ -11,17 +11,31 @@ row for compute and one for communication: `explain` prints them and docs/run.md
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
-def worked_example(world_size: int):
-    """The per-rank inputs and the three collectives' results, as plain lists."""
+@dataclass(frozen=True)
+class WorkedExample:
+    """The per-rank inputs and the three collectives' results (torch tensors)."""
+
+    inputs: list
+    """Rank r's input X_r: N consecutive numbers."""
+    total: Any
+    """What all_reduce(SUM) leaves on every rank."""
+    shards: list
+    """reduce_scatter: rank r keeps chunk r of the sum."""
+    gathered: Any
+    """The all_gather of the shards, on every rank."""
+
+
+def worked_example(world_size: int) -> WorkedExample:
+    """AllReduce(X) against AllGather(ReduceScatter(X)) over `world_size` ranks."""
     import torch
 
     inputs = [torch.arange(r * world_size + 1, (r + 1) * world_size + 1, dtype=torch.float32) for r in range(world_size)]
-    total = torch.stack(inputs).sum(dim=0)  # what all_reduce(SUM) leaves on every rank
-    shards = list(total.chunk(world_size))  # reduce_scatter: rank r keeps chunk r of the sum
-    gathered = torch.cat(shards)  # all_gather of the shards, on every rank
-    return inputs, total, shards, gathered
+    total = torch.stack(inputs).sum(dim=0)
+    shards = list(total.chunk(world_size))
+    return WorkedExample(inputs=inputs, total=total, shards=shards, gathered=torch.cat(shards))
 
 
 # ---------------------------------------------------------------- the three schedules (run/pipelines.py)
