@@ -64,7 +64,7 @@ def test_tables_and_json_schema(tmp_path):
         "overlap_pct",
         "steps",
         "collectives",
-    } == {"wait_us", "transfer_us", "last_arrivals", "last_arrival_pct", "phases", "phase_collectives", "replay"}
+    } == {"wait_us", "transfer_us", "last_arrivals", "last_arrival_pct", "phases", "phase_collectives", "replay", "fsdp"}
     # HTA's test trace, a real training job, labels its phases `## forward ##`, `## backward ##`
     # and `## optimizer ##` (on the device timeline, where its kernels run).
     assert [p["phase"] for p in rank["phases"]] == ["forward", "backward", "optimizer"]
