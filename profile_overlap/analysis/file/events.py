@@ -134,15 +134,14 @@ def extract(trace: Trace) -> FileEvents:
         else []
     )
     steps.sort()
-
+    step_cpu_start = np.array([s for _, s, _ in steps], dtype=np.float64)
+    step_cpu_end = np.array([e for _, _, e in steps], dtype=np.float64)
     if len(kernels):
         device = "cuda"
         comm, compute, comm_rows, compute_rows, comm_tid = _gpu_events(trace, labeller)
         kernel_times = _by_launch(comm, compute)
-        # The windows before the calls, and the calls once their 24 bytes a kernel are freed: the
-        # file's peak memory is the largest of these steps' (the trace's columns are alive throughout).
+        # The windows before the calls, and the calls once these 24 bytes a kernel are freed (peak memory).
         phases = phase_windows(trace, main, steps, kernel_times)
-        step_cpu_start, step_cpu_end = _step_times(steps)
         step_start, step_end = device_windows(step_cpu_start, step_cpu_end, kernel_times)
         del kernel_times
         calls = _gpu_calls(trace, comm_rows, comm.launch, comm_tid, labeller)
@@ -169,7 +168,6 @@ def extract(trace: Trace) -> FileEvents:
                 "backend on CPU"
             )
         phases = phase_windows(trace, main, steps)
-        step_cpu_start, step_cpu_end = _step_times(steps)
         step_start, step_end = step_cpu_start, step_cpu_end
     labels = tuple(labeller.labels)
     del labeller  # its per-annotation columns: not needed past the calls
@@ -216,18 +214,11 @@ def extract(trace: Trace) -> FileEvents:
 
 
 def _by_launch(*parts: EventIntervals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(launch, start, end) of the kernels with a known launch, in launch order (ties: in the
-    parts' order), as phases and device_windows read them (sorted once, here: no second copy)."""
+    """(launch, start, end) of the kernels with a known launch, in launch order (ties: the parts' order), sorted once."""
     launch = np.concatenate([p.launch for p in parts])
     order = np.flatnonzero(~np.isnan(launch))
     order = order[np.argsort(launch[order], kind="stable")]
-    launch = launch[order]
-    return launch, np.concatenate([p.start for p in parts])[order], np.concatenate([p.end for p in parts])[order]
-
-
-def _step_times(steps: list[tuple[int, float, float]]) -> tuple[np.ndarray, np.ndarray]:
-    """The steps' `ProfilerStep#N` ranges on the CPU: (start, end)."""
-    return np.array([s for _, s, _ in steps], dtype=np.float64), np.array([e for _, _, e in steps], dtype=np.float64)
+    return launch[order], np.concatenate([p.start for p in parts])[order], np.concatenate([p.end for p in parts])[order]
 
 
 def _bounds(*times: np.ndarray) -> tuple[float, float]:
@@ -266,10 +257,6 @@ def _gpu_events(trace: Trace, labeller: Labeller) -> tuple[EventIntervals, Event
     comm_rows, compute_rows = np.flatnonzero(comm_mask), np.flatnonzero(compute_mask)
     comm, compute = (EventIntervals(k.ts[r], k.ts[r] + k.dur[r], launch[r], labels[r]) for r in (comm_rows, compute_rows))
     return comm, compute, comm_rows, compute_rows, launch_tid[comm_rows]
-
-
-_BLOCK = 1 << 14
-"""Rows turned into Python ints at a time in the per-call loops."""
 
 
 def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: np.ndarray, labeller: Labeller) -> Calls:
@@ -319,9 +306,9 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
     peer = np.full(n, UNKNOWN, dtype=np.int64)
     direction = np.zeros(n, dtype=np.int8)
     group_ranks = {g.name: g.ranks for g in trace.groups}
-    # A block of rows at a time as Python ints: a list of every call's row costs 40 bytes a call.
-    for lo in range(0, n, _BLOCK):
-        for i, row in enumerate(rows[lo : lo + _BLOCK].tolist(), lo):
+    # 16,384 rows at a time as Python ints: a list of every call's row costs 40 bytes a call.
+    for lo in range(0, n, 1 << 14):
+        for i, row in enumerate(rows[lo : lo + (1 << 14)].tolist(), lo):
             args = k.args.get(row)
             op: int | None = int(by_ext[i]) if by_ext[i] >= 0 else None
             if op is None or not cpu.args[op].input_dims:
