@@ -134,12 +134,19 @@ def extract(trace: Trace) -> FileEvents:
         else []
     )
     steps.sort()
-
+    step_cpu_start = np.array([s for _, s, _ in steps], dtype=np.float64)
+    step_cpu_end = np.array([e for _, _, e in steps], dtype=np.float64)
     if len(kernels):
         device = "cuda"
-        comm, compute, calls, comm_rows, compute_rows = _gpu_events(trace, labeller)
+        comm, compute, comm_rows, compute_rows, comm_tid = _gpu_events(trace, labeller)
+        kernel_times = _by_launch(comm, compute)
+        # The windows before the calls, and the calls once these 24 bytes a kernel are freed (peak memory).
+        phases = phase_windows(trace, main, steps, kernel_times)
+        step_start, step_end = device_windows(step_cpu_start, step_cpu_end, kernel_times)
+        del kernel_times
+        calls = _gpu_calls(trace, comm_rows, comm.launch, comm_tid, labeller)
+        del comm_tid
         operators = gpu_operators(kernels, compute_rows)
-        kernel_times = tuple(np.concatenate([getattr(comm, k), getattr(compute, k)]) for k in ("launch", "start", "end"))
         exclude = iv.EMPTY
         unclassified = np.zeros(0, dtype=np.int64)
         named = int(sum(1 for pg in calls.pg.tolist() if calls.pgs[pg] != "default"))
@@ -149,7 +156,6 @@ def extract(trace: Trace) -> FileEvents:
         comm, compute, calls, exclude, compute_rows, group_method = _cpu_events(trace, labeller, main)
         operators = cpu_operators(cpu, compute_rows)
         compute_rows = np.zeros(0, dtype=np.int64)
-        kernel_times = None
         comm_rows = np.zeros(0, dtype=np.int64)
         unclassified = cpu_unclassified(trace, main, iv.union(comm.start, comm.end))
         # One process without a process group (a one-rank job profiled with the trace handler) has
@@ -161,13 +167,10 @@ def extract(trace: Trace) -> FileEvents:
                 "overlap to measure; profile with ProfilerActivity.CUDA on GPU runs, or use the gloo "
                 "backend on CPU"
             )
-    phases = phase_windows(trace, main, steps, kernel_times)
-    step_cpu_start = np.array([s for _, s, _ in steps], dtype=np.float64)
-    step_cpu_end = np.array([e for _, _, e in steps], dtype=np.float64)
-    step_start, step_end = step_cpu_start, step_cpu_end
-    if kernel_times is not None:
-        step_start, step_end = device_windows(step_start, step_end, kernel_times)
-    del kernel_times  # 24 bytes a kernel, not needed past here
+        phases = phase_windows(trace, main, steps)
+        step_start, step_end = step_cpu_start, step_cpu_end
+    labels = tuple(labeller.labels)
+    del labeller  # its per-annotation columns: not needed past the calls
     t_min, t_max = _bounds(comm.start, comm.end, compute.start, compute.end, step_cpu_start, step_cpu_end, step_start, step_end)
     fsdp = None
     if device == "cpu" and main is not None:
@@ -184,7 +187,7 @@ def extract(trace: Trace) -> FileEvents:
         world_size=trace.world_size,
         comm=comm,
         compute=compute,
-        labels=tuple(labeller.labels),
+        labels=labels,
         step_num=np.array([n for n, _, _ in steps], dtype=np.int64),
         step_start=step_start,
         step_end=step_end,
@@ -210,6 +213,14 @@ def extract(trace: Trace) -> FileEvents:
     )
 
 
+def _by_launch(*parts: EventIntervals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(launch, start, end) of the kernels with a known launch, in launch order (ties: the parts' order), sorted once."""
+    launch = np.concatenate([p.launch for p in parts])
+    order = np.flatnonzero(~np.isnan(launch))
+    order = order[np.argsort(launch[order], kind="stable")]
+    return launch[order], np.concatenate([p.start for p in parts])[order], np.concatenate([p.end for p in parts])[order]
+
+
 def _bounds(*times: np.ndarray) -> tuple[float, float]:
     """The earliest and latest of all the times (0, 0 without any), without copying them into one array."""
     parts = [a for a in times if a.size]
@@ -218,7 +229,8 @@ def _bounds(*times: np.ndarray) -> tuple[float, float]:
     return float(np.min([a.min() for a in parts])), float(np.max([a.max() for a in parts]))
 
 
-def _gpu_events(trace: Trace, labeller: Labeller) -> tuple[EventIntervals, EventIntervals, Calls, np.ndarray, np.ndarray]:
+def _gpu_events(trace: Trace, labeller: Labeller) -> tuple[EventIntervals, EventIntervals, np.ndarray, np.ndarray, np.ndarray]:
+    """Communication and compute kernels, their rows, and the thread code that launched each comm kernel (-1: unknown)."""
     k = trace.kernels
     is_comm_name = np.array([bool(COMM_KERNEL_RE.search(n)) for n in k.names])
     is_other_name = np.array([bool(MEMORY_KERNEL_RE.search(n) or SYNC_KERNEL_RE.search(n)) for n in k.names])
@@ -236,16 +248,15 @@ def _gpu_events(trace: Trace, labeller: Labeller) -> tuple[EventIntervals, Event
         found = (rt_corr[j] == k.correlation) & (k.correlation >= 0)
         launch[found] = trace.runtime_ts[rt_order[j[found]]]
         launch_tid[found] = trace.runtime_tid[rt_order[j[found]]]
+        del j, found
+    del rt_order, rt_corr  # per runtime event and per kernel: not needed past the links
 
     fallback = np.array([labeller.code(_short_name(n)) for n in k.names], dtype=np.int32)[k.name] if len(k) else np.zeros(0, np.int32)
     labels = labeller.label(launch, launch_tid, fallback)
     del fallback
     comm_rows, compute_rows = np.flatnonzero(comm_mask), np.flatnonzero(compute_mask)
     comm, compute = (EventIntervals(k.ts[r], k.ts[r] + k.dur[r], launch[r], labels[r]) for r in (comm_rows, compute_rows))
-    comm_launch, comm_tid = launch[comm_rows], launch_tid[comm_rows]
-    del launch, launch_tid, labels, comm_mask, compute_mask  # per kernel: not needed for the calls
-    calls = _gpu_calls(trace, comm_rows, comm_launch, comm_tid, labeller)
-    return comm, compute, calls, comm_rows, compute_rows
+    return comm, compute, comm_rows, compute_rows, launch_tid[comm_rows]
 
 
 def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: np.ndarray, labeller: Labeller) -> Calls:
@@ -265,6 +276,7 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
     kx = k.external_id[rows]
     j = np.minimum(np.searchsorted(ext_keys, kx), max(ext_keys.size - 1, 0))
     by_ext = np.where(ext_keys[j] == kx, ext_rows[j], -1) if ext_keys.size else np.full(rows.size, -1)
+    del kx, j, ext_keys, ext_rows, last, order
     # The ops a kernel can be launched inside, per thread in time order (ties: the file's order).
     prefixes = (*LIBRARY_OP_PREFIXES, C10D_PREFIX)
     op_name = np.array([n.startswith(prefixes) for n in cpu.names] or [False])
@@ -294,47 +306,49 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
     peer = np.full(n, UNKNOWN, dtype=np.int64)
     direction = np.zeros(n, dtype=np.int8)
     group_ranks = {g.name: g.ranks for g in trace.groups}
-    for i, row in enumerate(rows.tolist()):
-        args = k.args.get(row)
-        op: int | None = int(by_ext[i]) if by_ext[i] >= 0 else None
-        if op is None or not cpu.args[op].input_dims:
-            op = enclosing_op(i) if op is None or args is None else op
-        op_args = cpu.args.get(op) if op is not None else None
-        # A trace repeats a few collectives every step, and their arguments are shared objects
-        # (trace.py): the kind, size and group follow from (kernel name, op name, the two args).
-        memo_key = (int(k.name[row]), -1 if op is None else int(cpu.name[op]), id(args), id(op_args))
-        known = memo.get(memo_key)
-        if known is None:
-            name = k.name_of(row)
-            kind = (
-                (collective_kind(args.collective_name) if args and args.collective_name else None)
-                or (collective_kind(cpu.name_of(op)) if op is not None else None)
-                or collective_kind(name)
-                or _short_name(name)
+    # 16,384 rows at a time as Python ints: a list of every call's row costs 40 bytes a call.
+    for lo in range(0, n, 1 << 14):
+        for i, row in enumerate(rows[lo : lo + (1 << 14)].tolist(), lo):
+            args = k.args.get(row)
+            op: int | None = int(by_ext[i]) if by_ext[i] >= 0 else None
+            if op is None or not cpu.args[op].input_dims:
+                op = enclosing_op(i) if op is None or args is None else op
+            op_args = cpu.args.get(op) if op is not None else None
+            # A trace repeats a few collectives every step, and their arguments are shared objects
+            # (trace.py): the kind, size and group follow from (kernel name, op name, the two args).
+            memo_key = (int(k.name[row]), -1 if op is None else int(cpu.name[op]), id(args), id(op_args))
+            known = memo.get(memo_key)
+            if known is None:
+                name = k.name_of(row)
+                kind = (
+                    (collective_kind(args.collective_name) if args and args.collective_name else None)
+                    or (collective_kind(cpu.name_of(op)) if op is not None else None)
+                    or collective_kind(name)
+                    or _short_name(name)
+                )
+                nbytes = collective_nbytes(args) if args else None
+                if nbytes is None:
+                    nbytes = collective_nbytes(op_args)
+                pg = (args.pg_name if args else None) or (op_args.pg_name if op_args else None) or "default"
+                group = (args.group_size if args else None) or trace.pg_sizes.get(pg) or trace.world_size
+                known = memo[memo_key] = (kind, nbytes, pg, group)
+            kind, nbytes, pg, group = known
+            kinds.append(kind)
+            pgs.append(pg)
+            way = (
+                (p2p_direction(args.collective_name) if args and args.collective_name else None)
+                or (p2p_direction(cpu.name_of(op)) if op is not None else None)
+                or p2p_direction(name)
             )
-            nbytes = collective_nbytes(args) if args else None
-            if nbytes is None:
-                nbytes = collective_nbytes(op_args)
-            pg = (args.pg_name if args else None) or (op_args.pg_name if op_args else None) or "default"
-            group = (args.group_size if args else None) or trace.pg_sizes.get(pg) or trace.world_size
-            known = memo[memo_key] = (kind, nbytes, pg, group)
-        kind, nbytes, pg, group = known
-        kinds.append(kind)
-        pgs.append(pg)
-        way = (
-            (p2p_direction(args.collective_name) if args and args.collective_name else None)
-            or (p2p_direction(cpu.name_of(op)) if op is not None else None)
-            or p2p_direction(name)
-        )
-        if way is not None:
-            direction[i] = SEND if way == "send" else RECV
-            side = "dst_rank" if way == "send" else "src_rank"
-            given = next((getattr(a, side) for a in (args, op_args) if a is not None and getattr(a, side) is not None), None)
-            ranks = group_ranks.get(pg) or _listed_ranks(args.pg_ranks if args else None)
-            others = [r for r in ranks if r != trace.rank]
-            peer[i] = given if given is not None else others[0] if len(ranks) == 2 and len(others) == 1 else UNKNOWN
-        nbytes_col[i] = UNKNOWN if nbytes is None else nbytes
-        group_col[i] = UNKNOWN if group is None else group
+            if way is not None:
+                direction[i] = SEND if way == "send" else RECV
+                side = "dst_rank" if way == "send" else "src_rank"
+                given = next((getattr(a, side) for a in (args, op_args) if a is not None and getattr(a, side) is not None), None)
+                ranks = group_ranks.get(pg) or _listed_ranks(args.pg_ranks if args else None)
+                others = [r for r in ranks if r != trace.rank]
+                peer[i] = given if given is not None else others[0] if len(ranks) == 2 and len(others) == 1 else UNKNOWN
+            nbytes_col[i] = UNKNOWN if nbytes is None else nbytes
+            group_col[i] = UNKNOWN if group is None else group
     return Calls.build(
         kind=kinds,
         pg=pgs,

@@ -16,7 +16,7 @@ import numpy as np
 
 from profile_overlap.analysis.file.call_columns import Calls, Instances
 from profile_overlap.analysis.read.classify import COLLECTIVE_OP_PREFIXES, RECORD_PARAM_COMMS
-from profile_overlap.analysis.read.trace import CPU_OP, Trace
+from profile_overlap.analysis.read.trace import CPU_OP, Events, Trace
 from profile_overlap.core import intervals as iv
 
 TOP_NAMES = 10
@@ -100,25 +100,25 @@ def _named(names: Sequence[str], codes: np.ndarray, dur: np.ndarray, rows: np.nd
     return tuple((names[int(c)], int(count[c]), float(total[c])) for c in top)
 
 
-def _stream_overlaps(stream: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[int, float]:
-    """Kernels starting before an earlier kernel on the same stream ended, and the largest such overlap."""
-    if start.size < 2:
-        return 0, 0.0
-    order = np.lexsort((start, stream))
-    s, st, en = stream[order], start[order], end[order]
-    same = s[1:] == s[:-1]
-    # Running maximum of the ends within each stream: restart it at every stream boundary.
-    ends = en.copy()
-    for lo, hi in zip(*_runs(s)):
-        ends[lo:hi] = np.maximum.accumulate(en[lo:hi])
-    over = np.where(same, ends[:-1] - st[1:], 0.0)
-    hit = over > STREAM_OVERLAP_TOLERANCE_US
-    return int(hit.sum()), float(over[hit].max()) if hit.any() else 0.0
-
-
-def _runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    edges = np.flatnonzero(values[1:] != values[:-1]) + 1
-    return np.concatenate([[0], edges]), np.concatenate([edges, [values.size]])
+def _stream_overlaps(k: Events, comm_rows: np.ndarray, compute_rows: np.ndarray) -> tuple[int, float]:
+    """Kernels (of comm_rows, then compute_rows) starting before an earlier kernel on the same
+    stream ended, and the largest such overlap. One stream at a time: the temporaries are one
+    stream's kernels, not every kernel's (at 1 GB of trace they were the file's peak)."""
+    count, worst = 0, 0.0
+    if comm_rows.size + compute_rows.size < 2:
+        return count, worst
+    for code in np.union1d(np.unique(k.tid[comm_rows]), np.unique(k.tid[compute_rows])).tolist():
+        rows = np.concatenate([comm_rows[k.tid[comm_rows] == code], compute_rows[k.tid[compute_rows] == code]])
+        rows = rows[np.argsort(k.ts[rows], kind="stable")]  # ties in the rows' order, as a lexsort by (stream, start)
+        start = k.ts[rows]
+        end = np.maximum.accumulate(start + k.dur[rows])  # the running maximum of the ends
+        del rows
+        over = end[:-1] - start[1:]
+        hit = over > STREAM_OVERLAP_TOLERANCE_US
+        if hit.any():
+            count += int(hit.sum())
+            worst = max(worst, float(over[hit].max()))
+    return count, worst
 
 
 def file_facts(
@@ -150,14 +150,14 @@ def file_facts(
         comm_streams = tuple(sorted(set(stream_of[np.unique(k.tid[comm_rows])].tolist()), key=_stream_key))
         compute_streams = tuple(sorted(set(stream_of[np.unique(k.tid[compute_rows])].tolist()), key=_stream_key))
         default_comm = int(np.isin(stream_of, list(DEFAULT_STREAMS))[k.tid[comm_rows]].sum())
-        rows = np.concatenate([comm_rows, compute_rows])
-        overlaps, overlap_max = _stream_overlaps(k.tid[rows], k.ts[rows], k.ts[rows] + k.dur[rows])
+        overlaps, overlap_max = _stream_overlaps(k, comm_rows, compute_rows)
         like = np.array([bool(COMM_LIKE_RE.search(n)) for n in k.names])
         comm_like = _named(k.names, k.name, k.dur, compute_rows[like[k.name[compute_rows]]])
         other = np.ones(len(k), dtype=bool)
-        other[rows] = False
+        other[comm_rows] = False
+        other[compute_rows] = False
         ignored = _named(k.names, k.name, k.dur, np.flatnonzero(other))
-    durs = np.concatenate([comm_dur, compute_dur])
+        del other
     return FileFacts(
         first_event_us=float(min(starts)) if starts else 0.0,
         last_event_us=float(max(ends)) if ends else 0.0,
@@ -173,8 +173,8 @@ def file_facts(
         default_stream_comm=default_comm,
         stream_overlaps=overlaps,
         stream_overlap_max_us=overlap_max,
-        negative=int((durs < 0).sum()),
-        zero=int((durs == 0).sum()),
+        negative=int((comm_dur < 0).sum() + (compute_dur < 0).sum()),
+        zero=int((comm_dur == 0).sum() + (compute_dur == 0).sum()),
         ignored=ignored,
     )
 

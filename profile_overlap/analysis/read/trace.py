@@ -126,8 +126,8 @@ class Events:
     ts: np.ndarray  # float64, µs
     dur: np.ndarray  # float64, µs
     cat: np.ndarray  # int8: index into the category tuple of the table
-    external_id: np.ndarray  # int64, -1 if absent; kernels only (empty for CPU events: see args)
-    correlation: np.ndarray  # int64, -1 if absent; kernels only (empty for CPU events)
+    external_id: np.ndarray  # int32 (int64 when an id needs it), -1 if absent; kernels only (empty for CPU events: see args)
+    correlation: np.ndarray  # int32 (int64 when an id needs it), -1 if absent; kernels only (empty for CPU events)
     args: RowArgs  # row -> collective args, only for collective events
     shape: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     """int32 code of each CPU op's `Input Dims` in `shapes`, -1 without (interference matches
@@ -238,12 +238,25 @@ class _Columns:
             ts=_column(self.ts, np.float64),
             dur=_column(self.dur, np.float64),
             cat=_column(self.cat, np.int8),
-            external_id=_column(self.ext, np.int64),
-            correlation=_column(self.corr, np.int64),
+            external_id=_narrow(self, "ext"),
+            correlation=_narrow(self, "corr"),
             args=RowArgs(self.arg_rows, self.arg_codes, tuple(shared.values), _column(self.arg_ext, np.int64)),
             shape=_column(self.shape, np.int32),
             shapes=tuple(x.decode() for x in self.shapes),
         )
+
+
+def _narrow(owner: Any, attr: str) -> np.ndarray:
+    """An int64 id column (`owner.attr`, an array("q")) as int32 when every value fits (the
+    usual case: ids count events), else int64; the array is dropped from `owner` once copied, so
+    that the two are not alive together for more than the one column."""
+    a = getattr(owner, attr)
+    col = _column(a, np.int64)
+    if col.size and np.iinfo(np.int32).min <= col.min() and col.max() <= np.iinfo(np.int32).max:
+        col = col.astype(np.int32)
+        col.flags.writeable = False
+        setattr(owner, attr, array("q"))
+    return col
 
 
 def _column(a: array[int] | array[float], dtype: Any) -> np.ndarray:
@@ -436,7 +449,7 @@ def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
         thread_names={tid: tuple(names) for tid, names in sink.thread_names.items()},
         kernels=kernels,
         cpu=cpu,
-        runtime_correlation=_column(sink.rt_corr, np.int64),
+        runtime_correlation=_narrow(sink, "rt_corr"),
         runtime_ts=_column(sink.rt_ts, np.float64),
         runtime_tid=_column(sink.rt_tid, np.int32),
     )
