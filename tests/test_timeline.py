@@ -104,3 +104,16 @@ def test_real_run_figure_png_and_svg(compare_run_2, tmp_path):
     assert (compare_run_2 / "timeline.png").read_bytes()[:8] == png[:8]
     svg = timeline.to_svg(fig)
     assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
+
+
+def test_a_giant_name_from_a_trace_is_cut_in_the_legend_and_the_figure_still_draws():
+    # The fuzz test's case: a 12 MiB kernel name overflowed FreeType's rasteriser ("raster overflow")
+    # when the legend drew it; the figure now draws the name's first characters.
+    giant = "aten::" + '\\"' * 6_000_000
+    spans = [[1, 1000, 11000, "comm", "split/reduce_scatter"], [1, 6000, 21000, "compute", giant]]
+    fig = timeline.figure(bare_metrics(), {"modes": {"split": {"ranks": [one_rank(0, {1: 50_000}, spans)]}}})
+    (legend,) = fig.legends
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert max(len(t) for t in texts) <= timeline.FIG_TEXT_CHARS
+    assert any(t.startswith("aten::") and t.endswith("…") for t in texts)
+    assert timeline.png_bytes(fig).startswith(b"\x89PNG")

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from profile_overlap.record.heatmap import Heatmap
-from profile_overlap.render.timeline_style import PHASE_COLOURS
+from profile_overlap.render.timeline_style import FIG_TEXT_CHARS, PHASE_COLOURS, fit
 
 WAIT = (0.90, 0.40, 0.0)
 TRANSFER = (0.0, 0.35, 0.85)
@@ -56,7 +56,7 @@ def figure(h: Heatmap, *, title: str, in_flight: bool = False) -> Figure:
         band[0, (letters == letter).sum(axis=0) * 2 > rows] = colour
     ax_phase.imshow(band, aspect="auto", interpolation="nearest", extent=(0, end_ms, 0, 1))
     ax_phase.set_yticks([])
-    ax_phase.set_title(title, loc="left", fontsize=10)
+    ax_phase.set_title(fit(title, 2 * FIG_TEXT_CHARS), loc="left", fontsize=10)
     ticks = np.unique(np.linspace(0, rows - 1, min(rows, 9)).round().astype(int))
     ax.set_yticks(ticks, [str(h.ranks[i]) for i in ticks])
     ax.set_ylabel("rank" if h.ranks_per_row == 1 else f"ranks ({h.ranks_per_row} per row)")

@@ -37,6 +37,7 @@ from profile_overlap.render.timeline_style import (  # noqa: F401  (re-exported:
     BAND_HEIGHT,
     BAND_OFFSET,
     DPI,
+    FIG_TEXT_CHARS,
     FIG_WIDTH_IN,
     LABEL_COLOURS,
     LANE_HEIGHT_IN,
@@ -48,6 +49,7 @@ from profile_overlap.render.timeline_style import (  # noqa: F401  (re-exported:
     STEP_BG_COLOUR,
     SpanLabel,
     _luminance,
+    fit,
     span_label,
 )
 
@@ -136,15 +138,16 @@ def figure(
     run = Path(metrics.run_dir).name
     cfg = metrics.config
     fig.suptitle(
-        f"Communication / compute overlap, one profiled step {'per mode' if len(panels) > 1 else 'of ' + panels[0].mode}  ·  {run}\n"
-        f"{metrics.env.world_size} ranks, {metrics.env.backend or '?'} on "
-        f"{metrics.env.device_type or '?'}, {_model(cfg)}",
+        f"Communication / compute overlap, one profiled step {'per mode' if len(panels) > 1 else 'of ' + fit(panels[0].mode)}"
+        f"  ·  {fit(run)}\n"
+        f"{metrics.env.world_size} ranks, {fit(metrics.env.backend or '?')} on "
+        f"{fit(metrics.env.device_type or '?')}, {fit(_model(cfg), 2 * FIG_TEXT_CHARS)}",
         fontsize=12,
         fontweight="bold",
         x=0.01,
         ha="left",
     )
-    handles = [Patch(facecolor=c, edgecolor="none", label=k) for k, c in colours.items() if k in shown]
+    handles = [Patch(facecolor=c, edgecolor="none", label=fit(k)) for k, c in colours.items() if k in shown]
     handles.append(Patch(facecolor=OVERLAP_COLOUR, edgecolor="#B8860B", hatch="////", label="comm overlapped by compute (shaded)"))
     fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
     if phased:
@@ -339,7 +342,7 @@ def _draw_panel(ax, panel: _ModeStep, *, colours: dict[str, str], xmax_ms: float
         "only": "the only profiled step",
         "requested": "as requested",
     }[panel.chosen_as]
-    title = f"{panel.mode}: ProfilerStep#{panel.step} ({which})"
+    title = f"{fit(panel.mode)}: ProfilerStep#{panel.step} ({which})"
     ax.set_title(title, loc="left", fontsize=11, fontweight="bold")
     if panel.note:
         ax.set_title(panel.note, loc="right", fontsize=8.5, style="italic", color="#444444")

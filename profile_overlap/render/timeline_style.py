@@ -45,6 +45,16 @@ DPI = 110
 _FORWARD = re.compile(r"^forward/layer(\d+)$")
 
 
+FIG_TEXT_CHARS = 60
+"""The most characters of a name from a trace that a figure draws (legend entries, titles): a 12 MiB
+kernel name overflows FreeType's rasteriser ("raster overflow"), and a long one hides the figure."""
+
+
+def fit(text: str, chars: int = FIG_TEXT_CHARS) -> str:
+    """`text` as a figure draws it: at most `chars` characters, cut with an ellipsis."""
+    return text if len(text) <= chars else text[: chars - 1] + "…"
+
+
 @dataclass(frozen=True)
 class SpanLabel:
     key: str
