@@ -4,6 +4,7 @@ own rules (its last-step filter and its whole-microsecond times)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,13 +19,26 @@ def hta_round(x: EventIntervals) -> EventIntervals:
     return EventIntervals(start, end, np.ceil(x.launch), x.label)
 
 
+@dataclass(frozen=True, eq=False)
+class HtaCut:
+    """What of a rank HTA counts: the two classes and the calls filtered, the steps kept, and why."""
+
+    comm: EventIntervals
+    compute: EventIntervals
+    calls: Calls
+    keep: np.ndarray
+    """A mask over the rank's steps: which ones HTA keeps."""
+    note: str | None
+    """What was dropped, for the rank's notes; None when nothing was."""
+
+
 def hta_filter(
     comm: EventIntervals,
     compute: EventIntervals,
     calls: Calls,
     step_num: np.ndarray,
     step_cpu_start: np.ndarray,
-) -> tuple[EventIntervals, EventIntervals, Calls, np.ndarray, str | None]:
+) -> HtaCut:
     """Holistic Trace Analysis's default (`include_last_profiler_step=False`), reproduced:
     HTA's `Trace._filter_irrelevant_gpu_kernels` keeps the CPU events that start before the
     *start* of the last ProfilerStep, then keeps only the GPU kernels whose `correlation`
@@ -39,7 +53,7 @@ def hta_filter(
     classes and the calls filtered, which steps to keep (a mask) and a note."""
     comm, compute = hta_round(comm), hta_round(compute)
     if step_num.size < 2:
-        return comm, compute, calls, np.ones(step_num.size, dtype=bool), None
+        return HtaCut(comm, compute, calls, np.ones(step_num.size, dtype=bool), None)
     last = int(np.argmax(step_cpu_start))
     cut = math.ceil(step_cpu_start[last])
     comm = comm.take(comm.launch < cut)  # NaN (no launch event) compares False: dropped, as in HTA
@@ -47,4 +61,4 @@ def hta_filter(
     calls = calls.take(np.ceil(calls.launch_us) < cut)  # NaN (no launch event): dropped, as the kernels
     keep = np.arange(step_num.size) != last
     note = f"--hta-compat: dropped the last profiler step (ProfilerStep#{int(step_num[last])}) as HTA does"
-    return comm, compute, calls, keep, note
+    return HtaCut(comm, compute, calls, keep, note)

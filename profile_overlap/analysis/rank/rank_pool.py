@@ -41,10 +41,11 @@ def pool(files: Sequence[FileEvents], *, hta_compat: bool, notes: list[str]) -> 
     step_cpu_start = np.concatenate([f.step_cpu_start for f in files])
     calls = Calls.concat([f.calls for f in files]) if len(files) > 1 else files[0].calls
     if hta_compat:
-        comm, compute, calls, keep, note = hta_filter(comm, compute, calls, step_num, step_cpu_start)
+        cut = hta_filter(comm, compute, calls, step_num, step_cpu_start)
+        comm, compute, calls, keep = cut.comm, cut.compute, cut.calls, cut.keep
         step_num, step_start, step_end, step_cpu_start = step_num[keep], step_start[keep], step_end[keep], step_cpu_start[keep]
-        if note:
-            notes.append(note)
+        if cut.note:
+            notes.append(cut.note)
     return Pooled(labels, comm, compute, step_num, step_start, step_end, step_cpu_start, calls)
 
 
