@@ -9,8 +9,8 @@ A folder may be a run folder (metrics.json in it) or hold run folders.
 
 Measured (2026-12-02, 2 shared cores, torch 2.13 CPU, gloo; runs in /work/notes/i36runs: cmp1/cmp4
 4 ranks default, cmp2/cmp5 4 ranks `--profile-steps 6`, cmp3/cmp6 2 ranks). Medians of each
-operator's calls (before): 15 of 29 and 14 of 30 agree, the optimizer 0 of 20 (per-operator −16% to
-−39%, split vs split-blocking +45% to +211%); ratio of means (now): 22 of 29 and 27 of 30, the
+operator's calls (before): 15 of 29 and 14 of 30 agree, the optimizer 0 of 20 (per-operator −2% to
+−36%, split vs split-blocking +45% to +211%); ratio of means (now): 22 of 29 and 27 of 30, the
 optimizer 17 of 20. Same sign 7 → 18 of 29 and 13 → 23 of 30; the median distance between the two
 figures barely moved (50 → 61 and 60 → 63 points): the intervals widened (median per-operator width
 22 → 122 and 22 → 233 points), as a mean of rare descheduled calls is uncertain on so few steps.
