@@ -14,16 +14,19 @@ collective launched before the profiler started is not in the trace, yet it can 
 that start before the first collective the trace shows launching are left out. For each
 operator of a phase seen both ways, its n_b beside calls pair with its alone calls:
 
-    slowdown = Σ_k n_b,k · median(beside_k) / Σ_k n_b,k · median(alone_k) − 1
+    slowdown = Σ_k n_b,k · mean(beside_k) / Σ_k n_b,k · mean(alone_k) − 1
 
 the beside calls' time over what the same calls take alone: a mean of the operators' ratios of
-medians weighted by the compute that ran beside communication (its alone time). The median of n
-calls is the lower middle one, the m-th smallest with m = ⌈n/2⌉. A rank's figure and the top level
-sum the same terms over phases and ranks. The 95% interval is a percentile bootstrap: each
-operator's alone and beside calls resampled with replacement, RESAMPLES times, seeded, so a trace
-always gives the same interval; ranks and phases add their resamples term by term. A resample's
-median is drawn from its exact distribution without drawing the resample (`_rank_cdf`), so each
-draw costs O(log n) whatever n (a GPU trace has thousands of calls of one kernel).
+means weighted by the compute that ran beside communication (its alone time). Means, not medians:
+on CPU the ranks of a host and their gloo threads share its cores, and interference arrives as a
+few calls descheduled for milliseconds (a 55 µs lerp_ taking 2.4 ms), which a median discards; on
+three compare runs the medians read the split's optimizer 16-38% *faster* beside communication
+while split vs split-blocking read it 55-75% slower (benchmarks/interference_agreement.py). A
+rank's figure and the top level sum the same terms over phases and ranks. The 95% interval is a
+percentile bootstrap: each operator's alone and beside calls resampled with replacement, RESAMPLES
+times, seeded, so a trace always gives the same interval; ranks and phases add their resamples term
+by term. Above EXACT_UP_TO calls of an operator (a GPU trace has thousands of calls of one kernel)
+a resample's mean is drawn from its normal approximation, mean ± sd/√n (`_resampled_means`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -94,7 +96,7 @@ def gpu_operators(kernels: Events, rows: np.ndarray) -> Operators:
 
 @dataclass(frozen=True, eq=False)
 class Sample(ArrayEq):
-    """The sums behind one figure: Σ n_b·median(beside) and Σ n_b·median(alone), measured and per resample."""
+    """The sums behind one figure: Σ n_b·mean(beside) and Σ n_b·mean(alone), measured and per resample."""
 
     pairs: int
     beside_us: float
@@ -227,10 +229,10 @@ def _sample(key: np.ndarray, dur: np.ndarray, alone: np.ndarray, beside: np.ndar
     a_ordered, a_start, a_n = _grouped(key[alone], dur[alone], both)
     b_ordered, b_start, b_n = _grouped(key[beside], dur[beside], both)
     weight = b_n.astype(np.float64)  # each operator's calls beside communication
-    boot_beside = weight @ _resampled_medians(b_ordered, b_start, b_n, rng)
-    boot_alone = weight @ _resampled_medians(a_ordered, a_start, a_n, rng)
-    beside_us = float(weight @ b_ordered[b_start + (b_n + 1) // 2 - 1])
-    alone_us = float(weight @ a_ordered[a_start + (a_n + 1) // 2 - 1])
+    boot_beside = weight @ _resampled_means(b_ordered, b_start, b_n, rng)
+    boot_alone = weight @ _resampled_means(a_ordered, a_start, a_n, rng)
+    beside_us = float(weight @ _means(b_ordered, b_start, b_n))
+    alone_us = float(weight @ _means(a_ordered, a_start, a_n))
     return Sample(int(b_n.sum()), beside_us, alone_us, boot_beside, boot_alone)
 
 
@@ -245,40 +247,28 @@ def _grouped(key: np.ndarray, dur: np.ndarray, wanted: np.ndarray) -> tuple[np.n
     return dur[order], start, end - start
 
 
-def _resampled_medians(ordered: np.ndarray, start: np.ndarray, n: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Per operator (rows), RESAMPLES lower medians of resamples with replacement of its sorted calls
-    ordered[start : start + n]: the median's rank drawn from its exact distribution (`_rank_cdf`) by
-    inverse transform, without drawing the resamples; above EXACT_UP_TO calls, from Beta(m, n − m + 1)."""
-    u = rng.random((n.size, RESAMPLES))
-    rank = np.empty((n.size, RESAMPLES), dtype=np.int64)
-    for row, count in enumerate(n.tolist()):
+def _means(ordered: np.ndarray, start: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Each operator's mean of its calls ordered[start : start + n]."""
+    sums = np.add.reduceat(ordered, start) if ordered.size else np.zeros(0)
+    out: np.ndarray = sums / n
+    return out
+
+
+def _resampled_means(ordered: np.ndarray, start: np.ndarray, n: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Per operator (rows), RESAMPLES means of resamples with replacement of its calls
+    ordered[start : start + n]; above EXACT_UP_TO calls, from the mean's normal approximation
+    (mean ± sd/√n), so a draw costs O(1) whatever n."""
+    out = np.empty((n.size, RESAMPLES))
+    for row, (first, count) in enumerate(zip(start.tolist(), n.tolist())):
+        calls = ordered[first : first + count]
         if count <= EXACT_UP_TO:
-            rank[row] = np.searchsorted(_rank_cdf(count), u[row]) + 1
+            out[row] = calls[rng.integers(0, count, size=(RESAMPLES, count))].mean(axis=1)
         else:
-            m = (count + 1) // 2
-            rank[row] = np.ceil(count * rng.beta(m, count - m + 1, size=RESAMPLES)).astype(np.int64)
-    rank = np.clip(rank, 1, n[:, None])
-    medians: np.ndarray = ordered[start[:, None] + rank - 1]
-    return medians
+            out[row] = calls.mean() + calls.std() / math.sqrt(count) * rng.standard_normal(RESAMPLES)
+    return out
 
 
 EXACT_UP_TO = 512
-
-
-@lru_cache(maxsize=256)
-def _rank_cdf(n: int) -> np.ndarray:
-    """P(rank ≤ j), j = 1..n, of the lower median (the m-th smallest, m = ⌈n/2⌉) of n calls drawn
-    with replacement from n sorted ones: at most j of them fall above the j-th smallest exactly when
-    at least m fall at or below it, so P = P(Binomial(n, j / n) ≥ m)."""
-    m = (n + 1) // 2
-    i = np.arange(m, n + 1)
-    log_choose = np.array([math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) for k in range(m, n + 1)])
-    p = np.arange(1, n) / n  # j = n has P = 1
-    log_pmf = log_choose[None, :] + i[None, :] * np.log(p)[:, None] + (n - i)[None, :] * np.log1p(-p)[:, None]
-    cdf = np.append(np.exp(log_pmf).sum(axis=1), 1.0)
-    cdf = np.minimum(np.maximum.accumulate(cdf), 1.0)
-    cdf.flags.writeable = False
-    return cdf
 
 
 def combine(samples: Sequence[tuple[int, RankSample]]) -> Interference | None:
