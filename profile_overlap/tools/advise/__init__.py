@@ -58,6 +58,10 @@ def load_source(path: Path) -> tuple[Run, bool]:
     return run, is_job_record(path)
 
 
+TIMED_NOTE = 0.05
+"""A note names the scale from profiled to timed steps when they differ by this share or more."""
+
+
 def noise_ms(m: ModeMetrics) -> float:
     """The step-time change the mode's noise hides: half its median's 95% interval over blocks; with one
     block, the single-run bound 1.96 · SINGLE_RUN_SD of the median (record/noise.py)."""
@@ -101,6 +105,27 @@ def unreplayed(
         worth_it=worth_it,
         verifiable=False,
     )
+
+
+def quote(
+    c: replay.Candidate, *, error_pct: float, profiled_ms: float | None, timed_ms: float | None, noise: float
+) -> tuple[float, float, float, float]:
+    """(gain, low, high, noise) in ms of the timed step for candidate `c` of a mode whose replay is off
+    its profiled steps by error_pct, whose profiled steps took profiled_ms and timed ones timed_ms, and
+    whose noise is `noise` (a timed schedule switch: both modes' noises added). A replayed gain is
+    a share of the profiled step, quoted on the timed step (what a rerun measures): × timed / profiled
+    (`advice_predicted_gain_ms`); a timed switch is a difference of timed medians as it is."""
+    if c.timed:  # two measured medians: their noises add (no replay in it)
+        gain = c.gain_us / 1e3
+        return gain, gain - noise, gain + noise, noise
+    k = timed_ms / profiled_ms if profiled_ms and timed_ms else 1.0
+    drift = abs(profiled_ms / timed_ms - 1) if profiled_ms and timed_ms else 0.0
+    gain = k * c.gain_us / 1e3
+    spread = (error_pct / 100 + drift) * abs(gain) + noise + k * c.fit_error_us / 1e3
+    high = gain + spread
+    if c.gain_range_us is not None:  # the call cost's two readings: the interval spans both replays
+        high = k * c.gain_range_us[1] / 1e3 + spread
+    return gain, gain - spread, high, noise
 
 
 def cause_items(name: str, m: ModeMetrics, summary) -> list[AdviceItem]:
@@ -170,14 +195,18 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
         notes.append("per-unit compute split by the units' bytes (no split or split-blocking traces to cut the backward at)")
     overlaps = {name: x.overlap_pct for name, x in summary_of(metrics).modes.items()}
     replayed = {m: replay.replay_as_run(measured[m], units, cfg, world, overlap_pct=overlaps.get(m)) for m in modes}
-    errors, drift = {}, {}
+    errors: dict[str, float] = {}
     for m, r in replayed.items():
         if r.profiled_ms:
             errors[m] = 100 * abs(r.step_us / 1e3 - r.profiled_ms) / r.profiled_ms
         timed = metrics.modes[m].step_time.median_ms
         if r.profiled_ms and timed:
             ratio = r.profiled_ms / timed
-            drift[m] = abs(ratio - 1)
+            if abs(ratio - 1) >= TIMED_NOTE:
+                notes.append(
+                    f"{m}: its replayed gains are quoted on its timed steps: × {1 / ratio:.2g} (the timed median "
+                    f"{timed:.3g} ms / the profiled steps' {r.profiled_ms:.3g} ms)"
+                )
             if not 2 / 3 <= ratio <= 3 / 2:
                 notes.append(
                     f"{m}'s profiled steps took {ratio:.2g}x its timed steps ({r.profiled_ms:.3g} ms against "
@@ -197,14 +226,15 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
         if not _valid(cfg, c.mode, c.config):
             continue
         mode = metrics.modes[c.mode]
-        base, gain, n = mode.step_time.median_ms, c.gain_us / 1e3, noise_ms(mode)
-        spread = (errors.get(c.mode, 0.0) / 100 + drift.get(c.mode, 0.0)) * abs(gain) + n + c.fit_error_us / 1e3
-        low, high = gain - spread, gain + spread
-        if c.gain_range_us is not None:  # the call cost's two readings: the interval spans both replays
-            high = c.gain_range_us[1] / 1e3 + spread
-        if c.timed:  # two measured medians: their noises add (no replay in it)
-            n = math.hypot(n, noise_ms(metrics.modes[c.config["mode"]]))
-            spread = n
+        base = mode.step_time.median_ms
+        other = metrics.modes[c.config["mode"]] if c.timed else None
+        gain, low, high, n = quote(
+            c,
+            error_pct=errors.get(c.mode, 0.0),
+            profiled_ms=replayed[c.mode].profiled_ms if c.mode in replayed else None,
+            timed_ms=base,
+            noise=noise_ms(mode) if other is None else math.hypot(noise_ms(mode), noise_ms(other)),
+        )
         gains.append((c, gain, n))
         out.append(
             AdviceItem(
@@ -217,8 +247,8 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
                 baseline_ms=base,
                 predicted_ms=None if base is None else base - gain,
                 predicted_gain_ms=gain,
-                gain_low_ms=gain - spread if c.timed else low,
-                gain_high_ms=gain + spread if c.timed else high,
+                gain_low_ms=low,
+                gain_high_ms=high,
                 worth_it=gain > n,
                 verifiable=True,
                 interference=None if c.timed or c.mode not in measured else tuple(measured[c.mode].interference.values()),
