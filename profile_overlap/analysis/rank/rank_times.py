@@ -206,6 +206,8 @@ class RankSplit(ArrayEq):
     """Subtract from this rank's times for the aligned clock."""
     wait: iv.Union
     """Exposed instants that are wait; exposed − wait is transfer."""
+    transfer: iv.Union
+    """exposed − wait (computed once here; the heatmap and the critical path clip it to their step)."""
     call_wait_us: np.ndarray
     call_transfer_us: np.ndarray
     latest_start_us: np.ndarray

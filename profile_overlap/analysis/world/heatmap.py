@@ -80,12 +80,11 @@ def heatmap(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], clocks: 
         assert t is not None  # `shown` keeps ranks with times
         if r.rank in windows:  # a rank without this step leaves its row empty
             a, b = windows[r.rank]
-            exposed = iv.clip(_shift(t.exposed, off), a, b)
             wait = iv.clip(_shift(split_of[r.rank].wait, off), a, b)
             calls = iv.union(t.calls.start_us - off, t.calls.end_us - off)
             layers = {
                 "wait": covered(wait, edges),
-                "transfer": covered(iv.difference(exposed, wait), edges),
+                "transfer": covered(iv.clip(_shift(split_of[r.rank].transfer, off), a, b), edges),
                 "in_flight": covered(iv.clip(calls, a, b), edges),
                 "compute": covered(iv.clip(_shift(t.compute, off), a, b), edges),
             }
