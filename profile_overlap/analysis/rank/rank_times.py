@@ -232,5 +232,7 @@ def cumulative(u: iv.Union, t: np.ndarray) -> np.ndarray:
 
 def covered_length(u: iv.Union, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """|u ∩ [lo, hi)| for each pair (0 where hi <= lo)."""
-    covered: np.ndarray = np.maximum(cumulative(u, np.maximum(hi, lo)) - cumulative(u, lo), 0.0)
+    lo = np.asarray(lo, dtype=np.float64)
+    both = cumulative(u, np.concatenate([np.maximum(hi, lo), lo]))  # one search for both ends
+    covered: np.ndarray = np.maximum(both[: lo.size] - both[lo.size :], 0.0)
     return covered
