@@ -16,7 +16,8 @@ from many_ranks import planted, write
 
 from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.analysis.record import timeline_of
-from profile_overlap.analysis.world.heatmap import covered
+from profile_overlap.analysis.world.heatmap import covered, covered_rows
+from profile_overlap.core import intervals as iv
 from profile_overlap.tb_plugin.export import write_plugin_data
 
 from test_tb_plugin import serve_tensorboard
@@ -132,3 +133,22 @@ def test_the_tab_at_64_ranks_draws_a_row_per_rank_and_the_explain_example_s_last
     finally:
         browser.close()
         server.close()
+
+
+def test_covered_rows_are_covered_to_the_bit() -> None:
+    """All ranks' rows at once (what the heatmap computes) give each rank's `covered` exactly, with
+    empty ranks, intervals past the last edge or before the first, and edges on interval ends."""
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        unions = []
+        for _ in range(int(rng.integers(1, 10))):
+            n = int(rng.integers(0, 7))
+            points = np.sort(rng.choice(np.arange(0.0, 100.0, 0.5), size=2 * n, replace=False))
+            unions.append(iv.union(points[0::2], points[1::2]) if n else iv.EMPTY)
+        edges = (
+            np.linspace(0, 100, 41) if trial % 3 == 0 else np.linspace(rng.uniform(-5, 20), rng.uniform(60, 110), int(rng.integers(2, 30)))
+        )
+        rows = covered_rows(unions, edges)
+        one_by_one = np.array([covered(u, edges) for u in unions])
+        assert rows.shape == one_by_one.shape
+        assert rows.tobytes() == one_by_one.tobytes(), trial

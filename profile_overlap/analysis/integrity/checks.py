@@ -65,11 +65,15 @@ def new_check(
 
 def _plain(x: Any) -> Any:
     """Figures as JSON has them: string keys (ranks), lists for tuples."""
+    # (a call only for what is a container: figures hold long lists of numbers, per rank)
     if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
+        return {str(k): _plain(v) if isinstance(v, _NESTED) else v for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
+        return [_plain(v) if isinstance(v, _NESTED) else v for v in x]
     return x
+
+
+_NESTED = (dict, list, tuple)
 
 
 @dataclass(frozen=True)

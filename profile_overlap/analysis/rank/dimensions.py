@@ -141,11 +141,11 @@ def rank_dimensions(
         if windows is not None:
             u = iv.intersect(u, windows)
         comm_us = iv.length(u)
-        hidden_us = iv.intersection_length(u, compute)
+        hidden_u = iv.intersect(u, compute)
+        hidden_us = iv.length(hidden_u)
         nb = calls.nbytes[sel]
         sizes = calls.group_size[sel]
         per_comm = _lengths_in(u, step_start, step_end)
-        hidden_u = iv.intersect(u, compute)
         per_hidden = _lengths_in(hidden_u, step_start, step_end)
         steps = [
             DimensionStep(step=int(n), comm_us=round(c, 3), hidden_us=round(h, 3), exposed_us=round(c - h, 3))

@@ -206,6 +206,8 @@ class RankSplit(ArrayEq):
     """Subtract from this rank's times for the aligned clock."""
     wait: iv.Union
     """Exposed instants that are wait; exposed − wait is transfer."""
+    transfer: iv.Union
+    """exposed − wait (computed once here; the heatmap and the critical path clip it to their step)."""
     call_wait_us: np.ndarray
     call_transfer_us: np.ndarray
     latest_start_us: np.ndarray
@@ -230,5 +232,7 @@ def cumulative(u: iv.Union, t: np.ndarray) -> np.ndarray:
 
 def covered_length(u: iv.Union, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """|u ∩ [lo, hi)| for each pair (0 where hi <= lo)."""
-    covered: np.ndarray = np.maximum(cumulative(u, np.maximum(hi, lo)) - cumulative(u, lo), 0.0)
+    lo = np.asarray(lo, dtype=np.float64)
+    both = cumulative(u, np.concatenate([np.maximum(hi, lo), lo]))  # one search for both ends
+    covered: np.ndarray = np.maximum(both[: lo.size] - both[lo.size :], 0.0)
     return covered

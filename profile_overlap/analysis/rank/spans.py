@@ -102,6 +102,27 @@ def timeline_columns(
         every = np.concatenate([a for start, end, _ in pieces.values() for a in (start, end)])
         windows = [(None, float(every.min()), float(every.max()))] if every.size else []
     kinds = tuple(pieces)
+    col = _all_steps(pieces, steps) if steps.size else None
+    if col is None:
+        col = _step_by_step(pieces, windows)
+    # Only the labels the spans use travel with them (a trace labels thousands of kernels).
+    used, code = np.unique(col["label"].astype(np.int64), return_inverse=True)
+    return TimelineColumns(
+        step=col["step"].astype(np.int64),
+        start_us=col["start"].astype(np.float64),
+        end_us=col["end"].astype(np.float64),
+        kind=col["kind"].astype(np.int8),
+        label=code.reshape(-1).astype(np.int32),
+        kinds=kinds,
+        labels=tuple(labels[i] for i in used.tolist()),
+        stepped=bool(steps.size),
+    )
+
+
+def _step_by_step(
+    pieces: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], windows: list[tuple[int | None, float, float]]
+) -> dict[str, np.ndarray]:
+    """The spans, one window and kind after the other."""
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("step", "start", "end", "kind", "label")}
     for step, lo, hi in windows:
         for k, (start, end, label) in enumerate(pieces.values()):
@@ -116,16 +137,51 @@ def timeline_columns(
             cols["end"].append(ends)
             cols["kind"].append(np.full(first.size, k, dtype=np.int8))
             cols["label"].append(lab[longest])
-    col = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
-    # Only the labels the spans use travel with them (a trace labels thousands of kernels).
-    used, code = np.unique(col["label"].astype(np.int64), return_inverse=True)
-    return TimelineColumns(
-        step=col["step"].astype(np.int64),
-        start_us=col["start"].astype(np.float64),
-        end_us=col["end"].astype(np.float64),
-        kind=col["kind"].astype(np.int8),
-        label=code.reshape(-1).astype(np.int32),
-        kinds=kinds,
-        labels=tuple(labels[i] for i in used.tolist()),
-        stepped=bool(steps.size),
-    )
+    return {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
+
+
+def _all_steps(pieces: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], steps: StepTable) -> dict[str, np.ndarray] | None:
+    """`_step_by_step` over the step windows, for all steps of a kind at once: the same spans, to
+    the bit. None (do it step by step) when the windows are not in order and disjoint (a running
+    maximum over all steps is then not each step's own) or when a step has more spans than fit
+    (the largest gaps are kept per step)."""
+    num = steps.num[:MAX_TIMELINE_STEPS].astype(np.int64)
+    lo = steps.start_us[:MAX_TIMELINE_STEPS].astype(np.float64)
+    hi = steps.end_us[:MAX_TIMELINE_STEPS].astype(np.float64)
+    if not (hi >= lo).all() or not (lo[1:] >= hi[:-1]).all():
+        return None
+    gap = (hi - lo) * TIMELINE_GAP_FRACTION
+    out: list[tuple[np.ndarray, ...]] = []  # per kind: window, start, end, kind, label of its spans
+    for k, (start, end, label) in enumerate(pieces.values()):
+        start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
+        # The windows a piece can touch: from the first ending after its start to the last
+        # starting before its end; each (window, piece) pair in window order, then the piece's.
+        w_from = np.searchsorted(hi, start, side="right")
+        w_to = np.maximum(np.searchsorted(lo, end, side="left"), w_from)
+        n = w_to - w_from
+        piece = np.repeat(np.arange(start.size), n)
+        w = np.repeat(w_from, n) + (np.arange(piece.size) - np.repeat(np.cumsum(n) - n, n))
+        by_window = np.argsort(w, kind="stable")
+        piece, w = piece[by_window], w[by_window]
+        s, e = np.clip(start[piece], lo[w], hi[w]), np.clip(end[piece], lo[w], hi[w])
+        keep = e > s
+        s, e, w, lab = s[keep], e[keep], w[keep], label[piece[keep]]
+        if not s.size:
+            continue
+        order = np.lexsort((s, w))  # each window's pieces by start (stable, as argsort per window)
+        s, e, w = s[order], e[order], w[order]
+        reach = np.maximum.accumulate(e)  # each window's own: the earlier windows end before it starts
+        new = np.empty(s.size, dtype=bool)
+        new[0] = True
+        new[1:] = (w[1:] != w[:-1]) | (s[1:] > reach[:-1] + gap[w[1:]])
+        group = np.cumsum(new) - 1
+        first = np.flatnonzero(new)
+        if np.bincount(w[first], minlength=lo.size).max() > MAX_SPANS_PER_STEP:
+            return None
+        longest = np.lexsort((-(e - s), group))[first]
+        out.append((w[first], s[first], np.maximum.reduceat(e, first), np.full(first.size, k, dtype=np.int8), lab[order][longest]))
+    if not out:
+        return {k: np.zeros(0) for k in ("step", "start", "end", "kind", "label")}
+    w, start, end, kind, label = (np.concatenate(c) for c in zip(*out))
+    in_order = np.lexsort((kind, w))  # window by window, a kind after the other, each in time order
+    return {"step": num[w[in_order]], "start": start[in_order], "end": end[in_order], "kind": kind[in_order], "label": label[in_order]}

@@ -39,9 +39,8 @@ def median_step(ranks: Sequence[RankAnalysis]) -> int | None:
 def _segments(times: RankTimes, split: RankSplit, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """[lo, hi) cut into compute, transfer, wait and idle pieces, in time order."""
     compute = iv.clip(times.compute, lo, hi)
-    exposed = iv.clip(times.exposed, lo, hi)
     wait = iv.clip(split.wait, lo, hi)
-    transfer = iv.difference(exposed, wait)
+    transfer = iv.clip(split.transfer, lo, hi)
     parts = [(compute, COMPUTE), (transfer, TRANSFER), (wait, WAIT)]
     s = np.concatenate([u[0] for u, _ in parts])
     e = np.concatenate([u[1] for u, _ in parts])
@@ -77,7 +76,15 @@ def critical_path(
     offset = {s.rank: s.offset_us for s in splits}
     split_of = {s.rank: s for s in splits}
     window = {r.rank: next((s.start_us, s.start_us + s.step_us) for s in r.steps if s.step == n) for r in ranks}
-    segs = {r.rank: _segments(r.times, split_of[r.rank], *window[r.rank]) for r in ranks}
+    times_of = {r.rank: r.times for r in ranks}
+    # Each rank's pieces are cut when the walk first reaches it (it visits a few ranks of many).
+    segs: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def pieces_of(q: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if q not in segs:
+            segs[q] = _segments(times_of[q], split_of[q], *window[q])
+        return segs[q]
+
     # Per rank: the call ending at each time (own clock), and per call its aligned end on each rank.
     ends_at: dict[int, dict[float, int]] = {}
     aligned_end: dict[int, dict[int, float]] = {}
@@ -93,10 +100,19 @@ def critical_path(
     totals = np.zeros(4)
     path = [rank]
     pieces: list[Segment] = []
-    guard = 4 * sum(s[0].size for s in segs.values()) + 16
-    while guard > 0 and t > window[rank][0]:
-        guard -= 1
-        s, e, lab = segs[rank]
+    # The walk stops after 4 x (all ranks' pieces) + 16 steps. The pieces cut so far give a lower
+    # bound of that; all ranks are cut only if the walk gets that far.
+    steps = 0
+    bound = 16
+    while t > window[rank][0]:
+        s, e, lab = pieces_of(rank)
+        if steps >= bound:
+            bound = 4 * sum(p[0].size for p in segs.values()) + 16
+            if steps >= bound and len(segs) < len(window):
+                bound = 4 * sum(pieces_of(q)[0].size for q in window) + 16
+            if steps >= bound:
+                break
+        steps += 1
         i = int(np.searchsorted(s, t, side="left")) - 1
         if i < 0:
             break

@@ -49,6 +49,32 @@ def covered(u: iv.Union, edges: np.ndarray) -> np.ndarray:
     return np.clip(np.diff(before) / np.diff(edges), 0.0, 1.0)
 
 
+def covered_rows(unions: Sequence[iv.Union], edges: np.ndarray) -> np.ndarray:
+    """`covered` of each union, as the rows of one (len(unions), bins) array, computed for all
+    unions at once; each row's figures are `covered`'s to the bit (its lengths are summed in the
+    same order, row by row, with zeros after them)."""
+    n, b1 = len(unions), edges.size
+    sizes = np.array([u[0].size for u in unions], dtype=np.int64)
+    if n == 0 or not sizes.any():
+        return np.zeros((n, b1 - 1))
+    starts = np.concatenate([u[0] for u in unions])
+    ends = np.concatenate([u[1] for u in unions])
+    row = np.repeat(np.arange(n), sizes)
+    # k[r, i]: how many of row r's intervals start at or before edges[i] (searchsorted side="right"
+    # per row), counted from the first edge at or after each start.
+    first_edge = np.searchsorted(edges, starts, side="left")
+    # (a start after the last edge goes to an extra column, left out)
+    k = np.cumsum(np.bincount(row * (b1 + 1) + first_edge, minlength=n * (b1 + 1)).reshape(n, b1 + 1)[:, :b1], axis=1)
+    lengths = np.zeros((n, int(sizes.max()) + 1))
+    lengths[:, 1:][np.arange(lengths.shape[1] - 1) < sizes[:, None]] = ends - starts
+    cum = np.cumsum(lengths, axis=1)
+    first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    last_started = np.minimum(first[:, None] + np.maximum(k - 1, 0), ends.size - 1)
+    before = np.take_along_axis(cum, k, axis=1) - np.where(k > 0, np.maximum(ends[last_started] - edges, 0.0), 0.0)
+    out: np.ndarray = np.clip(np.diff(before, axis=1) / np.diff(edges), 0.0, 1.0)
+    return out
+
+
 def _shift(u: iv.Union, offset: float) -> iv.Union:
     return u[0] - offset, u[1] - offset
 
@@ -72,7 +98,7 @@ def heatmap(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], clocks: 
         return None
     edges = np.linspace(lo, hi, BINS + 1)
     mids = (edges[:-1] + edges[1:]) / 2
-    rows: dict[str, list[np.ndarray]] = {name: [] for name in LAYERS}
+    rows: dict[str, list[iv.Union]] = {name: [] for name in LAYERS}
     phase_rows = []
     for r in shown:
         off = clocks.offset(r.rank)
@@ -80,20 +106,19 @@ def heatmap(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], clocks: 
         assert t is not None  # `shown` keeps ranks with times
         if r.rank in windows:  # a rank without this step leaves its row empty
             a, b = windows[r.rank]
-            exposed = iv.clip(_shift(t.exposed, off), a, b)
             wait = iv.clip(_shift(split_of[r.rank].wait, off), a, b)
             calls = iv.union(t.calls.start_us - off, t.calls.end_us - off)
             layers = {
-                "wait": covered(wait, edges),
-                "transfer": covered(iv.difference(exposed, wait), edges),
-                "in_flight": covered(iv.clip(calls, a, b), edges),
-                "compute": covered(iv.clip(_shift(t.compute, off), a, b), edges),
+                "wait": wait,
+                "transfer": iv.clip(_shift(split_of[r.rank].transfer, off), a, b),
+                "in_flight": iv.clip(calls, a, b),
+                "compute": iv.clip(_shift(t.compute, off), a, b),
             }
             letters = np.full(BINS, DOT, dtype=np.uint8)
             for name, u in zip(PHASES, t.phases):
                 letters[iv.covers(_shift(u, off), mids) & (mids >= a) & (mids < b)] = ord(name[0])
         else:
-            layers = {name: np.zeros(BINS) for name in LAYERS}
+            layers = {name: iv.EMPTY for name in LAYERS}
             letters = np.full(BINS, DOT, dtype=np.uint8)
         for name in LAYERS:
             rows[name].append(layers[name])
@@ -101,8 +126,8 @@ def heatmap(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], clocks: 
     per_row = -(-len(shown) // MAX_ROWS)
     first = [r.rank for r in shown][::per_row]
 
-    def encode(layer: list[np.ndarray]) -> tuple[str, ...]:
-        m = np.array(layer)
+    def encode(layer: list[iv.Union]) -> tuple[str, ...]:
+        m = covered_rows(layer, edges)
         if per_row > 1:
             pad = -len(m) % per_row
             m = np.pad(m, ((0, pad), (0, 0))).reshape(-1, per_row, BINS).max(axis=1)
