@@ -368,8 +368,9 @@ class Drawings:
     """The report's figures (the timeline as PNG and SVG, the heatmap as PNG), drawn once per distinct
     input: a figure is a function of what it is drawn from (the record's numbers and names, the case's
     folder name aside), and most cases differ from another only where no figure looks (a wrong type in
-    an argument, a damaged second file, a gzip cut). Drawing was 4 s in 5 of a case's cost; a case
-    whose figure input is new (a hostile name in a legend, huge or odd times) is still drawn in full.
+    an argument, a damaged second file, a gzip cut). Drawing was most of `report`'s time, itself a
+    third of the test's; a case whose figure input is new (a hostile name in a legend, huge or odd
+    times) is still drawn in full.
 
     Installed over the render modules' figure and bytes functions: the figure records its input's
     key, and the bytes function returns what the same key gave before, if any."""
