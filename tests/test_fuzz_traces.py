@@ -364,8 +364,62 @@ class Measured:
         self.size = sum(len(d) for d in self.folder_bytes.values())
 
 
+class Drawings:
+    """The report's figures (the timeline as PNG and SVG, the heatmap as PNG), drawn once per distinct
+    input: a figure is a function of what it is drawn from (the record's numbers and names, the case's
+    folder name aside), and most cases differ from another only where no figure looks (a wrong type in
+    an argument, a damaged second file, a gzip cut). Drawing was most of `report`'s time, itself a
+    third of the test's; a case whose figure input is new (a hostile name in a legend, huge or odd
+    times) is still drawn in full.
+
+    Installed over the render modules' figure and bytes functions: the figure records its input's
+    key, and the bytes function returns what the same key gave before, if any."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import msgspec
+
+        from profile_overlap.record.analysis import builtin
+        from profile_overlap.render import heatmap, timeline
+
+        self.root = b""
+        self.made: dict[tuple[str, bytes], object] = {}
+        self.asked = 0
+
+        def keyed(figure, name: str):
+            def wrapped(*args, **kwargs):
+                fig = figure(*args, **kwargs)
+                key = msgspec.msgpack.encode((name, args, sorted(kwargs.items())), enc_hook=builtin)  # NaN stays NaN
+                fig.fuzz_key = key.replace(self.root, b"#" * len(self.root)) if self.root else key
+                return fig
+
+            return wrapped
+
+        def memo(draw, name: str):
+            def wrapped(fig):
+                self.asked += 1
+                key = (name, getattr(fig, "fuzz_key", b""))
+                if not key[1]:  # a figure made elsewhere: drawn
+                    return draw(fig)
+                if key not in self.made:
+                    self.made[key] = draw(fig)
+                return self.made[key]
+
+            return wrapped
+
+        monkeypatch.setattr(timeline, "figure", keyed(timeline.figure, "timeline"))
+        monkeypatch.setattr(heatmap, "figure", keyed(heatmap.figure, "heatmap"))
+        monkeypatch.setattr(timeline, "png_bytes", memo(timeline.png_bytes, "timeline png"))
+        monkeypatch.setattr(timeline, "to_svg", memo(timeline.to_svg, "timeline svg"))
+        monkeypatch.setattr(heatmap, "png_bytes", memo(heatmap.png_bytes, "heatmap png"))
+
+
+DRAWINGS: Drawings | None = None
+
+
 def run_case(case: Case, root: Path) -> float:
     """All four commands on the case's folder; returns the peak of Python allocations (MiB)."""
+    if DRAWINGS is not None:
+        DRAWINGS.root = str(root).encode()
     logdir = root / "logdir"
     traces = logdir / "job"
     traces.mkdir(parents=True)
@@ -454,6 +508,8 @@ def test_hostile_traces_never_crash_and_stay_within_memory(monkeypatch):
     # One process: tracemalloc sees every allocation (the real processes below use the workers).
     monkeypatch.setattr(folder, "PARALLEL_MIN_BYTES", 1 << 62)
     monkeypatch.setenv("COLUMNS", "160")
+    global DRAWINGS
+    DRAWINGS = Drawings(monkeypatch)
     measured = Measurements()
 
     @settings(
@@ -487,6 +543,7 @@ def test_hostile_traces_never_crash_and_stay_within_memory(monkeypatch):
         shutil.rmtree(root, ignore_errors=True)
         rss.append((got["peak_rss_mb"], m.peak_mb, m.what))
     print(f"\nfuzz: {len(measured)} cases, 0 tracebacks; worst tracemalloc peak {by_peak[0].peak_mb:.0f} MiB ({by_peak[0].what})")
+    print(f"  figures: {len(DRAWINGS.made)} drawn for {DRAWINGS.asked} asked (the others' input was drawn before)")
     print("  exits: " + ", ".join(f"{cmd} {code}: {n}" for (cmd, code), n in sorted(EXITS.items())))
     for peak_rss, peak_py, what in sorted(rss, key=lambda x: x[0], reverse=True):
         print(f"  real process: peak RSS {peak_rss:.0f} MiB (tracemalloc {peak_py:.0f} MiB): {what}")

@@ -169,3 +169,42 @@ def test_ctrl_c_stops_every_rank_and_marks_the_run_interrupted(tmp_path):
     assert status["state"] == "interrupted" and "Ctrl-C" in status["reason"]
     assert "Traceback" not in stderr, stderr[-3000:]
     assert "profile_overlap run: interrupted" in stderr
+
+
+def _sigint_inside_a_collective_that_then_fails() -> None:
+    """What a rank sees when Ctrl-C lands while it waits in gloo: the other rank has already stopped,
+    so the collective returns failed, and the KeyboardInterrupt it carries is lost on the way."""
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+    except KeyboardInterrupt:
+        pass
+    raise RuntimeError("[/gloo/transport/tcp/pair.cc:534] Connection closed by peer")
+
+
+@pytest.mark.parametrize(
+    "body, second_sigint",
+    [(_sigint_inside_a_collective_that_then_fails, False), (lambda: os.kill(os.getpid(), signal.SIGINT) or time.sleep(5), True)],
+    ids=["collective-fails-after-ctrl-c", "launcher-forwards-a-second-sigint"],
+)
+def test_ctrl_c_marks_the_run_interrupted_whatever_exception_it_becomes(tmp_path, body, second_sigint):
+    """In process: the one rank's bookkeeping, whichever way the Ctrl-C reaches it (under load, the
+    subprocess test above saw 'failed')."""
+    from profile_overlap.core import status as run_status
+    from profile_overlap.run.job import failure_recorded
+
+    run_status.write(tmp_path, "running")
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with failure_recorded(tmp_path):
+                body()
+                if second_sigint:
+                    raise AssertionError("the first SIGINT did not stop the body")
+        if second_sigint:  # after the first: ignored, the status already says why
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    status = _status(tmp_path)
+    assert status["state"] == "interrupted" and "Ctrl-C" in status["reason"], status

@@ -168,18 +168,47 @@ def process_group(config: JobSection) -> Iterator[tuple[str, torch.device]]:
         dist.destroy_process_group()
 
 
+class _CtrlC:
+    """SIGINT while a run is recorded: remembered, then KeyboardInterrupt once.
+
+    What a rank sees of a Ctrl-C depends on when it lands: in Python, a KeyboardInterrupt; in a
+    collective, nothing until the collective returns, perhaps failed because the other rank has
+    already stopped; in a callback that swallows exceptions, nothing at all. And the launcher
+    forwards a second SIGINT, which can land in the bookkeeping itself. So the rank remembers that
+    it was interrupted (whatever exception then reaches failure_recorded, the run is marked
+    interrupted) and raises KeyboardInterrupt for the first SIGINT only."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self.armed = True  # False once the bookkeeping has begun: it must not be cut short
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        first, self.seen = not self.seen, True
+        if first and self.armed:
+            raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def failure_recorded(run_dir: Path) -> Iterator[None]:
     """Any fault inside marks run_dir failed or interrupted (the first rank to fail names the
-    reason) and becomes a one-line error; PROFILE_OVERLAP_DEBUG=1 keeps the traceback."""
+    reason) and becomes a one-line error; PROFILE_OVERLAP_DEBUG=1 keeps the traceback. A Ctrl-C
+    (SIGINT) at any moment inside marks it interrupted (_CtrlC says why that needs a handler)."""
+    ctrl_c = _CtrlC()
+    previous = signal.signal(signal.SIGINT, ctrl_c)
     try:
         yield
     except BaseException as err:
-        interrupted = isinstance(err, KeyboardInterrupt)
-        if interrupted:  # a second Ctrl-C (the launcher forwards one) must not cut the bookkeeping short
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-        reason = _failure_reason(err)
+        ctrl_c.armed = False
+        interrupted = ctrl_c.seen or isinstance(err, KeyboardInterrupt)
+        reason = _failure_reason(KeyboardInterrupt() if interrupted else err)
         run_status.write_if_running(run_dir, "interrupted" if interrupted else "failed", reason=reason)
-        if interrupted or isinstance(err, UserError) or os.environ.get("PROFILE_OVERLAP_DEBUG"):
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        if interrupted:  # what the Ctrl-C caused (a collective failed, the launcher's SIGTERM): it stops the rank as one
+            raise KeyboardInterrupt from err
+        if isinstance(err, UserError) or os.environ.get("PROFILE_OVERLAP_DEBUG"):
             raise
         raise UserError(f"run failed, {reason}; {run_dir} is marked failed{rank_output.where_logs(run_dir)}", exit_code=1) from None
+    finally:
+        # Interrupted: later SIGINTs (the launcher forwards one) stay ignored through the teardown.
+        signal.signal(signal.SIGINT, signal.SIG_IGN if ctrl_c.seen else (previous if previous is not None else signal.SIG_DFL))
