@@ -208,3 +208,30 @@ def test_ctrl_c_marks_the_run_interrupted_whatever_exception_it_becomes(tmp_path
         signal.signal(signal.SIGINT, before)
     status = _status(tmp_path)
     assert status["state"] == "interrupted" and "Ctrl-C" in status["reason"], status
+
+
+def test_a_run_recorded_outside_the_main_thread_is_still_marked_failed(tmp_path):
+    """Signal handlers can only be set from the main thread: a run driven from another thread (a
+    notebook's worker, a job runner) gets its failure recorded, not a ValueError from signal.signal."""
+    import threading
+
+    from profile_overlap.core import status as run_status
+    from profile_overlap.core.errors import UserError
+    from profile_overlap.run.job import failure_recorded
+
+    run_status.write(tmp_path, "running")
+    raised: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            with failure_recorded(tmp_path):
+                raise RuntimeError("out of memory")
+        except BaseException as err:  # noqa: BLE001 - what reaches the caller is the test's subject
+            raised.append(err)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    assert len(raised) == 1 and isinstance(raised[0], UserError), raised
+    status = _status(tmp_path)
+    assert status["state"] == "failed" and "out of memory" in status["reason"], status

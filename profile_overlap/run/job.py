@@ -7,6 +7,7 @@ import contextlib
 import datetime as dt
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -194,7 +195,9 @@ def failure_recorded(run_dir: Path) -> Iterator[None]:
     reason) and becomes a one-line error; PROFILE_OVERLAP_DEBUG=1 keeps the traceback. A Ctrl-C
     (SIGINT) at any moment inside marks it interrupted (_CtrlC says why that needs a handler)."""
     ctrl_c = _CtrlC()
-    previous = signal.signal(signal.SIGINT, ctrl_c)
+    # Signal handlers can be set only from the main thread; elsewhere a Ctrl-C arrives as the main thread's.
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, ctrl_c) if main_thread else None
     try:
         yield
     except BaseException as err:
@@ -211,4 +214,5 @@ def failure_recorded(run_dir: Path) -> Iterator[None]:
         raise UserError(f"run failed, {reason}; {run_dir} is marked failed{rank_output.where_logs(run_dir)}", exit_code=1) from None
     finally:
         # Interrupted: later SIGINTs (the launcher forwards one) stay ignored through the teardown.
-        signal.signal(signal.SIGINT, signal.SIG_IGN if ctrl_c.seen else (previous if previous is not None else signal.SIG_DFL))
+        if main_thread:
+            signal.signal(signal.SIGINT, signal.SIG_IGN if ctrl_c.seen else (previous if previous is not None else signal.SIG_DFL))
