@@ -101,6 +101,32 @@ class FileEvents:
         return iv.union(self.comm.start, self.comm.end), iv.difference(iv.union(self.compute.start, self.compute.end), self.exclude)
 
 
+@dataclass(frozen=True, eq=False)
+class _GpuEvents:
+    """What `_gpu_events` finds: the comm and compute kernels, their rows (into `Trace.kernels`),
+    and the thread code (into `cpu.tids`) that launched each comm kernel (-1: unknown)."""
+
+    comm: EventIntervals
+    compute: EventIntervals
+    comm_rows: np.ndarray
+    compute_rows: np.ndarray
+    comm_tid: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class _CpuEvents:
+    """What `_cpu_events` finds: comm (gloo work) and compute (the main thread's operators), the
+    calls, the c10d time never counted as compute, the compute operators' rows (into `Trace.cpu`)
+    and how the calls' process groups were found, in words."""
+
+    comm: EventIntervals
+    compute: EventIntervals
+    calls: Calls
+    exclude: iv.Union
+    compute_rows: np.ndarray
+    group_method: str
+
+
 def _short_name(name: str) -> str:
     name = name.removeprefix("void ")
     for stop in ("(", "<"):
@@ -138,7 +164,9 @@ def extract(trace: Trace) -> FileEvents:
     step_cpu_end = np.array([e for _, _, e in steps], dtype=np.float64)
     if len(kernels):
         device = "cuda"
-        comm, compute, comm_rows, compute_rows, comm_tid = _gpu_events(trace, labeller)
+        gpu = _gpu_events(trace, labeller)
+        comm, compute, comm_rows, compute_rows, comm_tid = gpu.comm, gpu.compute, gpu.comm_rows, gpu.compute_rows, gpu.comm_tid
+        del gpu  # so that `del comm_tid` below frees it
         kernel_times = _by_launch(comm, compute)
         # The windows before the calls, and the calls once these 24 bytes a kernel are freed (peak memory).
         phases = phase_windows(trace, main, steps, kernel_times)
@@ -153,7 +181,16 @@ def extract(trace: Trace) -> FileEvents:
         group_method = f"the calls' arguments: {named} of {len(calls)} call(s) name their group"
     else:
         device = "cpu"
-        comm, compute, calls, exclude, compute_rows, group_method = _cpu_events(trace, labeller, main)
+        found = _cpu_events(trace, labeller, main)
+        comm, compute, calls, exclude, compute_rows, group_method = (
+            found.comm,
+            found.compute,
+            found.calls,
+            found.exclude,
+            found.compute_rows,
+            found.group_method,
+        )
+        del found
         operators = cpu_operators(cpu, compute_rows)
         compute_rows = np.zeros(0, dtype=np.int64)
         comm_rows = np.zeros(0, dtype=np.int64)
@@ -229,7 +266,7 @@ def _bounds(*times: np.ndarray) -> tuple[float, float]:
     return float(np.min([a.min() for a in parts])), float(np.max([a.max() for a in parts]))
 
 
-def _gpu_events(trace: Trace, labeller: Labeller) -> tuple[EventIntervals, EventIntervals, np.ndarray, np.ndarray, np.ndarray]:
+def _gpu_events(trace: Trace, labeller: Labeller) -> _GpuEvents:
     """Communication and compute kernels, their rows, and the thread code that launched each comm kernel (-1: unknown)."""
     k = trace.kernels
     is_comm_name = np.array([bool(COMM_KERNEL_RE.search(n)) for n in k.names])
@@ -256,7 +293,7 @@ def _gpu_events(trace: Trace, labeller: Labeller) -> tuple[EventIntervals, Event
     del fallback
     comm_rows, compute_rows = np.flatnonzero(comm_mask), np.flatnonzero(compute_mask)
     comm, compute = (EventIntervals(k.ts[r], k.ts[r] + k.dur[r], launch[r], labels[r]) for r in (comm_rows, compute_rows))
-    return comm, compute, comm_rows, compute_rows, launch_tid[comm_rows]
+    return _GpuEvents(comm, compute, comm_rows, compute_rows, launch_tid[comm_rows])
 
 
 def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: np.ndarray, labeller: Labeller) -> Calls:
@@ -371,9 +408,7 @@ def _listed_ranks(value: str | list[int] | None) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", value)) if isinstance(value, str) else ()
 
 
-def _cpu_events(
-    trace: Trace, labeller: Labeller, main: int | None
-) -> tuple[EventIntervals, EventIntervals, Calls, iv.Union, np.ndarray, str]:
+def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> _CpuEvents:
     """Communication, compute, the calls, the c10d time, the rows of the compute operators and how the groups were found."""
     cpu = trace.cpu
     # gloo:* annotations off the main thread are communication. Not by thread name alone: Kineto
@@ -481,7 +516,7 @@ def _cpu_events(
         peer=peer,
         direction=direction,
     )
-    return comm, compute, calls, exclude, compute_rows, found.method
+    return _CpuEvents(comm, compute, calls, exclude, compute_rows, found.method)
 
 
 def _thread_number(tid: str) -> int:
