@@ -19,6 +19,7 @@ from profile_overlap.analysis.file.collectives import collective_nbytes
 from profile_overlap.analysis.file.facts import FileFacts, cpu_unclassified, file_facts
 from profile_overlap.analysis.file.fsdp_units import fsdp_busy
 from profile_overlap.analysis.file.gloo_groups import infer_groups
+from profile_overlap.analysis.file.gloo_match import match_gloo_pools, match_gloo_work, merge_p2p_ops
 from profile_overlap.analysis.file.phases import PhaseWindows, phase_windows
 from profile_overlap.analysis.file.steps import device_windows
 from profile_overlap.analysis.rank.interference import NO_OPERATORS, Operators, cpu_operators, gpu_operators
@@ -36,7 +37,7 @@ from profile_overlap.analysis.read.classify import (
     p2p_direction,
 )
 from profile_overlap.analysis.read.labels import Labeller
-from profile_overlap.analysis.read.trace import CPU_OP, USER_ANNOTATION, Events, ProcessGroupInfo, Trace
+from profile_overlap.analysis.read.trace import CPU_OP, USER_ANNOTATION, ProcessGroupInfo, Trace
 from profile_overlap.analysis.read.trace_args import CollectiveArgs
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.errors import UserError
@@ -101,6 +102,29 @@ class FileEvents:
         return iv.union(self.comm.start, self.comm.end), iv.difference(iv.union(self.compute.start, self.compute.end), self.exclude)
 
 
+@dataclass(frozen=True, eq=False)
+class _GpuEvents:
+    """`_gpu_events`: comm and compute kernels, their rows, each comm kernel's launching thread code (-1: unknown)."""
+
+    comm: EventIntervals
+    compute: EventIntervals
+    comm_rows: np.ndarray
+    compute_rows: np.ndarray
+    comm_tid: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class _CpuEvents:
+    """`_cpu_events`: comm, compute, the calls, the c10d time, the compute operators' rows, how the groups were found."""
+
+    comm: EventIntervals
+    compute: EventIntervals
+    calls: Calls
+    exclude: iv.Union
+    compute_rows: np.ndarray
+    group_method: str
+
+
 def _short_name(name: str) -> str:
     name = name.removeprefix("void ")
     for stop in ("(", "<"):
@@ -138,7 +162,9 @@ def extract(trace: Trace) -> FileEvents:
     step_cpu_end = np.array([e for _, _, e in steps], dtype=np.float64)
     if len(kernels):
         device = "cuda"
-        comm, compute, comm_rows, compute_rows, comm_tid = _gpu_events(trace, labeller)
+        gpu = _gpu_events(trace, labeller)
+        comm, compute, comm_rows, compute_rows, comm_tid = gpu.comm, gpu.compute, gpu.comm_rows, gpu.compute_rows, gpu.comm_tid
+        del gpu  # so that `del comm_tid` below frees it
         kernel_times = _by_launch(comm, compute)
         # The windows before the calls, and the calls once these 24 bytes a kernel are freed (peak memory).
         phases = phase_windows(trace, main, steps, kernel_times)
@@ -153,7 +179,8 @@ def extract(trace: Trace) -> FileEvents:
         group_method = f"the calls' arguments: {named} of {len(calls)} call(s) name their group"
     else:
         device = "cpu"
-        comm, compute, calls, exclude, compute_rows, group_method = _cpu_events(trace, labeller, main)
+        c = _cpu_events(trace, labeller, main)
+        comm, compute, calls, exclude, compute_rows, group_method = c.comm, c.compute, c.calls, c.exclude, c.compute_rows, c.group_method
         operators = cpu_operators(cpu, compute_rows)
         compute_rows = np.zeros(0, dtype=np.int64)
         comm_rows = np.zeros(0, dtype=np.int64)
@@ -229,7 +256,7 @@ def _bounds(*times: np.ndarray) -> tuple[float, float]:
     return float(np.min([a.min() for a in parts])), float(np.max([a.max() for a in parts]))
 
 
-def _gpu_events(trace: Trace, labeller: Labeller) -> tuple[EventIntervals, EventIntervals, np.ndarray, np.ndarray, np.ndarray]:
+def _gpu_events(trace: Trace, labeller: Labeller) -> _GpuEvents:
     """Communication and compute kernels, their rows, and the thread code that launched each comm kernel (-1: unknown)."""
     k = trace.kernels
     is_comm_name = np.array([bool(COMM_KERNEL_RE.search(n)) for n in k.names])
@@ -256,7 +283,7 @@ def _gpu_events(trace: Trace, labeller: Labeller) -> tuple[EventIntervals, Event
     del fallback
     comm_rows, compute_rows = np.flatnonzero(comm_mask), np.flatnonzero(compute_mask)
     comm, compute = (EventIntervals(k.ts[r], k.ts[r] + k.dur[r], launch[r], labels[r]) for r in (comm_rows, compute_rows))
-    return comm, compute, comm_rows, compute_rows, launch_tid[comm_rows]
+    return _GpuEvents(comm, compute, comm_rows, compute_rows, launch_tid[comm_rows])
 
 
 def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: np.ndarray, labeller: Labeller) -> Calls:
@@ -371,9 +398,7 @@ def _listed_ranks(value: str | list[int] | None) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", value)) if isinstance(value, str) else ()
 
 
-def _cpu_events(
-    trace: Trace, labeller: Labeller, main: int | None
-) -> tuple[EventIntervals, EventIntervals, Calls, iv.Union, np.ndarray, str]:
+def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> _CpuEvents:
     """Communication, compute, the calls, the c10d time, the rows of the compute operators and how the groups were found."""
     cpu = trace.cpu
     # gloo:* annotations off the main thread are communication. Not by thread name alone: Kineto
@@ -412,10 +437,10 @@ def _cpu_events(
     worker_rows = gloo_rows[~p2p_rows]
     pool_of = [found.by_tid.get(int(t), fallback) for t in tids[worker_rows].tolist()]
     if len(set(pool_of)) > 1:
-        op_of = _match_gloo_pools(cpu, worker_ops, worker_rows, pool_of)
+        op_of = match_gloo_pools(cpu, worker_ops, worker_rows, pool_of)
     else:
-        op_of = _match_gloo_work(cpu, worker_ops, worker_rows)
-    op_of = _merge_p2p_ops(cpu, c10d_rows[p2p_names[cpu.name[c10d_rows]]], gloo_rows, p2p_rows, op_of)
+        op_of = match_gloo_work(cpu, worker_ops, worker_rows)
+    op_of = merge_p2p_ops(cpu, c10d_rows[p2p_names[cpu.name[c10d_rows]]], gloo_rows, p2p_rows, op_of)
     comm_t = cpu.ts[gloo_rows].copy()
     comm_tid = tids[gloo_rows].copy()
     for i, op in enumerate(op_of):
@@ -481,7 +506,7 @@ def _cpu_events(
         peer=peer,
         direction=direction,
     )
-    return comm, compute, calls, exclude, compute_rows, found.method
+    return _CpuEvents(comm, compute, calls, exclude, compute_rows, found.method)
 
 
 def _thread_number(tid: str) -> int:
@@ -505,96 +530,3 @@ def _peer(op_args: CollectiveArgs | None, ranks: tuple[int, ...]) -> int:
     if ranks:
         return ranks[local] if 0 <= local < len(ranks) else UNKNOWN
     return local
-
-
-def _merge_p2p_ops(
-    cpu: Events, p2p_ops: np.ndarray, gloo_rows: np.ndarray, p2p_rows: np.ndarray, worker_op_of: list[int | None]
-) -> list[int | None]:
-    """The op of every gloo event: worker events' from `worker_op_of` (in their order), and each
-    point-to-point event's, the latest send/recv op of its direction on its thread that started
-    at or before it (their work runs inside or right after the op)."""
-    by_key: dict[tuple[int, str | None], np.ndarray] = {}
-    for op in sorted(p2p_ops.tolist(), key=lambda r: float(cpu.ts[r])):
-        key = (int(cpu.tid[op]), p2p_direction(cpu.name_of(op)))
-        by_key[key] = np.append(by_key.get(key, np.zeros(0, np.int64)), op)
-    out: list[int | None] = []
-    workers = iter(worker_op_of)
-    for row, p2p in zip(gloo_rows.tolist(), p2p_rows.tolist()):
-        if not p2p:
-            out.append(next(workers))
-            continue
-        ops = by_key.get((int(cpu.tid[row]), p2p_direction(cpu.name_of(row))))
-        j = int(np.searchsorted(cpu.ts[ops], cpu.ts[row], side="right")) - 1 if ops is not None else -1
-        out.append(int(ops[j]) if ops is not None and j >= 0 else None)
-    return out
-
-
-def _numels(dims: object) -> set[int]:
-    """The element counts of every tensor in an `Input Dims` value (nested lists of sizes)."""
-    if isinstance(dims, list) and dims and all(isinstance(d, int) for d in dims):
-        n = 1
-        for d in dims:
-            n *= d
-        return {n}
-    if isinstance(dims, list):
-        return set().union(*(_numels(d) for d in dims)) if dims else set()
-    return set()
-
-
-def _gloo_kind(name: str) -> str | None:
-    """The kind of work gloo runs for a collective (it runs a reduce_scatter as an all_reduce)."""
-    kind = collective_kind(name)
-    return "all_reduce" if kind == "reduce_scatter" else kind
-
-
-def _match_gloo_pools(cpu: Events, ops: list[int], gloo_rows: np.ndarray, pool_of: list[str]) -> list[int | None]:
-    """The c10d op of each gloo work event when the rank's groups run on several worker pools
-    (gloo_groups): each pool runs its own group's work in submission order, but the groups' work
-    interleaves. Ops in issue order each take the next event of the pool whose next event fits it
-    (same work kind, an input of the same size, started at or after the op), the earliest such
-    event when several pools fit (then the choice changes no size or kind); events that no op
-    takes (work of ops issued before the trace began) get None."""
-    events: dict[str, list[int]] = {}
-    for i, pool in enumerate(pool_of):
-        events.setdefault(pool, []).append(i)
-    for rows in events.values():
-        rows.sort(key=lambda i: float(cpu.ts[gloo_rows[i]]))
-    at = dict.fromkeys(events, 0)
-    sizes = [_numels(a.input_dims) if (a := cpu.args.get(int(r))) is not None else set() for r in gloo_rows.tolist()]
-    out: list[int | None] = [None] * len(pool_of)
-    for op in ops:
-        t, kind = float(cpu.ts[op]), _gloo_kind(cpu.name_of(op))
-        op_args = cpu.args.get(op)
-        op_sizes = _numels(op_args.input_dims) if op_args is not None else set()
-        best: tuple[float, str] | None = None
-        for pool, rows in events.items():
-            while at[pool] < len(rows) and cpu.ts[gloo_rows[rows[at[pool]]]] < t:
-                at[pool] += 1  # started before the op: work of an op before the trace, or of no op we know
-            if at[pool] == len(rows):
-                continue
-            i = rows[at[pool]]
-            row = int(gloo_rows[i])
-            fits = _gloo_kind(cpu.name_of(row)) == kind and (not sizes[i] or not op_sizes or bool(sizes[i] & op_sizes))
-            if fits and (best is None or cpu.ts[row] < best[0]):
-                best = (float(cpu.ts[row]), pool)
-        if best is not None:
-            i = events[best[1]][at[best[1]]]
-            out[i] = op
-            at[best[1]] += 1
-    return out
-
-
-def _match_gloo_work(cpu: Events, ops: list[int], gloo_rows: np.ndarray) -> list[int | None]:
-    """The c10d op of each gloo work event, or None. Gloo starts work items in submission order,
-    so the k-th event is the k-th op, once events of ops submitted before the trace began (async
-    ones still running, e.g. the previous step's all_gathers) are skipped; ops whose work had not
-    started when the trace ended have no event. If an event would start before its op, the
-    order is not what we assume, and nothing is matched."""
-    if not ops or not gloo_rows.size:
-        return [None] * gloo_rows.size
-    lead = int(np.searchsorted(cpu.ts[gloo_rows], cpu.ts[ops[0]], side="left"))
-    n = min(len(ops), gloo_rows.size - lead)
-    pairs = list(zip(gloo_rows[lead : lead + n].tolist(), ops[:n]))
-    if any(cpu.ts[g] < cpu.ts[op] for g, op in pairs):
-        return [None] * gloo_rows.size
-    return [None] * lead + [op for _, op in pairs] + [None] * (gloo_rows.size - lead - n)

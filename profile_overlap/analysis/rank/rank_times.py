@@ -94,6 +94,8 @@ def rank_times(
     order is the calls' order by start); comm and compute are already cut to the windows."""
     n = len(calls)
     assert n == len(instances)
+    # Before the per-call columns below, so that its temporaries and theirs are not alive at once (peak memory).
+    exposed = iv.difference(comm, compute)
     # The calls in start order (stable, as number_calls sorts them).
     ordered = calls.take(np.argsort(calls.start_us, kind="stable"))
     start = instances.start_us
@@ -104,6 +106,7 @@ def rank_times(
         issue = ordered.issued_us
     phases = tuple(iv.union(phase_start[phase == i], phase_end[phase == i]) for i in range(len(PHASES)))
     names = _call_phases(ordered, phases)
+    del ordered  # every column of every call (70 bytes a call): only `issue` is needed past here
 
     # The step whose window holds each call's start.
     order = np.argsort(steps.start_us, kind="stable")
@@ -124,7 +127,7 @@ def rank_times(
 
     return RankTimes(
         compute=compute,
-        exposed=iv.difference(comm, compute),
+        exposed=exposed,
         windows=windows,
         phases=phases,
         calls=CallTimes(

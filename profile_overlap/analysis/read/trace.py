@@ -121,8 +121,8 @@ class Events:
 
     names: tuple[str, ...]
     tids: tuple[str, ...]
-    name: np.ndarray  # int32 codes
-    tid: np.ndarray  # int32 codes
+    name: np.ndarray  # int16 codes (int32 when there are over 32,767 names)
+    tid: np.ndarray  # int16 codes (int32 when there are over 32,767 threads)
     ts: np.ndarray  # float64, µs
     dur: np.ndarray  # float64, µs
     cat: np.ndarray  # int8: index into the category tuple of the table
@@ -130,7 +130,7 @@ class Events:
     correlation: np.ndarray  # int32 (int64 when an id needs it), -1 if absent; kernels only (empty for CPU events)
     args: RowArgs  # row -> collective args, only for collective events
     shape: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
-    """int32 code of each CPU op's `Input Dims` in `shapes`, -1 without (interference matches
+    """int16 (int32 past 32,767 shapes) code of each CPU op's `Input Dims` in `shapes`, -1 without (interference matches
     operators by name and shapes); empty for kernels."""
     shapes: tuple[str, ...] = ()
 
@@ -185,7 +185,8 @@ class Trace:
     runtime_correlation: np.ndarray
     runtime_ts: np.ndarray
     runtime_tid: np.ndarray
-    """Runtime calls (cudaLaunchKernel ...): correlation, start and tid code (into cpu.tids)."""
+    """Runtime calls (cudaLaunchKernel ...): correlation, start and tid code (into cpu.tids; int16
+    when the codes fit, like `Events.tid`)."""
 
 
 CPU_OP, USER_ANNOTATION, GPU_USER_ANNOTATION = 0, 1, 2
@@ -200,7 +201,7 @@ class _Columns:
         self.name, self.tid, self.cat = array("i"), array("i"), array("b")
         self.ts, self.dur = array("d"), array("d")
         self.ext, self.corr = array("q"), array("q")
-        self.arg_rows, self.arg_codes, self.arg_ext = array("q"), array("i"), array("q")
+        self.arg_rows, self.arg_codes, self.arg_ext = array("i"), array("i"), array("q")
         self.shape, self.shapes = array("i"), dict[bytes, int]()
 
     def extend(self, events: list[_Event], cats: list[int]) -> list[int]:
@@ -233,15 +234,15 @@ class _Columns:
         return Events(
             names=tuple(self.names),
             tids=tuple(str(t) for t in self.tids),
-            name=_column(self.name, np.int32),
-            tid=_column(self.tid, np.int32),
+            name=_codes(self, "name", len(self.names)),
+            tid=_codes(self, "tid", len(self.tids)),
             ts=_column(self.ts, np.float64),
             dur=_column(self.dur, np.float64),
             cat=_column(self.cat, np.int8),
             external_id=_narrow(self, "ext"),
             correlation=_narrow(self, "corr"),
-            args=RowArgs(self.arg_rows, self.arg_codes, tuple(shared.values), _column(self.arg_ext, np.int64)),
-            shape=_column(self.shape, np.int32),
+            args=RowArgs(self.arg_rows, self.arg_codes, tuple(shared.values), _narrow(self, "arg_ext")),
+            shape=_codes(self, "shape", len(self.shapes)),
             shapes=tuple(x.decode() for x in self.shapes),
         )
 
@@ -256,6 +257,18 @@ def _narrow(owner: Any, attr: str) -> np.ndarray:
         col = col.astype(np.int32)
         col.flags.writeable = False
         setattr(owner, attr, array("q"))
+    return col
+
+
+def _codes(owner: Any, attr: str, count: int) -> np.ndarray:
+    """An int32 code column (`owner.attr`, an array("i") of codes below `count`, or -1) as int16
+    when every code fits (a trace has a few hundred names and threads: 2 bytes an event saved on
+    each such column), else int32; the array is dropped from `owner` once copied."""
+    col = _column(getattr(owner, attr), np.int32)
+    if count <= np.iinfo(np.int16).max:
+        col = col.astype(np.int16)
+        col.flags.writeable = False
+        setattr(owner, attr, array("i"))
     return col
 
 
@@ -406,6 +419,15 @@ MAX_TIME_US = 2**63 / 1e3
 """The furthest time or duration a profiler clock holds (Kineto counts int64 nanoseconds)."""
 
 
+def _magnitude(col: np.ndarray) -> float:
+    """The largest |value| of a float column, NaN ignored (0 when empty or all NaN), without a
+    full-length temporary: at 1 GB, np.abs of the CPU events' ts and dur is 3 x 15 MB at once."""
+    if not col.size:
+        return 0.0
+    top = max(float(np.fmax.reduce(col)), -float(np.fmin.reduce(col)))
+    return 0.0 if top != top else top
+
+
 def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
     """Read one trace file. Raises UserError naming the problem and the fix for a file that is
     empty, not JSON, a cut-short gzip or JSON that is not a PyTorch profiler trace."""
@@ -423,6 +445,8 @@ def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
 
     kernels, cpu = sink.kernels.freeze(sink.shared), sink.cpu.freeze(sink.shared)
     for events in (kernels, cpu):
+        if _magnitude(events.ts) + _magnitude(events.dur) <= MAX_TIME_US:
+            continue  # no event's |ts| + |dur| exceeds it: found without full-length temporaries
         far = np.abs(events.ts) + np.abs(events.dur) > MAX_TIME_US  # NaN compares False: those are dropped later
         if far.any():
             t = float(np.abs(events.ts[far]).max() + np.abs(events.dur[far]).max())
@@ -451,5 +475,5 @@ def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
         cpu=cpu,
         runtime_correlation=_narrow(sink, "rt_corr"),
         runtime_ts=_column(sink.rt_ts, np.float64),
-        runtime_tid=_column(sink.rt_tid, np.int32),
+        runtime_tid=_codes(sink, "rt_tid", len(sink.cpu.tids)),
     )

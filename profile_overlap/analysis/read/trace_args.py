@@ -41,11 +41,11 @@ class RowArgs(Mapping[int, CollectiveArgs]):
     def __init__(self, rows: array[int], codes: array[int], values: tuple[CollectiveArgs, ...], external_ids: np.ndarray) -> None:
         self._rows, self._codes, self._values = rows, codes, values
         self.external_ids = external_ids
-        """int64, per row with args (ascending): its External id, -1 if absent."""
+        """int32 (int64 when an id needs it), per row with args (ascending): its External id, -1 if absent."""
 
     def rows(self) -> np.ndarray:
         """The rows that have args, ascending."""
-        return np.frombuffer(self._rows, dtype=np.int64) if len(self._rows) else np.zeros(0, dtype=np.int64)
+        return np.frombuffer(self._rows, dtype=np.int32) if len(self._rows) else np.zeros(0, dtype=np.int32)
 
     def with_input_dims(self) -> np.ndarray:
         """Per row that has args (rows() order): whether its args have Input Dims."""
