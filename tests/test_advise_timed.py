@@ -16,7 +16,8 @@ def _candidate(gain_us: float, **kw) -> Candidate:
 
 def test_a_replayed_gain_from_steps_profiled_at_twice_the_timed_ones_is_halved():
     # 77 ms replayed on 200 ms profiled steps of a run timed at 100 ms: 38.5% of the step, 38.5 ms.
-    gain, low, high, noise = quote(_candidate(77_000.0), error_pct=10.0, profiled_ms=200.0, timed_ms=100.0, noise=5.0)
+    q = quote(_candidate(77_000.0), error_pct=10.0, profiled_ms=200.0, timed_ms=100.0, noise=5.0)
+    gain, low, high, noise = q.gain, q.low, q.high, q.noise
     assert gain == pytest.approx(38.5)
     # Still as wide as the profiled steps are unlike the timed ones: (e + p) · |gain| + n, p = |200 / 100 − 1|.
     assert (high - gain, gain - low) == (pytest.approx((0.10 + 1.0) * 38.5 + 5.0),) * 2
@@ -24,13 +25,15 @@ def test_a_replayed_gain_from_steps_profiled_at_twice_the_timed_ones_is_halved()
 
 
 def test_profiled_steps_like_the_timed_ones_leave_the_gain_as_replayed():
-    gain, low, high, _ = quote(_candidate(-3_000.0), error_pct=0.0, profiled_ms=20.0, timed_ms=20.0, noise=1.0)
+    q = quote(_candidate(-3_000.0), error_pct=0.0, profiled_ms=20.0, timed_ms=20.0, noise=1.0)
+    gain, low, high = q.gain, q.low, q.high
     assert (gain, low, high) == (pytest.approx(-3.0), pytest.approx(-4.0), pytest.approx(-2.0))
 
 
 def test_the_fit_error_and_the_call_costs_higher_reading_are_quoted_on_the_timed_step_too():
     c = _candidate(4_000.0, fit_error_us=2_000.0, gain_range_us=(4_000.0, 10_000.0))
-    gain, low, high, _ = quote(c, error_pct=0.0, profiled_ms=40.0, timed_ms=20.0, noise=0.0)
+    q = quote(c, error_pct=0.0, profiled_ms=40.0, timed_ms=20.0, noise=0.0)
+    gain, low, high = q.gain, q.low, q.high
     assert gain == pytest.approx(2.0)
     spread = 1.0 * 2.0 + 1.0  # p · |gain| + k · fit error
     assert low == pytest.approx(2.0 - spread) and high == pytest.approx(5.0 + spread)
@@ -38,9 +41,5 @@ def test_the_fit_error_and_the_call_costs_higher_reading_are_quoted_on_the_timed
 
 def test_a_schedule_switch_the_run_timed_is_its_timed_difference_whatever_the_profiled_steps_took():
     c = _candidate(6_000.0, timed=True)
-    assert quote(c, error_pct=50.0, profiled_ms=400.0, timed_ms=20.0, noise=2.0) == (
-        pytest.approx(6.0),
-        pytest.approx(4.0),
-        pytest.approx(8.0),
-        2.0,
-    )
+    q = quote(c, error_pct=50.0, profiled_ms=400.0, timed_ms=20.0, noise=2.0)
+    assert (q.gain, q.low, q.high, q.noise) == (pytest.approx(6.0), pytest.approx(4.0), pytest.approx(8.0), 2.0)

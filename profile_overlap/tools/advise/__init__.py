@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -107,17 +108,26 @@ def unreplayed(
     )
 
 
-def quote(
-    c: replay.Candidate, *, error_pct: float, profiled_ms: float | None, timed_ms: float | None, noise: float
-) -> tuple[float, float, float, float]:
-    """(gain, low, high, noise) in ms of the timed step for candidate `c` of a mode whose replay is off
+@dataclass(frozen=True)
+class Quote:
+    """A candidate's predicted gain per timed step and its interval, in ms."""
+
+    gain: float
+    low: float
+    high: float
+    noise: float
+    """The step noise the interval includes (`advice_noise_ms`)."""
+
+
+def quote(c: replay.Candidate, *, error_pct: float, profiled_ms: float | None, timed_ms: float | None, noise: float) -> Quote:
+    """The gain, its interval and noise in ms of the timed step for candidate `c` of a mode whose replay is off
     its profiled steps by error_pct, whose profiled steps took profiled_ms and timed ones timed_ms, and
     whose noise is `noise` (a timed schedule switch: both modes' noises added). A replayed gain is
     a share of the profiled step, quoted on the timed step (what a rerun measures): × timed / profiled
     (`advice_predicted_gain_ms`); a timed switch is a difference of timed medians as it is."""
     if c.timed:  # two measured medians: their noises add (no replay in it)
         gain = c.gain_us / 1e3
-        return gain, gain - noise, gain + noise, noise
+        return Quote(gain, gain - noise, gain + noise, noise)
     k = timed_ms / profiled_ms if profiled_ms and timed_ms else 1.0
     drift = abs(profiled_ms / timed_ms - 1) if profiled_ms and timed_ms else 0.0
     gain = k * c.gain_us / 1e3
@@ -125,7 +135,7 @@ def quote(
     high = gain + spread
     if c.gain_range_us is not None:  # the call cost's two readings: the interval spans both replays
         high = k * c.gain_range_us[1] / 1e3 + spread
-    return gain, gain - spread, high, noise
+    return Quote(gain, gain - spread, high, noise)
 
 
 def cause_items(name: str, m: ModeMetrics, summary) -> list[AdviceItem]:
@@ -228,13 +238,14 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
         mode = metrics.modes[c.mode]
         base = mode.step_time.median_ms
         other = metrics.modes[c.config["mode"]] if c.timed else None
-        gain, low, high, n = quote(
+        q = quote(
             c,
             error_pct=errors.get(c.mode, 0.0),
             profiled_ms=replayed[c.mode].profiled_ms if c.mode in replayed else None,
             timed_ms=base,
             noise=noise_ms(mode) if other is None else math.hypot(noise_ms(mode), noise_ms(other)),
         )
+        gain, low, high, n = q.gain, q.low, q.high, q.noise
         gains.append((c, gain, n))
         out.append(
             AdviceItem(
