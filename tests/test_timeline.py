@@ -117,3 +117,14 @@ def test_a_giant_name_from_a_trace_is_cut_in_the_legend_and_the_figure_still_dra
     assert max(len(t) for t in texts) <= timeline.FIG_TEXT_CHARS
     assert any(t.startswith("aten::") and t.endswith("…") for t in texts)
     assert timeline.png_bytes(fig).startswith(b"\x89PNG")
+
+
+def test_a_span_far_past_its_step_still_draws_and_gets_no_label_off_the_axis():
+    # The fuzz test's case: a hostile trace's span billions of pixels right of the axis; its label,
+    # clipped away anyway, overflowed FreeType's rasteriser ("raster overflow") when the PNG was drawn.
+    far = 1e13
+    spans = [[1, 1000, 11000, "comm", "split/reduce_scatter"], [1, far, far + 20_000, "compute", "aten::mm"]]
+    fig = timeline.figure(bare_metrics(), {"modes": {"split": {"ranks": [one_rank(0, {1: 50_000}, spans)]}}})
+    labels = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert "RS" in labels or any("reduce" in t for t in labels), labels  # the span on the axis keeps its label
+    assert timeline.png_bytes(fig).startswith(b"\x89PNG")

@@ -314,11 +314,11 @@ def _draw_panel(ax, panel: _ModeStep, *, colours: dict[str, str], xmax_ms: float
             sl = span_label(label)
             y = top + (1 if kind == "comm" else 0)
             ax.add_patch(Rectangle((a, y - lane_h / 2), b - a, lane_h, facecolor=colours[sl.key], edgecolor="white", lw=0.4, zorder=2))
-            if b - a >= min_text_ms:
+            if b - a >= min_text_ms and _inside((a + b) / 2, xmax_ms):
                 ink = "white" if _luminance(colours[sl.key]) < 0.5 else "#222222"
                 ax.text((a + b) / 2, y, sl.short, ha="center", va="center", fontsize=7, color=ink, zorder=4, clip_on=True)
         if r.phases:
-            _draw_phases(ax, r.phases, top=top, min_text_ms=min_text_ms)
+            _draw_phases(ax, r.phases, top=top, min_text_ms=min_text_ms, xmax_ms=xmax_ms)
         if phased:
             yticks.append(top - BAND_OFFSET)
             yticklabels.append("phase")
@@ -348,7 +348,14 @@ def _draw_panel(ax, panel: _ModeStep, *, colours: dict[str, str], xmax_ms: float
         ax.set_title(panel.note, loc="right", fontsize=8.5, style="italic", color="#444444")
 
 
-def _draw_phases(ax, phases: tuple[tuple[float, float, str], ...], *, top: float, min_text_ms: float) -> None:
+def _inside(x_ms: float, xmax_ms: float) -> bool:
+    """Whether a label centred at x_ms lies on the axis (0 to xmax_ms and its margin). One that does not
+    would be clipped away anyway, and FreeType cannot rasterise text billions of pixels off the axis
+    (a hostile trace's span far past its step: "raster overflow")."""
+    return 0.0 <= x_ms <= xmax_ms * 1.01
+
+
+def _draw_phases(ax, phases: tuple[tuple[float, float, str], ...], *, top: float, min_text_ms: float, xmax_ms: float) -> None:
     """The band above a rank's lanes, and a dotted line down through the lanes where each phase starts."""
     y = top - BAND_OFFSET
     for a, b, name in phases:
@@ -360,7 +367,7 @@ def _draw_phases(ax, phases: tuple[tuple[float, float, str], ...], *, top: float
         )
         ax.plot([a, a], [y - BAND_HEIGHT / 2, top + 1.5], color="#777777", lw=0.6, ls=(0, (1, 2)), zorder=1.5)
         text = name if b - a >= 2.5 * min_text_ms else PHASE_SHORT.get(name, name[:3]) if b - a >= min_text_ms else ""
-        if text:
+        if text and _inside((a + b) / 2, xmax_ms):
             ax.text((a + b) / 2, y, text, ha="center", va="center", fontsize=7, color="#222222", zorder=4, clip_on=True)
 
 
