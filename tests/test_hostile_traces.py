@@ -139,7 +139,7 @@ def test_perfetto_on_an_event_field_of_the_wrong_type_is_one_line(tmp_path, caps
 
 
 def _two_ranks_with_a_far_kernel(tmp_path: Path, field: str, value: float) -> Path:
-    """Two GPU ranks' traces, rank 1's last compute kernel with `field` (ts or dur) set to `value`."""
+    """Two GPU ranks' traces, rank 1's last compute kernel with `field` (ts, dur, or both: "ts+dur") set to `value`."""
     from synthetic import gpu_trace, write_trace
 
     folder = tmp_path / "traces"
@@ -147,7 +147,8 @@ def _two_ranks_with_a_far_kernel(tmp_path: Path, field: str, value: float) -> Pa
     for rank in (0, 1):
         doc = gpu_trace([(20, 100, 300)], [(7, 0, 200), (7, 400, 500)], steps=[(1, 0, 1000)], rank=rank, world_size=2)
         if rank == 1:
-            doc["traceEvents"][-1][field] = value
+            for name in field.split("+"):
+                doc["traceEvents"][-1][name] = value
         write_trace(doc, folder / f"rank{rank}.pt.trace.json")
     return folder
 
@@ -183,7 +184,7 @@ def test_a_number_beyond_the_columns_range_is_one_line(tmp_path, capsys, where, 
     assert len(err.strip().splitlines()) == 1 and "is not a PyTorch profiler trace" in err and key in err, err
 
 
-@pytest.mark.parametrize("field, value", [("ts", 1e17), ("ts", 1e308), ("dur", 1e308), ("ts", -1e308)])
+@pytest.mark.parametrize("field, value", [("ts", 1e17), ("ts", 1e308), ("dur", 1e308), ("ts", -1e308), ("ts+dur", 1e308)])
 def test_analyze_on_a_time_beyond_any_profiler_clock_is_one_line_and_no_numpy_warning(tmp_path, capfd, field, value):
     import warnings
 

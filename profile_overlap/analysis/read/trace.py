@@ -447,9 +447,11 @@ def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
     for events in (kernels, cpu):
         if _magnitude(events.ts) + _magnitude(events.dur) <= MAX_TIME_US:
             continue  # no event's |ts| + |dur| exceeds it: found without full-length temporaries
-        far = np.abs(events.ts) + np.abs(events.dur) > MAX_TIME_US  # NaN compares False: those are dropped later
+        with np.errstate(over="ignore"):  # times near the float limit add to inf, which is beyond the bound too
+            far = np.abs(events.ts) + np.abs(events.dur) > MAX_TIME_US  # NaN compares False: those are dropped later
         if far.any():
-            t = float(np.abs(events.ts[far]).max() + np.abs(events.dur[far]).max())
+            with np.errstate(over="ignore"):
+                t = float(np.abs(events.ts[far]).max() + np.abs(events.dur[far]).max())
             raise UserError(
                 f"{path} has an event at or lasting {t:.4g} µs, beyond any profiler clock (±{MAX_TIME_US:.3g} µs, "
                 f"int64 nanoseconds): a corrupt trace; {fix}"
