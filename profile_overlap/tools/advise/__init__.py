@@ -245,8 +245,7 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
             timed_ms=base,
             noise=noise_ms(mode) if other is None else math.hypot(noise_ms(mode), noise_ms(other)),
         )
-        gain, low, high, n = q.gain, q.low, q.high, q.noise
-        gains.append((c, gain, n))
+        gains.append((c, q.gain, q.noise))
         out.append(
             AdviceItem(
                 kind=c.kind,
@@ -256,11 +255,11 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
                 flag=c.flag,
                 code=c.code,
                 baseline_ms=base,
-                predicted_ms=None if base is None else base - gain,
-                predicted_gain_ms=gain,
-                gain_low_ms=low,
-                gain_high_ms=high,
-                worth_it=gain > n,
+                predicted_ms=None if base is None else base - q.gain,
+                predicted_gain_ms=q.gain,
+                gain_low_ms=q.low,
+                gain_high_ms=q.high,
+                worth_it=q.gain > q.noise,
                 verifiable=True,
                 interference=None if c.timed or c.mode not in measured else tuple(measured[c.mode].interference.values()),
                 call_cost=c.call_cost or None,
