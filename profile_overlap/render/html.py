@@ -30,8 +30,8 @@ h3 { font-size: 16px; margin: 20px 0 6px; }
 h4 { font-size: 14px; margin: 16px 0 4px; }
 .sub { color: var(--muted); margin: 0 0 14px; overflow-wrap: anywhere; }
 p { margin: 8px 0; }
-nav { font-size: 13px; color: var(--muted); margin: 6px 0 0; }
-nav a { color: var(--accent); text-decoration: none; margin-right: 12px; white-space: nowrap; }
+nav { font-size: 13px; color: var(--muted); margin: 6px 0 0; display: flex; flex-wrap: wrap; gap: 2px 12px; }
+nav a { color: var(--accent); text-decoration: none; white-space: nowrap; }  /* the links wrap between, never inside */
 a.m { color: inherit; text-decoration: underline dotted var(--accent); text-underline-offset: 2px; }
 a.m:hover { color: var(--accent); }
 .verdict { font-size: 17px; line-height: 1.55; padding: 12px 16px; border-left: 5px solid var(--accent);
