@@ -16,6 +16,7 @@ import gzip
 import json
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -73,6 +74,11 @@ def _no_processes_unless_slow(item: pytest.Item):
 
 
 REPO = Path(__file__).resolve().parent.parent
+# pytest-xdist's workers (`-n 2`) start with COLUMNS=80 and LINES=24 in their environment, which a
+# serial run does not have: every console a test starts would be 80 columns wide there only.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
 # The synthetic trace generator serves the tests and the benchmarks; it is not part of the package.
 sys.path.insert(0, str(REPO / "benchmarks"))
 DATA = Path(__file__).resolve().parent / "data"
@@ -148,14 +154,44 @@ def load_trace(path: Path) -> dict:
         return json.load(f)
 
 
-def _compare_run(tmp_path_factory, nproc: int) -> Path:
-    out = tmp_path_factory.mktemp(f"compare{nproc}")
-    proc = torchrun(["--mode", "compare", "--out", str(out), *COMPARE], nproc=nproc)
+def shared_run(
+    tmp_path_factory, name: str, args: list[str], *, nproc: int, keep_output: bool = False
+) -> tuple[Path, subprocess.CompletedProcess]:
+    """The run folder of `torchrun ... -m profile_overlap ARGS --out OUT` made once per test run, and
+    its process (read-only for tests). Under pytest-xdist (`-n 2`) each worker is its own session, so
+    the first worker to ask makes it in the workers' common base folder while holding a file lock;
+    the others wait on the lock and read the same folder and the saved output. `keep_output`: the
+    output also lands in the run folder, as _stdout.txt and _stderr.txt."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        out = tmp_path_factory.mktemp(name)
+        proc = _made(out, args, nproc=nproc, keep_output=keep_output)
+        return only_run_dir(out), proc
+    from filelock import FileLock  # torch's own dependency
+
+    root = tmp_path_factory.getbasetemp().parent
+    out, done = root / f"shared-{name}", root / f"shared-{name}.json"
+    with FileLock(str(root / f"shared-{name}.lock")):
+        if not done.is_file():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            proc = _made(out, args, nproc=nproc, keep_output=keep_output)
+            done.write_text(json.dumps({"args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}))
+        saved = json.loads(done.read_text())
+    return only_run_dir(out), subprocess.CompletedProcess(saved["args"], saved["returncode"], saved["stdout"], saved["stderr"])
+
+
+def _made(out: Path, args: list[str], *, nproc: int, keep_output: bool) -> subprocess.CompletedProcess:
+    proc = torchrun([*args, "--out", str(out)], nproc=nproc)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    run_dir = only_run_dir(out)
-    (run_dir / "_stdout.txt").write_text(proc.stdout)
-    (run_dir / "_stderr.txt").write_text(proc.stderr)
-    return run_dir
+    if keep_output:
+        (only_run_dir(out) / "_stdout.txt").write_text(proc.stdout)
+        (only_run_dir(out) / "_stderr.txt").write_text(proc.stderr)
+    return proc
+
+
+def _compare_run(tmp_path_factory, nproc: int) -> Path:
+    return shared_run(tmp_path_factory, f"compare{nproc}", ["--mode", "compare", *COMPARE], nproc=nproc, keep_output=True)[0]
 
 
 TINY_TRANSFORMER = ["--model", "transformer", "--dim", "64", "--layers", "2", "--heads", "4", "--seq-len", "16", "--batch", "4"]
@@ -167,10 +203,10 @@ ENGINE_MODES = ("sequential", "split", "ddp", "fsdp2")
 def engine_run_2(tmp_path_factory) -> tuple[Path, str]:
     """A finished 2-rank run of sequential, split, ddp and fsdp2 on the tiny transformer, and its
     stdout (read-only for tests): the engines issue's command at test sizes."""
-    out = tmp_path_factory.mktemp("engines2")
-    proc = torchrun(["--mode", "compare", "--modes", ",".join(ENGINE_MODES), "--out", str(out), *TINY_TRANSFORMER, *FEW_STEPS], nproc=2)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return only_run_dir(out), proc.stdout
+    run_dir, proc = shared_run(
+        tmp_path_factory, "engines2", ["--mode", "compare", "--modes", ",".join(ENGINE_MODES), *TINY_TRANSFORMER, *FEW_STEPS], nproc=2
+    )
+    return run_dir, proc.stdout
 
 
 @pytest.fixture(scope="session")
@@ -188,26 +224,18 @@ def compare_run_4(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def split_run_2(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """A finished 2-rank split-only run at SMALL sizes, and its torchrun process (read-only for tests)."""
-    out = tmp_path_factory.mktemp("split2")
-    proc = torchrun(["--mode", "split", "--out", str(out), *SMALL], nproc=2)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return only_run_dir(out), proc
+    return shared_run(tmp_path_factory, "split2", ["--mode", "split", *SMALL], nproc=2)
 
 
 @pytest.fixture(scope="session")
 def no_profile_run_2(tmp_path_factory) -> Path:
     """A finished 2-rank split run at SMALL sizes with --no-profile: step times, no traces (read-only for tests)."""
-    out = tmp_path_factory.mktemp("noprofile2")
-    proc = torchrun(["--mode", "split", "--no-profile", "--out", str(out), *SMALL], nproc=2)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return only_run_dir(out)
+    return shared_run(tmp_path_factory, "noprofile2", ["--mode", "split", "--no-profile", *SMALL], nproc=2)[0]
 
 
 @pytest.fixture(scope="session")
 def ddp_run_2(tmp_path_factory) -> tuple[Path, str]:
     """A finished 2-rank ddp-only run of the tiny transformer, and its stdout (read-only for tests:
     copy it to write into it)."""
-    out = tmp_path_factory.mktemp("ddp2")
-    proc = torchrun(["--mode", "ddp", "--out", str(out), *TINY_TRANSFORMER, *FEW_STEPS], nproc=2)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return only_run_dir(out), proc.stdout
+    run_dir, proc = shared_run(tmp_path_factory, "ddp2", ["--mode", "ddp", *TINY_TRANSFORMER, *FEW_STEPS], nproc=2)
+    return run_dir, proc.stdout

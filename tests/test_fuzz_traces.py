@@ -191,8 +191,11 @@ def _mutate(draw, doc: dict, what: list[str]) -> dict | bytes:
     elif kind == "outside_steps":
         shift = draw(st.sampled_from([1e6, 1e12, -1e9, 1e17]))
         for e in events:
-            if isinstance(e, dict) and draw(st.booleans()) and not str(e.get("name", "")).startswith("ProfilerStep#"):
-                e["ts"] = float(e.get("ts", 0) or 0) + shift
+            ts = e.get("ts", 0) if isinstance(e, dict) else None
+            if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+                continue  # an earlier mutation gave it a time of another type: a case of its own
+            if draw(st.booleans()) and not str(e.get("name", "")).startswith("ProfilerStep#"):
+                e["ts"] = float(ts or 0) + shift
         if draw(st.booleans()):
             doc["traceEvents"] = [e for e in events if not (isinstance(e, dict) and str(e.get("name", "")).startswith("ProfilerStep#"))]
     elif kind == "distributed":
