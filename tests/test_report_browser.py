@@ -20,15 +20,21 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("width", [1300, 900])
-def test_the_report_fits_the_window_and_every_section_link_is_on_screen(tmp_path: Path, width: int) -> None:
-    run = tmp_path / "run"
+@pytest.fixture(scope="module")
+def report_html(tmp_path_factory) -> Path:
+    """The golden run's report.html, written once for both widths."""
+    run = tmp_path_factory.mktemp("report") / "run"
     shutil.copytree(REPO / "tests" / "golden" / "run", run, ignore=shutil.ignore_patterns("expected"))
     p = cli(["report", str(run)])
     assert p.returncode == 0, p.stderr
+    return run / "report.html"
+
+
+@pytest.mark.parametrize("width", [1300, 900])
+def test_the_report_fits_the_window_and_every_section_link_is_on_screen(report_html: Path, width: int) -> None:
     browser = Browser(width=width, height=900)
     try:
-        browser.page("Page.navigate", url=(run / "report.html").as_uri())
+        browser.page("Page.navigate", url=report_html.as_uri())
         frame_id = browser.page("Page.getFrameTree")["frameTree"]["frame"]["id"]
         frame = Frame(browser, frame_id)
         frame.wait("document.readyState === 'complete' && document.querySelectorAll('nav a').length > 0")
