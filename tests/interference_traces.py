@@ -12,7 +12,9 @@ Two options plant what the trace does not show plainly. `prefetch`: every step's
 an all_gather launched at the end of the step before (the split's prefetch), so the forward is slowed
 throughout; step 0's was launched before the profiler started, so the trace has no event of it.
 `queued_us` (CPU style): gloo's worker starts the all_reduce that long after its c10d op launched it;
-the backward's second pass runs slowed from the launch on.
+the backward's second pass runs slowed from the launch on. `late_end` (CPU style): DDP's reducer
+copies the bucket back (`copy_bucket_to_grad`) when the all_reduce completes, then a third pass runs
+alone, but gloo's worker closes its event only after that pass.
 """
 
 from __future__ import annotations
@@ -43,12 +45,21 @@ def _pass(t: float, rng: np.random.Generator, *, factor: float, jitter: float) -
     return out, t
 
 
-def plan(*, slowdown: float, steps: int = 8, jitter: float = 0.02, seed: int = 0, prefetch: bool = False, queued_us: float = 0.0) -> dict:
+def plan(
+    *,
+    slowdown: float,
+    steps: int = 8,
+    jitter: float = 0.02,
+    seed: int = 0,
+    prefetch: bool = False,
+    queued_us: float = 0.0,
+    late_end: bool = False,
+) -> dict:
     """One rank's steps: {"steps": [(n, start, end)], "phases": [(name, start, end)], "ops": [(i, start,
     end)], "calls": [(kind, issue, start, end)]}; the backward's second pass runs `slowdown` longer, beside
     a call (and with `prefetch`, the forward too)."""
     rng = np.random.default_rng(seed)
-    out: dict = {"steps": [], "phases": [], "ops": [], "calls": []}
+    out: dict = {"steps": [], "phases": [], "ops": [], "calls": [], "done": []}
     t = 1000.0
     gather = None  # the all_gather launched at the end of the step before: (issue, start)
     for n in range(steps):
@@ -61,7 +72,13 @@ def plan(*, slowdown: float, steps: int = 8, jitter: float = 0.02, seed: int = 0
         first, t = _pass(bwd_start, rng, factor=1.0, jitter=jitter)
         issue = t
         second, t = _pass(t + 10, rng, factor=1.0 + slowdown, jitter=jitter)
-        out["calls"].append(("all_reduce", issue, issue + 2 + queued_us, t + 20))  # in flight over the whole second pass
+        end = recorded = t + 20  # in flight over the whole second pass
+        if late_end:  # DDP's reducer has waited for the call: it copies the bucket back, then a pass runs alone
+            out["done"].append(end)
+            third, t = _pass(end + 10, rng, factor=1.0, jitter=jitter)
+            out["ops"] += third
+            recorded = t + 20  # gloo's worker closes its event only now
+        out["calls"].append(("all_reduce", issue, issue + 2 + queued_us, recorded))
         t += 40
         if prefetch:
             gather = (t, t + 2)
@@ -81,6 +98,7 @@ def cpu_doc(p: dict, *, rank: int, world: int) -> dict:
         name, dims, _ = OPERATORS[i]
         events.append(_x("cpu_op", name, PID, s, e - s, {"Input Dims": dims, "Input type": ["float", "float"]}))
         events.append(_x("cpu_op", "aten::as_strided", PID, s + 1, 2, {"Input Dims": [[64]]}))  # inside it, not counted
+    events += [_x("cpu_op", "torch.distributed.ddp.reducer::copy_bucket_to_grad", PID, d, 3, {"Input Dims": [[1024]]}) for d in p["done"]]
     for kind, issue, s, e in p["calls"]:
         sizes = {"Input Dims": [[1024]], "Input type": ["float"]}
         op, work = GLOO[kind]

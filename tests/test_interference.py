@@ -72,6 +72,16 @@ def test_a_collective_is_in_flight_from_its_launch_while_it_waits_for_gloo_s_wor
     assert x["slowdown_pct"] == pytest.approx(25, abs=2)
 
 
+def test_a_collective_is_in_flight_only_until_ddp_s_reducer_has_seen_it_complete(tmp_path):
+    """gloo's worker closes the all_reduce's event after a third backward pass that runs alone, once DDP's
+    reducer has waited for the call and copied the bucket back. Counted to the event's end, that pass's
+    calls would be beside communication at their alone time, 6 pairs a step at about 12%; in flight until
+    the copy, the figure is the planted 25% from the second pass's 3 pairs."""
+    x = _interference(interference_traces.write(tmp_path, slowdown=0.25, style="cpu", late_end=True))
+    assert x["pairs"] == 2 * 8 * 3
+    assert x["slowdown_pct"] == pytest.approx(25, abs=2)
+
+
 def test_without_jitter_the_figure_is_exact_and_its_interval_has_no_width(tmp_path):
     x = _interference(interference_traces.write(tmp_path, slowdown=0.25, style="cpu", jitter=0.0))
     assert (x["slowdown_pct"], x["low_pct"], x["high_pct"]) == pytest.approx((25.0, 25.0, 25.0), abs=1e-6)

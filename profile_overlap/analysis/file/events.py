@@ -22,7 +22,7 @@ from profile_overlap.analysis.file.gloo_groups import infer_groups
 from profile_overlap.analysis.file.gloo_match import match_gloo_pools, match_gloo_work, merge_p2p_ops
 from profile_overlap.analysis.file.phases import PhaseWindows, phase_windows
 from profile_overlap.analysis.file.steps import device_windows
-from profile_overlap.analysis.rank.interference import NO_OPERATORS, Operators, cpu_operators, gpu_operators
+from profile_overlap.analysis.rank.interference import NO_OPERATORS, Operators, cpu_operators, gpu_operators, seen_done
 from profile_overlap.analysis.read.classify import (
     AUTOGRAD_FRAME_RE,
     C10D_PREFIX,
@@ -181,7 +181,7 @@ def extract(trace: Trace) -> FileEvents:
         device = "cpu"
         c = _cpu_events(trace, labeller, main)
         comm, compute, calls, exclude, compute_rows, group_method = c.comm, c.compute, c.calls, c.exclude, c.compute_rows, c.group_method
-        operators = cpu_operators(cpu, compute_rows)
+        operators = cpu_operators(cpu, compute_rows, seen_done(cpu, main))
         compute_rows = np.zeros(0, dtype=np.int64)
         comm_rows = np.zeros(0, dtype=np.int64)
         unclassified = cpu_unclassified(trace, main, iv.union(comm.start, comm.end))

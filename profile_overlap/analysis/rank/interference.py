@@ -8,7 +8,8 @@ known by its name and `Input Dims`; on GPU a compute kernel, known by its kernel
 *alone* when no communication was in flight at any moment of it, *beside* communication when
 communication was in flight for the whole of it (calls partly covered are left out). A collective
 is in flight from its launch to its end: on CPU from its c10d op on the calling thread (the call is
-queued for gloo's worker thread from then) to the end of its gloo work; on GPU its kernel. A
+queued for gloo's worker thread from then) to the end of its gloo work, or until the calling
+thread has seen it complete (`SEEN_DONE`) if that is earlier; on GPU its kernel. A
 collective launched before the profiler started is not in the trace, yet it can still be in flight
 (the split's first forward waits for all_gathers its profiler warmup step launched), so the calls
 that start before the first collective the trace shows launching are left out. For each
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -60,17 +61,34 @@ class Operators(ArrayEq):
     key: np.ndarray
     """int32 code of the call's operator in `keys`."""
     keys: tuple[str, ...]
+    seen_done: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """Sorted times at which the training thread has seen every collective launched before complete
+    (`seen_done`); a collective is in flight at most until the first of them after its start."""
 
 
 NO_OPERATORS = Operators(np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int32), ())
 
+SEEN_DONE = ("torch.distributed.ddp.reducer::copy_bucket_to_grad",)
+"""Operators that run on the training thread only once every collective launched before them has
+completed: DDP's reducer copies each bucket back to the gradients after it waited for all of them."""
 
-def cpu_operators(cpu: Events, rows: np.ndarray) -> Operators:
+
+def seen_done(cpu: Events, main: int | None) -> np.ndarray:
+    """When the training thread `main` (a tid code) started a SEEN_DONE operator, sorted."""
+    codes = [i for i, n in enumerate(cpu.names) if n in SEEN_DONE]
+    if main is None or not codes:
+        return np.zeros(0)
+    rows = np.isin(cpu.name, codes) & (cpu.tid == main)
+    return np.unique(cpu.ts[rows])
+
+
+def cpu_operators(cpu: Events, rows: np.ndarray, done: np.ndarray | None = None) -> Operators:
     """The outermost of the compute operators `rows` (one thread's, nested): an operator is outermost
     when it starts at or after the end of every operator that started before it. Known by name and
-    `Input Dims`."""
+    `Input Dims`. `done`: the thread's `seen_done` times."""
+    done = np.zeros(0) if done is None else done
     if not rows.size:
-        return NO_OPERATORS
+        return Operators(np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int32), (), done)
     ts, dur = cpu.ts[rows], cpu.dur[rows]
     order = np.lexsort((-dur, ts))  # a parent before the child that starts with it
     rows, ts, end = rows[order], ts[order], ts[order] + dur[order]
@@ -82,7 +100,7 @@ def cpu_operators(cpu: Events, rows: np.ndarray) -> Operators:
     unique, key = np.unique(pair, return_inverse=True)
     names = [cpu.names[int(p // (len(cpu.shapes) + 1))] for p in unique.tolist()]
     dims = [cpu.shapes[int(p % (len(cpu.shapes) + 1)) - 1] if p % (len(cpu.shapes) + 1) else "" for p in unique.tolist()]
-    return Operators(ts[leaf], end[leaf], key.astype(np.int32), tuple(f"{n} {d}" for n, d in zip(names, dims)))
+    return Operators(ts[leaf], end[leaf], key.astype(np.int32), tuple(f"{n} {d}" for n, d in zip(names, dims)), done)
 
 
 def gpu_operators(kernels: Events, rows: np.ndarray) -> Operators:
@@ -171,8 +189,10 @@ def measure(
     end = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
     key = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
     inside = iv.covers(steps, start) & iv.covers(steps, np.nextafter(end, -np.inf))
+    done = np.unique(np.concatenate([np.zeros(0), *(ops.seen_done for ops in operators)]))
+    comm = _until_seen(comm, done)
     if calls is not None and len(calls):
-        flight, seen_from = in_flight(calls)
+        flight, seen_from = in_flight(calls, done)
         comm = iv.union(np.concatenate([comm[0], flight[0]]), np.concatenate([comm[1], flight[1]]))
         inside &= start >= seen_from
     start, end, key = start[inside], end[inside], key[inside]
@@ -194,13 +214,33 @@ def measure(
     return RankSample(tuple(out))
 
 
-def in_flight(calls: Calls) -> tuple[iv.Union, float]:
+def in_flight(calls: Calls, done: np.ndarray | None = None) -> tuple[iv.Union, float]:
     """When the rank's collectives were in flight, each from its launch (CPU: its c10d op; else its
-    start) to its end, and the first launch the trace shows: before it, a collective launched before
-    the profiler started can be in flight unseen."""
-    launch = calls.issue_or_start()
+    start) to its end or the first `done` time after its launch, whichever is first, and the first
+    launch the trace shows: before it, a collective launched before the profiler started can be in
+    flight unseen."""
+    launch = np.minimum(calls.issue_or_start(), calls.start_us)
     end = calls.start_us + calls.dur_us
-    return iv.union(np.minimum(launch, calls.start_us), end), float(np.min(launch))
+    if done is not None and done.size:
+        end = np.minimum(end, _first_after(done, launch))
+    return iv.union(launch, end), float(np.min(calls.issue_or_start()))
+
+
+def _first_after(done: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each time, the first of the sorted `done` after it (inf if none)."""
+    i = np.searchsorted(done, t, side="right")
+    out: np.ndarray = np.where(i < done.size, done[np.minimum(i, done.size - 1)], np.inf)
+    return out
+
+
+def _until_seen(u: iv.Union, done: np.ndarray) -> iv.Union:
+    """The union with each interval cut at the first `done` time after its start: from then on the
+    training thread has seen the collective complete, whenever its worker thread's record ends
+    (gloo's can end milliseconds later, when the worker is descheduled before it closes it)."""
+    s, e = u
+    if not done.size or not s.size:
+        return u
+    return iv.union(s, np.minimum(e, _first_after(done, s)))
 
 
 def _covered(u: iv.Union, start: np.ndarray, end: np.ndarray) -> np.ndarray:
