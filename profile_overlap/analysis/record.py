@@ -4,7 +4,7 @@ metrics.json) and timeline.json (`timeline_record`). Keys only ever get added (o
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -12,23 +12,14 @@ import msgspec
 from profile_overlap.analysis.file.replay import OTHER, ReplayStep
 from profile_overlap.analysis.rank.exposed_timeline import rank_exposure
 from profile_overlap.analysis.rank.interference import combine as combine_interference
-from profile_overlap.analysis.rank.per_rank import PhaseMetrics, RankAnalysis
+from profile_overlap.analysis.rank.per_rank import RankAnalysis
 from profile_overlap.analysis.world.cross_rank import RankWait, TraceAnalysis
 from profile_overlap.analysis.world.spread import spread
 from profile_overlap.core.json_text import as_python_json, reindent
 from profile_overlap.core.modes import PHASES
-from profile_overlap.record.analysis import (
-    AnalysisRecord,
-    CollectiveRecord,
-    PhaseRecord,
-    RankRecord,
-    ReplayCallRecord,
-    ReplayStepRecord,
-    StepRecord,
-    as_json,
-    builtin,
-)
+from profile_overlap.record.analysis import AnalysisRecord, RankRecord, ReplayCallRecord, ReplayStepRecord, as_json, builtin
 from profile_overlap.record.build import build_record
+from profile_overlap.record.fields import from_fields
 from profile_overlap.record.integrity import IntegrityRecord
 from profile_overlap.record.metrics import Env, JobFacts, ModeMetrics, RunMetrics, StepTimes
 from profile_overlap.record.timeline import (
@@ -128,32 +119,9 @@ def timeline_record(analyses: Mapping[str, TraceAnalysis | None]) -> dict[str, A
     return plain
 
 
-def _num(x: float | None, digits: int = 3) -> float | None:
-    return None if x is None else _round(x, digits)
-
-
-def _round(x: float, digits: int = 3) -> float:
-    return round(float(x), digits)
-
-
-def _phases(phases: Sequence[PhaseMetrics]) -> tuple[PhaseRecord, ...]:
-    return tuple(
-        PhaseRecord(
-            phase=p.phase,
-            window_us=_num(p.window_us),
-            comm_us=_num(p.comm_us),
-            compute_us=_num(p.compute_us),
-            overlap_us=_num(p.overlap_us),
-            exposed_comm_us=_num(p.exposed_comm_us),
-            sources=tuple(p.sources),
-        )
-        for p in phases
-    )
-
-
 def _finite(x: float | None) -> float | None:
     """A clock figure for strict JSON: None where it is unknown (an infinite uncertainty)."""
-    return None if x is None or not math.isfinite(x) else _num(x)
+    return None if x is None or not math.isfinite(x) else round(float(x), 3)
 
 
 def integrity_record(analysis: TraceAnalysis) -> IntegrityRecord:
@@ -169,61 +137,31 @@ def integrity_record(analysis: TraceAnalysis) -> IntegrityRecord:
 
 
 def _rank(r: RankAnalysis, w: RankWait | None, *, replay: bool) -> RankRecord:
-    return RankRecord(
-        rank=r.rank,
-        device=r.device,
-        comm_us=_round(r.comm_us),
-        compute_us=_round(r.compute_us),
-        overlap_us=_round(r.overlap_us),
-        exposed_comm_us=_round(r.exposed_comm_us),
-        overlap_pct=_num(r.overlap_pct),
-        steps=tuple(
-            StepRecord(
-                step=s.step,
-                step_us=_num(s.step_us),
-                comm_us=_num(s.comm_us),
-                compute_us=_num(s.compute_us),
-                overlap_us=_num(s.overlap_us),
-                exposed_comm_us=_num(s.exposed_comm_us),
-                overlap_pct=_num(s.overlap_pct),
-                phases=_phases(s.phases),
-            )
-            for s in r.steps
-        ),
-        phases=_phases(r.phases),
-        phase_collectives=r.phase_collectives,
-        collectives=tuple(
-            CollectiveRecord(
-                kind=c.kind,
-                count=c.count,
-                nbytes=c.nbytes,
-                dur_us=_round(c.dur_us),
-                algbw_gbps=_num(c.algbw_gbps, 4),
-                busbw_gbps=_num(c.busbw_gbps, 4),
-            )
-            for c in r.collectives
-        ),
-        wait_us=_num(w.wait_us) if w else None,
-        transfer_us=_num(w.transfer_us) if w else None,
+    """The rank's record: its fields by name (steps, phases and collectives too), rounded as the
+    record declares (record/fields.py); the cross-rank wait from `w`."""
+    return from_fields(
+        RankRecord,
+        r,
+        wait_us=w.wait_us if w else None,
+        transfer_us=w.transfer_us if w else None,
         last_arrivals=w.last_arrivals if w else None,
-        last_arrival_pct=_num(w.last_arrival_pct) if w else None,
+        last_arrival_pct=w.last_arrival_pct if w else None,
         replay=tuple(_replay(s) for s in r.replay) if replay else (),
-        fsdp=r.fsdp,
     )
 
 
 def _replay(s: ReplayStep) -> ReplayStepRecord:
+    """A replay step's record: its per-phase busy time by phase name, its calls' columns as records."""
     c = s.calls
     names = (*PHASES, OTHER)
-    return ReplayStepRecord(
-        step=s.step,
-        pre_us=_round(s.pre_us),
-        phase_us={name: _round(x) for name, x in zip(PHASES, s.phase_us)},
+    return from_fields(
+        ReplayStepRecord,
+        s,
+        phase_us=dict(zip(PHASES, s.phase_us)),
         calls=tuple(
-            ReplayCallRecord(kind=c.kinds[k], nbytes=None if nb < 0 else nb, phase=names[p], share_us=round(share, 3))
+            from_fields(ReplayCallRecord, kind=c.kinds[k], nbytes=None if nb < 0 else nb, phase=names[p], share_us=share)
             for k, nb, p, share in zip(c.kind.tolist(), c.nbytes.tolist(), c.phase.tolist(), c.share_us.tolist())
         ),
-        backward_cuts_us=None if s.backward_cuts_us is None else tuple(_round(x) for x in s.backward_cuts_us),
     )
 
 

@@ -14,6 +14,7 @@ import msgspec
 from profile_overlap.core.json_text import as_python_json
 from profile_overlap.record.dimensions import Dimension, Pipeline
 from profile_overlap.record.exposed import Exposed
+from profile_overlap.record.fields import Float3, MaybeFloat3, MaybeFloat4
 from profile_overlap.record.integrity import IntegrityRecord
 from profile_overlap.record.interference import Interference
 from profile_overlap.record.spread import Spread
@@ -44,12 +45,12 @@ class PhaseRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One phase of one step, or summed over a rank's steps (definitions: "Phases")."""
 
     phase: str
-    window_us: float | None
-    comm_us: float | None
-    compute_us: float | None
-    overlap_us: float | None
+    window_us: MaybeFloat3
+    comm_us: MaybeFloat3
+    compute_us: MaybeFloat3
+    overlap_us: MaybeFloat3
     """Communication hidden behind this phase's compute."""
-    exposed_comm_us: float | None
+    exposed_comm_us: MaybeFloat3
     sources: tuple[str, ...] = ()
     """Where the phase's windows came from (analysis/file/phases.py): "labels", or torch's own ranges in
     unlabelled steps; absent before phases were found without labels."""
@@ -59,12 +60,12 @@ class StepRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One ProfilerStep#N window of one rank: its metrics clipped to the window."""
 
     step: int
-    step_us: float | None
-    comm_us: float | None
-    compute_us: float | None
-    overlap_us: float | None
-    exposed_comm_us: float | None
-    overlap_pct: float | None
+    step_us: MaybeFloat3
+    comm_us: MaybeFloat3
+    compute_us: MaybeFloat3
+    overlap_us: MaybeFloat3
+    exposed_comm_us: MaybeFloat3
+    overlap_pct: MaybeFloat3
     phases: tuple[PhaseRecord, ...] = ()
 
 
@@ -85,9 +86,9 @@ class CollectiveRecord(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
     count: int
     nbytes: int | None
-    dur_us: float
-    algbw_gbps: float | None
-    busbw_gbps: float | None
+    dur_us: Float3
+    algbw_gbps: MaybeFloat4
+    busbw_gbps: MaybeFloat4
 
 
 class ReplayCallRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,7 +98,7 @@ class ReplayCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     nbytes: int | None
     phase: str
     """The phase whose window holds the call's issue, or "other"."""
-    share_us: float
+    share_us: Float3
     """Its share of the time communication was busy: calls in flight together share it."""
 
 
@@ -105,12 +106,12 @@ class ReplayStepRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One profiled step of one rank as `whatif` replays it (definitions: "What if")."""
 
     step: int
-    pre_us: float
+    pre_us: Float3
     """Busy time (the step minus its exposed communication) outside every phase window."""
-    phase_us: dict[str, float]
+    phase_us: dict[str, Float3]
     """Busy time inside each phase's window."""
     calls: tuple[ReplayCallRecord, ...]
-    backward_cuts_us: tuple[float, ...] | None
+    backward_cuts_us: tuple[Float3, ...] | None
     """The backward's busy time per unit (forward order), cut at the reduce_scatter launches; None without them."""
 
 
@@ -136,22 +137,22 @@ class RankRecord(msgspec.Struct, frozen=True, kw_only=True):
 
     rank: int
     device: str
-    comm_us: float
-    compute_us: float
-    overlap_us: float
-    exposed_comm_us: float
-    overlap_pct: float | None
+    comm_us: Float3
+    compute_us: Float3
+    overlap_us: Float3
+    exposed_comm_us: Float3
+    overlap_pct: MaybeFloat3
     steps: tuple[StepRecord, ...]
     phases: tuple[PhaseRecord, ...] = ()
     """Summed over the rank's steps; absent before schema 3."""
     phase_collectives: tuple[PhaseCollectiveRecord, ...] = ()
     collectives: tuple[CollectiveRecord, ...] = ()
-    wait_us: float | None = None
+    wait_us: MaybeFloat3 = None
     """Cross-rank wait (definitions: `wait_us`); None when no call was matched across ranks."""
-    transfer_us: float | None = None
+    transfer_us: MaybeFloat3 = None
     last_arrivals: int | None = None
     """The matched calls this rank arrived at last; absent before the integrity checks."""
-    last_arrival_pct: float | None = None
+    last_arrival_pct: MaybeFloat3 = None
     replay: tuple[ReplayStepRecord, ...] = ()
     """Per profiled step, what whatif replays; absent from records written before whatif read it here."""
     fsdp: FsdpRecord | None = None
