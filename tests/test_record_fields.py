@@ -8,8 +8,12 @@ from dataclasses import dataclass
 import msgspec
 import pytest
 
+from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.analysis.record import analysis_record, console_facts
 from profile_overlap.record.analysis import CollectiveRecord, PhaseRecord, ReplayStepRecord, StepRecord
 from profile_overlap.record.fields import from_fields
+
+from conftest import DATA
 
 
 @dataclass
@@ -67,3 +71,21 @@ def test_given_fields_win_over_the_source_and_are_rounded_and_a_field_neither_gi
     assert from_fields(StepRecord, Step(1, 0, 1, 1, 1, 1, 1, 1, ()), step=9).step == 9
     with pytest.raises(AttributeError, match="overlap_pct"):
         from_fields(StepRecord, None, step=1, step_us=1, comm_us=1, compute_us=1, overlap_us=1, exposed_comm_us=1, phases=())
+
+
+def test_the_analyze_consoles_ranks_are_the_records_ranks_unrounded():
+    analysis = analyze_dir(DATA / "gloo_2rank", max_workers=1)
+    record, facts = analysis_record(analysis), console_facts(analysis)
+    assert [c.record.rank for c in facts.ranks] == [r.rank for r in record.ranks]
+    unrounded = 0
+    for c, r in zip(facts.ranks, record.ranks):
+        exact = c.record
+        to_3 = [(exact.comm_us, r.comm_us), (exact.overlap_pct, r.overlap_pct), (exact.wait_us, r.wait_us)]
+        to_3 += [(a.step_us, b.step_us) for a, b in zip(exact.steps, r.steps)]
+        to_4 = [(a.algbw_gbps, b.algbw_gbps) for a, b in zip(exact.collectives, r.collectives)]
+        for digits, pairs in ((3, to_3), (4, to_4)):
+            for x, rounded in pairs:
+                assert rounded == round(x, digits)
+                unrounded += x != rounded
+        assert exact.replay == () and c.group_size.keys() == {k.kind for k in r.collectives}
+    assert unrounded > 0  # the traces' numbers have more than 3 decimals: the console's are the measured ones

@@ -17,7 +17,16 @@ from profile_overlap.analysis.world.cross_rank import RankWait, TraceAnalysis
 from profile_overlap.analysis.world.spread import spread
 from profile_overlap.core.json_text import as_python_json, reindent
 from profile_overlap.core.modes import PHASES
-from profile_overlap.record.analysis import AnalysisRecord, RankRecord, ReplayCallRecord, ReplayStepRecord, as_json, builtin
+from profile_overlap.record.analysis import (
+    AnalysisRecord,
+    ConsoleFacts,
+    ConsoleRank,
+    RankRecord,
+    ReplayCallRecord,
+    ReplayStepRecord,
+    as_json,
+    builtin,
+)
 from profile_overlap.record.build import build_record
 from profile_overlap.record.fields import from_fields
 from profile_overlap.record.integrity import IntegrityRecord
@@ -136,12 +145,13 @@ def integrity_record(analysis: TraceAnalysis) -> IntegrityRecord:
     )
 
 
-def _rank(r: RankAnalysis, w: RankWait | None, *, replay: bool) -> RankRecord:
+def _rank(r: RankAnalysis, w: RankWait | None, *, replay: bool, exact: bool = False) -> RankRecord:
     """The rank's record: its fields by name (steps, phases and collectives too), rounded as the
-    record declares (record/fields.py); the cross-rank wait from `w`."""
+    record declares (record/fields.py; exact: unrounded); the cross-rank wait from `w`."""
     return from_fields(
         RankRecord,
         r,
+        exact=exact,
         wait_us=w.wait_us if w else None,
         transfer_us=w.transfer_us if w else None,
         last_arrivals=w.last_arrivals if w else None,
@@ -181,6 +191,25 @@ def analysis_record(analysis: TraceAnalysis, *, replay: bool = True) -> Analysis
         interference=combine_interference([(r.rank, r.interference) for r in analysis.ranks if r.interference is not None]),
         dimensions=analysis.dimensions,
         pipeline=analysis.pipeline,
+    )
+
+
+def console_facts(analysis: TraceAnalysis) -> ConsoleFacts:
+    """What the `analyze` console shows beside analysis_record(analysis): each rank's record
+    unrounded, its notes, calls matched across ranks and group sizes, and whether --hta-compat
+    dropped a step."""
+    waits = {w.rank: w for w in analysis.waits}
+    return ConsoleFacts(
+        hta_compat=analysis.hta_compat,
+        ranks=tuple(
+            ConsoleRank(
+                record=_rank(r, w := waits.get(r.rank), replay=False, exact=True),
+                notes=r.notes,
+                matched=w.matched if w else 0,
+                group_size={c.kind: c.group_size for c in r.collectives},
+            )
+            for r in analysis.ranks
+        ),
     )
 
 

@@ -186,3 +186,29 @@ class AnalysisRecord(msgspec.Struct, frozen=True, kw_only=True):
 
     def rank(self, rank: int) -> RankRecord | None:
         return next((r for r in self.ranks if r.rank == rank), None)
+
+
+class ConsoleRank(msgspec.Struct, frozen=True, kw_only=True):
+    """One rank as the `analyze` console shows it: its record unrounded, and what the record's JSON leaves out."""
+
+    record: RankRecord
+    """The rank's record with its numbers as measured (record.fields.from_fields(exact=True)): the
+    console prints them to 1 or 2 decimals, and from the record's 3 (rounding twice) about one
+    overlap % in ten would move by 0.01."""
+    notes: tuple[str, ...]
+    """Things the user should know, e.g. that the rank came from the file name."""
+    matched: int
+    """Its calls matched on at least two ranks: without any, the console has no wait/transfer split ("-")."""
+    group_size: dict[str, int | None]
+    """Per collective kind (RankRecord.collectives), its process group's size (the n of busbw)."""
+
+
+class ConsoleFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What the `analyze` console shows beside the AnalysisRecord that the record's JSON does not
+    hold (so analyze --json and metrics.json keep their bytes): made with the record by the analysis
+    (analysis/record.py console_facts), never written."""
+
+    hta_compat: bool
+    """The analysis dropped each rank's last step as HTA does (--hta-compat)."""
+    ranks: tuple[ConsoleRank, ...]
+    """Per rank, in the record's order."""

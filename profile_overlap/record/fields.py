@@ -37,19 +37,21 @@ S = TypeVar("S", bound=msgspec.Struct)
 _Convert = Callable[[Any], Any]
 
 
-def from_fields(cls: type[S], source: object = None, /, **given: Any) -> S:
+def from_fields(cls: type[S], source: object = None, /, *, exact: bool = False, **given: Any) -> S:
     """`cls` with each field from `given`, else from `source`'s attribute of that name, rounded as
-    its type declares; a field neither gives is an AttributeError (no field is left to its default unseen)."""
-    built: S = _builder(cls)(source, given)
+    its type declares (exact: not rounded, for a console that prints fewer decimals: rounding twice
+    would move some of its last digits); a field neither gives is an AttributeError (no field is left
+    to its default unseen)."""
+    built: S = _builder(cls, exact)(source, given)
     return built
 
 
 @functools.cache
-def _builder(cls: type[S]) -> Callable[[object, dict[str, Any]], S]:
+def _builder(cls: type[S], exact: bool) -> Callable[[object, dict[str, Any]], S]:
     """The function that builds `cls`: each field's conversion worked out once, from its type."""
     hints = typing.get_type_hints(cls, include_extras=True)
     names = cls.__struct_fields__
-    converted = tuple((name, convert) for name in names if (convert := _converter(hints[name])) is not None)
+    converted = tuple((name, convert) for name in names if (convert := _converter(hints[name], exact)) is not None)
 
     def build(source: object, given: dict[str, Any]) -> S:
         values = given  # from_fields' own **given, a new dict each call
@@ -63,26 +65,26 @@ def _builder(cls: type[S]) -> Callable[[object, dict[str, Any]], S]:
     return build
 
 
-def _converter(hint: Any) -> _Convert | None:
+def _converter(hint: Any, exact: bool) -> _Convert | None:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is Annotated:
         digits = next((m.digits for m in hint.__metadata__ if isinstance(m, Round)), None)
-        if digits is None:
-            return _converter(args[0])
+        if digits is None or exact:
+            return _converter(args[0], exact)
         if type(None) in typing.get_args(args[0]):
             return lambda x: None if x is None else round(float(x), digits)
         return lambda x: round(float(x), digits)
     if isinstance(hint, type) and issubclass(hint, msgspec.Struct):
         struct = hint
-        return lambda x: x if isinstance(x, struct) else from_fields(struct, x)
+        return lambda x: x if isinstance(x, struct) else from_fields(struct, x, exact=exact)
     if origin in (typing.Union, types.UnionType):
         arms = [a for a in args if a is not type(None)]
-        inner = _converter(arms[0]) if len(arms) == 1 else None
+        inner = _converter(arms[0], exact) if len(arms) == 1 else None
         return None if inner is None else lambda x: None if x is None else inner(x)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        item = _converter(args[0])
+        item = _converter(args[0], exact)
         return None if item is None else lambda xs: tuple(item(x) for x in xs)
     if origin is dict and len(args) == 2:
-        value = _converter(args[1])
+        value = _converter(args[1], exact)
         return None if value is None else lambda d: {k: value(v) for k, v in d.items()}
     return None
