@@ -30,7 +30,7 @@ from profile_overlap.record.analysis import (
 from profile_overlap.record.build import build_record
 from profile_overlap.record.fields import from_fields
 from profile_overlap.record.integrity import IntegrityRecord
-from profile_overlap.record.metrics import Env, JobFacts, ModeMetrics, RunMetrics, StepTimes
+from profile_overlap.record.metrics import FOLDER, FOLDER_MODE, Env, JobFacts, ModeMetrics, RankEnv, RunMetrics, StepTimes
 from profile_overlap.record.timeline import (
     PhaseWindow,
     Timeline,
@@ -228,6 +228,35 @@ def traced_record(
     verification; `run_dir` defaults to the folder the traces came from."""
     modes = {mode: ModeMetrics(mode=mode, step_time=step_time, memory=(), checks=(), trace_dir=trace_dir, analysis=analysis_record(result))}
     return build_record(run_dir=run_dir or facts.source, config=config, env=env, modes=modes, job=facts)
+
+
+def folder_metrics(result: TraceAnalysis, *, out_dir: str) -> RunMetrics:
+    """The metrics record of a bare folder of traces (`analyze --tensorboard`: the Overlap tab reads it
+    from out_dir): one mode, FOLDER_MODE, whose `analysis` is the `analyze --json` record; no step
+    times, memory or verification for a job we only have traces of."""
+    facts = JobFacts(
+        kind=FOLDER,
+        source=result.source,
+        trace_files=sum(len(r.files) for r in result.ranks),
+        profiled_steps=max((len(r.steps) for r in result.ranks), default=0),
+        profiled_ranks=tuple(sorted(r.rank for r in result.ranks)),
+    )
+    return traced_record(
+        result,
+        mode=FOLDER_MODE,
+        step_time=StepTimes.from_times([], method="none (traces only)"),
+        trace_dir=result.source,
+        facts=facts,
+        run_dir=out_dir,
+        config={"source": result.source, "hta_compat": result.hta_compat},
+        env=Env(
+            command="profile_overlap analyze --tensorboard",
+            backend=next((r.backend for r in result.ranks if r.backend), None),
+            device_type=result.ranks[0].device if result.ranks else None,
+            world_size=result.world_size,
+            ranks=tuple(RankEnv(rank=r.rank, host="?", device=r.device) for r in result.ranks),
+        ),
+    )
 
 
 _REPLAY_SLOT = b'\n   "replay": []'

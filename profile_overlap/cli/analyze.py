@@ -120,9 +120,11 @@ def main(args: argparse.Namespace) -> int:
             raise UserError(f"cannot write {args.json}: {err.strerror}; pick a writable path for --json") from None
         print(f"wrote {args.json}, {ranks_csv.name} and {steps_csv.name}")
     if args.tensorboard:
-        from profile_overlap.tb_plugin.export import write_plugin_data
+        from profile_overlap.analysis.record import folder_metrics, timeline_of
+        from profile_overlap.tb_plugin.export import FOREIGN_MODE, write_plugin_data
 
-        out = write_plugin_data(args.dir / "overlap" if args.tensorboard is True else args.tensorboard, analysis)
+        out_dir = args.dir / "overlap" if args.tensorboard is True else args.tensorboard
+        out = write_plugin_data(out_dir, folder_metrics(analysis, out_dir=str(out_dir)), timeline_of({FOREIGN_MODE: analysis}))
         print(f"wrote {out}/metrics.json and timeline.json: `tensorboard --logdir {out.parent}` shows them in the Overlap tab")
     errors = analysis.integrity.errors
     if args.strict and errors:
