@@ -89,3 +89,10 @@ def test_the_analyze_consoles_ranks_are_the_records_ranks_unrounded():
                 unrounded += x != rounded
         assert exact.replay == () and c.group_size.keys() == {k.kind for k in r.collectives}
     assert unrounded > 0  # the traces' numbers have more than 3 decimals: the console's are the measured ones
+
+
+def test_a_record_struct_the_analysis_made_with_its_numbers_as_measured_is_rounded_when_the_record_is_built():
+    measured = PhaseRecord(phase="forward", window_us=1 / 3, comm_us=2 / 3, compute_us=0.0, overlap_us=0.0, exposed_comm_us=2 / 3)
+    step = from_fields(StepRecord, Step(1, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, None, (measured,)))
+    assert (step.phases[0].window_us, step.phases[0].comm_us) == (0.333, 0.667)
+    assert from_fields(StepRecord, Step(1, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, None, (measured,)), exact=True).phases == (measured,)

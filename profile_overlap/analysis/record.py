@@ -147,8 +147,9 @@ def integrity_record(analysis: TraceAnalysis) -> IntegrityRecord:
 
 def _rank(r: RankAnalysis, w: RankWait | None, *, replay: bool, exact: bool = False) -> RankRecord:
     """The rank's record: its fields by name (steps, phases and collectives too), rounded as the
-    record declares (record/fields.py; exact: unrounded); the cross-rank wait from `w`."""
-    return from_fields(
+    record declares (record/fields.py; exact: unrounded); the cross-rank wait from `w`. The replay
+    steps, records already, go in after (from_fields would build each of their calls again)."""
+    record = from_fields(
         RankRecord,
         r,
         exact=exact,
@@ -156,23 +157,21 @@ def _rank(r: RankAnalysis, w: RankWait | None, *, replay: bool, exact: bool = Fa
         transfer_us=w.transfer_us if w else None,
         last_arrivals=w.last_arrivals if w else None,
         last_arrival_pct=w.last_arrival_pct if w else None,
-        replay=tuple(_replay(s) for s in r.replay) if replay else (),
+        replay=(),
     )
+    return msgspec.structs.replace(record, replay=tuple(_replay(s) for s in r.replay)) if replay else record
 
 
 def _replay(s: ReplayStep) -> ReplayStepRecord:
-    """A replay step's record: its per-phase busy time by phase name, its calls' columns as records."""
+    """A replay step's record: its per-phase busy time by phase name, its calls' columns as records
+    (they go in after: from_fields would build each call again)."""
     c = s.calls
     names = (*PHASES, OTHER)
-    return from_fields(
-        ReplayStepRecord,
-        s,
-        phase_us=dict(zip(PHASES, s.phase_us)),
-        calls=tuple(
-            from_fields(ReplayCallRecord, kind=c.kinds[k], nbytes=None if nb < 0 else nb, phase=names[p], share_us=share)
-            for k, nb, p, share in zip(c.kind.tolist(), c.nbytes.tolist(), c.phase.tolist(), c.share_us.tolist())
-        ),
+    calls = tuple(
+        from_fields(ReplayCallRecord, kind=c.kinds[k], nbytes=None if nb < 0 else nb, phase=names[p], share_us=share)
+        for k, nb, p, share in zip(c.kind.tolist(), c.nbytes.tolist(), c.phase.tolist(), c.share_us.tolist())
     )
+    return msgspec.structs.replace(from_fields(ReplayStepRecord, s, phase_us=dict(zip(PHASES, s.phase_us)), calls=()), calls=calls)
 
 
 def analysis_record(analysis: TraceAnalysis, *, replay: bool = True) -> AnalysisRecord:

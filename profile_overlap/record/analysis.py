@@ -42,18 +42,28 @@ def builtin(x: Any) -> Any:
 
 
 class PhaseRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """One phase of one step, or summed over a rank's steps (definitions: "Phases")."""
+    """One phase (forward, backward, optimizer) of one step, or summed over a rank's steps
+    (definitions: "Phases"): the communication hidden behind the phase's compute and the
+    communication exposed in its window. The analysis makes it (analysis/rank/per_rank.py) with its
+    numbers as measured; the record's are rounded (from_fields)."""
 
     phase: str
-    window_us: MaybeFloat3
-    comm_us: MaybeFloat3
-    compute_us: MaybeFloat3
-    overlap_us: MaybeFloat3
-    """Communication hidden behind this phase's compute."""
-    exposed_comm_us: MaybeFloat3
+    window_us: Float3
+    """Length of the union of the phase's windows (clipped to the step)."""
+    comm_us: Float3
+    """|∪comm ∩ window|."""
+    compute_us: Float3
+    """|∪compute ∩ window|."""
+    overlap_us: Float3
+    """|∪comm ∩ ∪compute ∩ window|: communication hidden behind this phase's compute."""
+    exposed_comm_us: Float3
+    """comm_us − overlap_us: communication exposed inside this phase's window."""
     sources: tuple[str, ...] = ()
-    """Where the phase's windows came from (analysis/file/phases.py): "labels", or torch's own ranges in
-    unlabelled steps; absent before phases were found without labels."""
+    """Where the window came from (analysis/file/phases.py): "labels", an engine whose own ranges
+    placed it (classify.ENGINE_RANGES: "FSDP2", "DDP", "torch.optim", "profile_overlap"),
+    "autograd" (backward from autograd's frames) or "step" (forward: the step before the
+    backward); over a rank's steps, each source once, in the order first met. Absent before phases
+    were found without labels."""
 
 
 class StepRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,7 +87,7 @@ class PhaseCollectiveRecord(msgspec.Struct, frozen=True, kw_only=True):
     count: int
     nbytes: int | None
     """Sum of the calls' sizes; None when some call's size is unknown."""
-    dur_us: float
+    dur_us: Float3
 
 
 class CollectiveRecord(msgspec.Struct, frozen=True, kw_only=True):

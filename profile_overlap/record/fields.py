@@ -75,8 +75,12 @@ def _converter(hint: Any, exact: bool) -> _Convert | None:
             return lambda x: None if x is None else round(float(x), digits)
         return lambda x: round(float(x), digits)
     if isinstance(hint, type) and issubclass(hint, msgspec.Struct):
+        # Built again even from its own type: the analysis makes some record structs (a phase) with
+        # their numbers as measured, and the record rounds them here.
         struct = hint
-        return lambda x: x if isinstance(x, struct) else from_fields(struct, x, exact=exact)
+        if exact:
+            return lambda x: x if isinstance(x, struct) else from_fields(struct, x, exact=True)
+        return lambda x: from_fields(struct, x)
     if origin in (typing.Union, types.UnionType):
         arms = [a for a in args if a is not type(None)]
         inner = _converter(arms[0], exact) if len(arms) == 1 else None
