@@ -3,9 +3,11 @@
 Each record field declares its decimals on its own type (`Annotated[float, Round(3)]`, or the
 aliases below); `from_fields(Record, source, **given)` takes every field of `Record` from `given`,
 else from the attribute of `source` of the same name, rounds it as declared and builds nested
-record structs (a struct, or a tuple or dict of them) from their sources the same way. The analysis
-keeps its numbers unrounded (a job's step times and the phases' sums are made from them); the
-record's are rounded once, here."""
+record structs (a struct, or a tuple or dict of them) from their sources the same way, even a source
+of the struct's own type (the analysis makes a phase's PhaseRecord with its numbers as measured).
+The analysis keeps its numbers unrounded (a job's step times and the phases' sums are made from
+them); the record's are rounded once, here. exact=True builds the same structs unrounded, for the
+`analyze` console, which prints fewer decimals than the record keeps."""
 
 from __future__ import annotations
 
