@@ -24,11 +24,11 @@ import msgspec
 
 from profile_overlap.api.job import ensure_record, is_job_record
 from profile_overlap.core.errors import UserError
-from profile_overlap.core.files import METRICS_JSON, STATUS_JSON
+from profile_overlap.core.files import ADVICE_JSON, METRICS_JSON, STATUS_JSON
 from profile_overlap.core.io import write_json_atomic
 from profile_overlap.core.modes import MODES
 from profile_overlap.record import noise
-from profile_overlap.record.advice import ADVICE_JSON, NOTHING, SCHEMA, Advice, AdviceItem
+from profile_overlap.record.advice import NOTHING, SCHEMA, Advice, AdviceItem
 from profile_overlap.record.config import RunConfig
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.interference_used import UsedInterference, overall
