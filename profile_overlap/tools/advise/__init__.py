@@ -245,7 +245,7 @@ def replay_items(
             continue
         mode = metrics.modes[c.mode]
         base = mode.step_time.median_ms
-        other = metrics.modes[c.config["mode"]] if c.timed else None
+        other = metrics.modes[c.to_mode] if c.timed and c.to_mode is not None else None
         q = quote(
             c,
             error_pct=errors.get(c.mode, 0.0),
