@@ -14,7 +14,8 @@ throughout; step 0's was launched before the profiler started, so the trace has 
 `queued_us` (CPU style): gloo's worker starts the all_reduce that long after its c10d op launched it;
 the backward's second pass runs slowed from the launch on. `late_end` (CPU style): DDP's reducer
 copies the bucket back (`copy_bucket_to_grad`) when the all_reduce completes, then a third pass runs
-alone, but gloo's worker closes its event only after that pass.
+alone, but gloo's worker closes its event only after that pass. `scale`: every operator's
+duration times it (0.01: calls of about a microsecond).
 """
 
 from __future__ import annotations
@@ -35,11 +36,13 @@ GLOO = {"all_reduce": ("c10d::allreduce_", "gloo:all_reduce"), "all_gather": ("c
 GPU_KERNELS = ("void gemm_64x64_kernel(float*)", "void elementwise_add_kernel(float*)", "void gemm_32x64_kernel(float*)")
 
 
-def _pass(t: float, rng: np.random.Generator, *, factor: float, jitter: float) -> tuple[list[tuple[int, float, float]], float]:
-    """OPERATORS once from t, 5 µs apart: (operator index, start, end) and where it ended."""
+def _pass(
+    t: float, rng: np.random.Generator, *, factor: float, jitter: float, scale: float = 1.0
+) -> tuple[list[tuple[int, float, float]], float]:
+    """OPERATORS once from t, 5 µs apart, each `scale` times its alone µs: (operator index, start, end) and where it ended."""
     out = []
     for i, (_, _, us) in enumerate(OPERATORS):
-        d = us * factor * (1 + rng.uniform(-jitter, jitter))
+        d = us * scale * factor * (1 + rng.uniform(-jitter, jitter))
         out.append((i, t, t + d))
         t += d + 5
     return out, t
@@ -54,6 +57,7 @@ def plan(
     prefetch: bool = False,
     queued_us: float = 0.0,
     late_end: bool = False,
+    scale: float = 1.0,
 ) -> dict:
     """One rank's steps: {"steps": [(n, start, end)], "phases": [(name, start, end)], "ops": [(i, start,
     end)], "calls": [(kind, issue, start, end)]}; the backward's second pass runs `slowdown` longer, beside
@@ -64,18 +68,18 @@ def plan(
     gather = None  # the all_gather launched at the end of the step before: (issue, start)
     for n in range(steps):
         step_start = t
-        fwd, t = _pass(t, rng, factor=1.0 + slowdown if prefetch else 1.0, jitter=jitter)
+        fwd, t = _pass(t, rng, factor=1.0 + slowdown if prefetch else 1.0, jitter=jitter, scale=scale)
         if gather is not None:
             out["calls"].append(("all_gather", *gather, t + 5))
         out["phases"].append(("forward", step_start, t))
         bwd_start = t + 5
-        first, t = _pass(bwd_start, rng, factor=1.0, jitter=jitter)
+        first, t = _pass(bwd_start, rng, factor=1.0, jitter=jitter, scale=scale)
         issue = t
-        second, t = _pass(t + 10, rng, factor=1.0 + slowdown, jitter=jitter)
+        second, t = _pass(t + 10, rng, factor=1.0 + slowdown, jitter=jitter, scale=scale)
         end = recorded = t + 20  # in flight over the whole second pass
         if late_end:  # DDP's reducer has waited for the call: it copies the bucket back, then a pass runs alone
             out["done"].append(end)
-            third, t = _pass(end + 10, rng, factor=1.0, jitter=jitter)
+            third, t = _pass(end + 10, rng, factor=1.0, jitter=jitter, scale=scale)
             out["ops"] += third
             recorded = t + 20  # gloo's worker closes its event only now
         out["calls"].append(("all_reduce", issue, issue + 2 + queued_us, recorded))

@@ -14,6 +14,7 @@ from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.analysis.rank.interference import EXACT_UP_TO, _resampled_means, _sample
 from profile_overlap.analysis.record import analysis_record, to_json
 from profile_overlap.cli.main import main
+from profile_overlap.record.interference import MIN_PAIRS
 from profile_overlap.record.interference_used import NONE, OPERATORS, SPLIT_BLOCKING, UsedInterference, charged, used_interference
 from profile_overlap.record.load import load_metrics
 from profile_overlap.record.metrics import PhaseInterference
@@ -80,6 +81,18 @@ def test_a_collective_is_in_flight_only_until_ddp_s_reducer_has_seen_it_complete
     x = _interference(interference_traces.write(tmp_path, slowdown=0.25, style="cpu", late_end=True))
     assert x["pairs"] == 2 * 8 * 3
     assert x["slowdown_pct"] == pytest.approx(25, abs=2)
+
+
+def test_microsecond_calls_beside_communication_give_no_figure_and_analyze_says_why(tmp_path, capsys):
+    """Tens of pairs a rank, but of calls of about a microsecond (tens of µs of compute beside the
+    all_reduce): one call descheduled for a microsecond would decide the figure, so there is none."""
+    folder = interference_traces.write(tmp_path, slowdown=0.25, style="cpu", scale=0.01)
+    x = _interference(folder)
+    assert x["pairs"] >= 2 * 8 * 3 and x["slowdown_pct"] is None
+    assert all(r["pairs"] >= MIN_PAIRS and r["slowdown_pct"] is None for r in x["ranks"].values())
+    assert main(["analyze", str(folder)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"too little compute beside communication ({x['pairs']} pairs, under the 1 ms needed)" in out
 
 
 def test_without_jitter_the_figure_is_exact_and_its_interval_has_no_width(tmp_path):

@@ -10,13 +10,16 @@ import msgspec
 
 MIN_PAIRS = 10
 """Fewer pairs than this give no figure (slowdown_pct None): say so, and fall back."""
+MIN_BESIDE_US = 1000.0
+"""Nor does less compute beside communication than this (µs, the pairs' beside time): a DDP bucket's
+finalize views 29 calls of 1 µs each, and one call descheduled for a microsecond decides such a figure."""
 
 
 class InterferenceEstimate(msgspec.Struct, frozen=True, kw_only=True):
     """One interference figure and its 95% interval, % (definitions: `interference_slowdown_pct`)."""
 
     slowdown_pct: float | None
-    """None with fewer than MIN_PAIRS pairs."""
+    """None with fewer than MIN_PAIRS pairs, or under MIN_BESIDE_US of compute beside communication."""
     low_pct: float | None
     high_pct: float | None
     pairs: int

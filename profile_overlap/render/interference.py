@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
-from profile_overlap.record.interference import MIN_PAIRS, Interference, InterferenceEstimate
+from profile_overlap.record.interference import MIN_BESIDE_US, MIN_PAIRS, Interference, InterferenceEstimate
 
 
 def figure(e: InterferenceEstimate) -> str:
-    """ "+12.3% [+10.1, +14.0] (48 pairs)", or "too few pairs (3 of the 10 needed)"."""
-    if e.slowdown_pct is None:
+    """ "+12.3% [+10.1, +14.0] (48 pairs)", "too few pairs (3 of the 10 needed)", or "too little compute
+    beside communication (29 pairs, under the 1 ms needed)"."""
+    if e.slowdown_pct is None and e.pairs < MIN_PAIRS:
         return f"too few pairs ({e.pairs} of the {MIN_PAIRS} needed)"
+    if e.slowdown_pct is None:
+        return f"too little compute beside communication ({e.pairs} pairs, under the {MIN_BESIDE_US / 1e3:g} ms needed)"
     interval = f" [{e.low_pct:+.1f}, {e.high_pct:+.1f}]" if e.low_pct is not None and e.high_pct is not None else ""
     return f"{e.slowdown_pct:+.1f}%{interval} ({e.pairs} pairs)"
 

@@ -43,7 +43,7 @@ from profile_overlap.analysis.file.call_columns import Calls
 from profile_overlap.analysis.read.trace import Events
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.modes import PHASES
-from profile_overlap.record.interference import MIN_PAIRS, Interference, InterferenceEstimate, RankInterference
+from profile_overlap.record.interference import MIN_BESIDE_US, MIN_PAIRS, Interference, InterferenceEstimate, RankInterference
 
 RESAMPLES = 400
 SEED = 36
@@ -132,8 +132,9 @@ class Sample(ArrayEq):
         )
 
     def estimate(self) -> InterferenceEstimate:
-        """The figure in %, and its interval; None with fewer than MIN_PAIRS pairs."""
-        if self.pairs < MIN_PAIRS or self.alone_us <= 0:
+        """The figure in %, and its interval; None with fewer than MIN_PAIRS pairs or under
+        MIN_BESIDE_US of compute beside communication."""
+        if self.pairs < MIN_PAIRS or self.beside_us < MIN_BESIDE_US or self.alone_us <= 0:
             return InterferenceEstimate(slowdown_pct=None, low_pct=None, high_pct=None, pairs=self.pairs)
         boot = 100 * (self.boot_beside_us / self.boot_alone_us - 1)
         low, high = np.percentile(boot, [2.5, 97.5]).tolist()
