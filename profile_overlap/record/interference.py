@@ -11,8 +11,9 @@ import msgspec
 MIN_PAIRS = 10
 """Fewer pairs than this give no figure (slowdown_pct None): say so, and fall back."""
 MIN_BESIDE_US = 1000.0
-"""Nor does less compute beside communication than this (µs, the pairs' beside time): a DDP bucket's
-finalize views 29 calls of 1 µs each, and one call descheduled for a microsecond decides such a figure."""
+"""Nor does less compute beside communication than this (µs, at its alone time: Σ n_k · mean(alone_k), so a
+call stalled beside communication adds nothing to it): a DDP bucket's finalize views 29 calls of 1 µs
+each, and one call descheduled for a microsecond decides such a figure."""
 
 
 class InterferenceEstimate(msgspec.Struct, frozen=True, kw_only=True):

@@ -133,8 +133,8 @@ class Sample(ArrayEq):
 
     def estimate(self) -> InterferenceEstimate:
         """The figure in %, and its interval; None with fewer than MIN_PAIRS pairs or under
-        MIN_BESIDE_US of compute beside communication."""
-        if self.pairs < MIN_PAIRS or self.beside_us < MIN_BESIDE_US or self.alone_us <= 0:
+        MIN_BESIDE_US of compute beside communication at its alone time (a stalled call adds none)."""
+        if self.pairs < MIN_PAIRS or self.alone_us < MIN_BESIDE_US:
             return InterferenceEstimate(slowdown_pct=None, low_pct=None, high_pct=None, pairs=self.pairs)
         boot = 100 * (self.boot_beside_us / self.boot_alone_us - 1)
         low, high = np.percentile(boot, [2.5, 97.5]).tolist()
