@@ -119,7 +119,9 @@ def test_verify_on_ddp_at_the_default_bucket_runs_a_smaller_bucket_that_overlaps
     run_dir = tmp_path / "run"
     shutil.copytree(ddp_run_2[0], run_dir)  # --verify writes its runs, advice.json and the report into the folder
     measured = json.loads((run_dir / "metrics.json").read_text())["modes"]["ddp"]["analysis"]["interference"]["ranks"]
-    assert all(r["pairs"] < 10 for r in measured.values())  # in flight only until DDP's reducer has seen the all_reduce complete
+    # No figure of its own: the all_reduce is in flight only until DDP's reducer has seen it complete, and what
+    # runs beside it before then is the finalize's bucket views, microseconds of compute (under the 1 ms needed).
+    assert all(r["slowdown_pct"] is None for r in measured.values())
     proc = cli(["advise", str(run_dir), "--calibrate", "--verify", "--repeats", "2"], timeout=1800)
     assert proc.returncode == 0, proc.stderr
     advice = json.loads((run_dir / "advice.json").read_text())
