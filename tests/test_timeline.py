@@ -142,3 +142,14 @@ def test_control_characters_from_a_trace_are_not_drawn_and_matplotlib_has_nothin
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert timeline.png_bytes(fig).startswith(b"\x89PNG") and timeline.to_svg(fig).startswith("<svg")
+
+
+def test_a_step_of_no_time_draws_an_axis_and_matplotlib_has_nothing_to_warn_about():
+    # The fuzz's case: a hostile trace's only step lasts 0 µs, and matplotlib warned on the terminal
+    # ("Attempting to set identical low and high xlims") for every figure drawn of it.
+    fig = timeline.figure(bare_metrics(), {"modes": {"split": {"ranks": [one_rank(0, {1: 0.0}, [])]}}})
+    (low, high) = fig.axes[0].get_xlim()
+    assert low == 0 and high > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert timeline.png_bytes(fig).startswith(b"\x89PNG")

@@ -107,7 +107,8 @@ def figure(
         raise UserError("timeline.json holds no profiled steps; rerun with profiling on (drop --no-profile)")
     panels = [_select(name, in_file[name], metrics, step=step, max_ranks=max_ranks) for name in names]
     # The time axis, colours and lane layout come from every mode, so that figures drawn separately still compare.
-    xmax_ms = max(r.lead_ms + r.step_us / 1e3 for p in panels for r in p.ranks)
+    # At least 1 µs: a hostile trace's steps can last no time, and an axis from 0 to 0 is singular.
+    xmax_ms = max(1e-3, *(r.lead_ms + r.step_us / 1e3 for p in panels for r in p.ranks))
     colours = _colour_map(panels)
     phased = any(r.phases for p in panels for r in p.ranks)
     if modes is not None:
