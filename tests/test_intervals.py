@@ -85,3 +85,18 @@ def test_gap_merges_close_intervals():
 def test_float_times():
     x = u((0.25, 0.75), (0.5, 1.5))
     assert np.isclose(iv.length(x), 1.25)
+
+
+def test_merge_of_two_unions_is_the_union_of_their_intervals():
+    assert pairs(iv.merge(u((0, 2), (5, 6)), u((2, 3), (6.5, 7)))) == [(0, 3), (5, 6), (6.5, 7)]
+    assert pairs(iv.merge(u(), u((1, 2)))) == [(1, 2)] and pairs(iv.merge(u((1, 2)), u())) == [(1, 2)]
+    # Bit for bit what `union` of the concatenation gives, ties and touching ends included.
+    rng = np.random.default_rng(0)
+    for trial in range(500):
+        a, b = (
+            iv.union(s, s + rng.integers(1, 5, s.size) * (rng.random(s.size) if trial % 3 else 1))
+            for s in (rng.integers(0, 40, rng.integers(0, 30)).astype(float) for _ in range(2))
+        )
+        want = iv.union(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
+        got = iv.merge(a, b)
+        assert all(np.array_equal(x, y) for x, y in zip(got, want)), (a, b)

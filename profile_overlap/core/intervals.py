@@ -40,6 +40,32 @@ def union(starts: npt.ArrayLike, ends: npt.ArrayLike, *, gap: float = 0.0) -> Un
     return starts[first], reach[last]
 
 
+def merge(a: Union, b: Union) -> Union:
+    """`union` of two unions' intervals together, the same result as `union` of their
+    concatenation: each is already sorted, so they are interleaved by position (`a` first among
+    equal starts, as the stable sort would) instead of concatenated and argsorted (less memory:
+    the two inputs are not copied before the sort)."""
+    (a_s, a_e), (b_s, b_e) = a, b
+    if not a_s.size or not b_s.size:
+        return (a_s, a_e) if a_s.size else (b_s, b_e)
+    n = a_s.size + b_s.size
+    starts, ends = np.empty(n), np.empty(n)
+    at = np.searchsorted(b_s, a_s, side="left") + np.arange(a_s.size)
+    starts[at], ends[at] = a_s, a_e
+    del at
+    at = np.searchsorted(a_s, b_s, side="right") + np.arange(b_s.size)
+    starts[at], ends[at] = b_s, b_e
+    del at
+    reach = np.maximum.accumulate(ends, out=ends)
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.greater(starts[1:], reach[:-1], out=new[1:])
+    first = np.flatnonzero(new)
+    del new
+    last = np.append(first[1:] - 1, n - 1)
+    return starts[first], reach[last]
+
+
 def group_ids(starts: npt.ArrayLike, ends: npt.ArrayLike, *, gap: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Like `union`, but return (order, group): the sort order of the input and, for each sorted
     interval, the index of the merged interval it falls in. Lets callers aggregate per group."""

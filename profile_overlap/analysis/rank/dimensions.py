@@ -94,12 +94,33 @@ def _lengths_in(u: iv.Union, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return lengths
 
 
+def _most_common_size(sizes: np.ndarray) -> int | None:
+    """The most common of the known (> 0) group sizes, the first met among equally common ones
+    (as Counter.most_common(1)); None when none is known."""
+    sizes = sizes[sizes > 0]
+    if not sizes.size:
+        return None
+    values, first, counts = np.unique(sizes, return_index=True, return_counts=True)
+    top = np.flatnonzero(counts == counts.max())
+    return int(values[top[np.argmin(first[top])]])
+
+
 def _busbw(calls: Calls, sel: np.ndarray) -> float | None:
     """Σ bytes · bus factor(kind, group size) / Σ duration (GB/s) over the sized calls in `sel`."""
-    kind, nb, dur, n = calls.kind[sel], calls.nbytes[sel], calls.dur_us[sel], calls.group_size[sel]
-    pairs, which = np.unique(np.stack([kind.astype(np.int64), n]), axis=1, return_inverse=True)
-    table = [bus_factor(calls.kinds[k], g) if g > 0 else None for k, g in zip(pairs[0].tolist(), pairs[1].tolist())]
-    factor = np.array([np.nan if f is None else f for f in table] or [np.nan])[which.reshape(-1)] if kind.size else np.zeros(0)
+    kind, n = calls.kind[sel], calls.group_size[sel]
+    if not kind.size:
+        return None
+    # One code per (kind, group size) pair, the factor looked up per distinct pair.
+    low = int(n.min())
+    span = int(n.max()) - low + 1
+    code = kind.astype(np.int64) * span + (n - low)
+    del kind
+    pairs, which = np.unique(code, return_inverse=True)
+    del code
+    table = [bus_factor(calls.kinds[p // span], p % span + low) if p % span + low > 0 else None for p in pairs.tolist()]
+    factor = np.array([np.nan if f is None else f for f in table])[which.reshape(-1)]
+    del which
+    nb, dur = calls.nbytes[sel], calls.dur_us[sel]
     ok = (nb >= 0) & ~np.isnan(factor)
     total = float(dur[ok].sum())
     return float((nb[ok] * factor[ok]).sum()) / (total * 1e3) if total > 0 else None
@@ -122,9 +143,7 @@ def rank_dimensions(
     for code, pg in enumerate(calls.pgs):
         if pg == UNPLACED:
             continue
-        sizes = calls.group_size[calls.pg == code]
-        size = int(Counter(sizes[sizes > 0].tolist()).most_common(1)[0][0]) if (sizes > 0).any() else None
-        dim_of_pg[code] = dimension_name(info.get(pg), size=size, world=world)
+        dim_of_pg[code] = dimension_name(info.get(pg), size=_most_common_size(calls.group_size[calls.pg == code]), world=world)
     step_num, step_start, step_end = step_table.num, step_table.start_us, step_table.end_us
     windows = step_table.union() if step_table.size else None
     phase, phase_start, phase_end = phases
@@ -137,14 +156,17 @@ def rank_dimensions(
     for name in sorted({d for d, _ in dim_of_pg.values()}):
         codes = [c for c, (d, _) in dim_of_pg.items() if d == name]
         sel = np.isin(calls.pg, codes)
-        u = iv.union(calls.start_us[sel], calls.start_us[sel] + calls.dur_us[sel])
+        start = calls.start_us[sel]
+        u = iv.union(start, start + calls.dur_us[sel])
+        del start
         if windows is not None:
             u = iv.intersect(u, windows)
         comm_us = iv.length(u)
         hidden_u = iv.intersect(u, compute)
         hidden_us = iv.length(hidden_u)
         nb = calls.nbytes[sel]
-        sizes = calls.group_size[sel]
+        nbytes = int(nb[nb >= 0].sum()) if (nb >= 0).any() else None
+        del nb
         per_comm = _lengths_in(u, step_start, step_end)
         per_hidden = _lengths_in(hidden_u, step_start, step_end)
         steps = [
@@ -159,11 +181,11 @@ def rank_dimensions(
             RankDimension(
                 name=name,
                 pg_names=tuple(sorted(calls.pgs[c] for c in codes)),
-                group_size=int(Counter(sizes[sizes > 0].tolist()).most_common(1)[0][0]) if (sizes > 0).any() else None,
+                group_size=_most_common_size(calls.group_size[sel]),
                 found_by=dim_of_pg[codes[0]][1],
                 numbers=DimensionRank(
                     calls=int(sel.sum()),
-                    bytes=int(nb[nb >= 0].sum()) if (nb >= 0).any() else None,
+                    bytes=nbytes,
                     comm_us=round(comm_us, 3),
                     hidden_us=round(hidden_us, 3),
                     exposed_us=round(comm_us - hidden_us, 3),

@@ -180,22 +180,20 @@ def measure(
     """One rank's interference from its files' operators, the union of its communication, its
     profiled steps' time and its phase windows (classify.PHASES codes). `calls`: the rank's
     collectives over the whole trace; each is in flight from its launch (`in_flight`)."""
-    keys: dict[str, int] = {}
-    parts = []
-    for ops in operators:
-        remap = np.array([keys.setdefault(k, len(keys)) for k in ops.keys] or [0], dtype=np.int64)
-        parts.append((ops.start, ops.end, remap[ops.key] if ops.key.size else ops.key.astype(np.int64)))
-    start = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
-    end = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
-    key = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    start, end, key = _pooled(operators)
     inside = iv.covers(steps, start) & iv.covers(steps, np.nextafter(end, -np.inf))
     done = np.unique(np.concatenate([np.zeros(0), *(ops.seen_done for ops in operators)]))
-    comm = _until_seen(comm, done)
-    if calls is not None and len(calls):
-        flight, seen_from = in_flight(calls, done)
-        comm = iv.union(np.concatenate([comm[0], flight[0]]), np.concatenate([comm[1], flight[1]]))
-        inside &= start >= seen_from
+    has_calls = calls is not None and len(calls) > 0
+    if has_calls:
+        assert calls is not None
+        inside &= start >= float(np.min(calls.issue_or_start()))  # in_flight's seen_from
+    # The calls kept before the communication's union is built: fewer full-length arrays alive at once.
     start, end, key = start[inside], end[inside], key[inside]
+    del inside
+    comm = _until_seen(comm, done)
+    if has_calls:
+        assert calls is not None
+        comm = iv.merge(comm, in_flight(calls, done)[0])
     dur = end - start
     covered = _covered(comm, start, end)
     alone, beside = covered <= 0, covered >= BESIDE * dur
@@ -212,6 +210,23 @@ def measure(
         if mine.any():
             out.append((name, _sample(key[mine], dur[mine], alone[mine], beside[mine], rng)))
     return RankSample(tuple(out))
+
+
+def _pooled(operators: Sequence[Operators]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The files' operators as one set of (start, end, key) columns, each key a code in the order
+    the operators are first met; one file's columns as they are when its keys are distinct (its
+    codes are then already in that order)."""
+    if len(operators) == 1 and len(set(operators[0].keys)) == len(operators[0].keys):
+        return operators[0].start, operators[0].end, operators[0].key
+    keys: dict[str, int] = {}
+    parts = []
+    for ops in operators:
+        remap = np.array([keys.setdefault(k, len(keys)) for k in ops.keys] or [0], dtype=np.int64)
+        parts.append((ops.start, ops.end, remap[ops.key] if ops.key.size else ops.key.astype(np.int64)))
+    start = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
+    end = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
+    key = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    return start, end, key
 
 
 def in_flight(calls: Calls, done: np.ndarray | None = None) -> tuple[iv.Union, float]:
