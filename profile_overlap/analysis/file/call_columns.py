@@ -232,7 +232,7 @@ def number_calls(calls: Calls, *, rank: int | None = None) -> Instances:
     )
 
 
-def _most_common(values: np.ndarray) -> int | None:
+def most_common(values: np.ndarray) -> int | None:
     """The most frequent value, the first met on a tie (as Counter.most_common); None if empty."""
     if not values.size:
         return None
@@ -248,9 +248,10 @@ def collective_stats(instances: Instances, *, default_group_size: int | None = N
         sel = np.flatnonzero(instances.kind == code)
         nb, dur, groups = instances.nbytes[sel], instances.dur_us[sel], instances.group_size[sel]
         sized = nb >= 0
-        nbytes = sum(nb[sized].tolist()) if sized.any() else None
-        sized_us = sum(dur[sized].tolist())
-        n = _most_common(groups[groups > 0])
+        # Python's sums in time order over the buffers (memoryviews): the same numbers one at a time, not a list of them all.
+        nbytes = sum(nb[sized].data) if sized.any() else None
+        sized_us = sum(dur[sized].data)
+        n = most_common(groups[groups > 0])
         n = default_group_size if n is None else n
         kind = instances.kinds[code]
         out.append(
@@ -258,7 +259,7 @@ def collective_stats(instances: Instances, *, default_group_size: int | None = N
                 kind=kind,
                 count=int(sel.size),
                 nbytes=nbytes,
-                dur_us=sum(dur.tolist()),
+                dur_us=sum(dur.data),
                 algbw_gbps=algbw_gbps(nbytes, sized_us) if nbytes else None,
                 busbw_gbps=busbw_gbps(kind, nbytes, sized_us, n) if nbytes else None,
                 group_size=n,

@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 from profile_overlap.analysis.file.bandwidth import bus_factor
-from profile_overlap.analysis.file.call_columns import Calls, Instances
+from profile_overlap.analysis.file.call_columns import Calls, Instances, most_common
 from profile_overlap.analysis.file.gloo_groups import UNPLACED
 from profile_overlap.analysis.file.steps import StepTable
 from profile_overlap.analysis.read.trace import ProcessGroupInfo
@@ -94,15 +94,10 @@ def _lengths_in(u: iv.Union, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return lengths
 
 
-def _most_common_size(sizes: np.ndarray) -> int | None:
-    """The most common of the known (> 0) group sizes, the first met among equally common ones
-    (as Counter.most_common(1)); None when none is known."""
-    sizes = sizes[sizes > 0]
-    if not sizes.size:
-        return None
-    values, first, counts = np.unique(sizes, return_index=True, return_counts=True)
-    top = np.flatnonzero(counts == counts.max())
-    return int(values[top[np.argmin(first[top])]])
+def _known(sizes: np.ndarray) -> np.ndarray:
+    """The group sizes the trace gives (> 0)."""
+    out: np.ndarray = sizes[sizes > 0]
+    return out
 
 
 def _busbw(calls: Calls, sel: np.ndarray) -> float | None:
@@ -143,7 +138,7 @@ def rank_dimensions(
     for code, pg in enumerate(calls.pgs):
         if pg == UNPLACED:
             continue
-        dim_of_pg[code] = dimension_name(info.get(pg), size=_most_common_size(calls.group_size[calls.pg == code]), world=world)
+        dim_of_pg[code] = dimension_name(info.get(pg), size=most_common(_known(calls.group_size[calls.pg == code])), world=world)
     step_num, step_start, step_end = step_table.num, step_table.start_us, step_table.end_us
     windows = step_table.union() if step_table.size else None
     phase, phase_start, phase_end = phases
@@ -181,7 +176,7 @@ def rank_dimensions(
             RankDimension(
                 name=name,
                 pg_names=tuple(sorted(calls.pgs[c] for c in codes)),
-                group_size=_most_common_size(calls.group_size[sel]),
+                group_size=most_common(_known(calls.group_size[sel])),
                 found_by=dim_of_pg[codes[0]][1],
                 numbers=DimensionRank(
                     calls=int(sel.sum()),

@@ -204,7 +204,8 @@ def finish_rank(
     phase, phase_start, phase_end, _ = by_phase
     step_windows = windows if windows is not None else table.union()
     world = max((f.world_size for f in files if f.world_size), default=None)
-    # The dimensions and the interference first, while the least is alive beside their temporaries (peak memory).
+    # The dimensions, the interference and the replay before rank_times, while the least is alive beside their
+    # temporaries (peak memory).
     dims = rank_dimensions(
         calls,
         compute_u,
@@ -228,6 +229,8 @@ def finish_rank(
         if table.size
         else None
     )
+    kept = set(table.num.tolist())
+    replay = tuple(s for f in files for s in replay_steps(f) if s.step in kept)
     times = rank_times(
         all_calls,
         every_call,
@@ -243,7 +246,6 @@ def finish_rank(
     step_metrics = _step_metrics(comm_u, compute_u, by_phase, table)
     whole = _measure(comm_u, compute_u)
 
-    kept = set(table.num.tolist())
     return RankAnalysis(
         rank=rank,
         device=device,
@@ -268,7 +270,7 @@ def finish_rank(
         phase_collectives=_phase_collectives(calls, phase, phase_start, phase_end),
         phase_windows=_phase_spans(phase, phase_start, phase_end, table),
         facts=facts,
-        replay=tuple(s for f in files for s in replay_steps(f) if s.step in kept),
+        replay=replay,
         times=times,
         spans=overlap_spans(comm_u, compute_u) if options.keep_spans else None,
         interference=interference,
