@@ -40,6 +40,7 @@ from profile_overlap.analysis.read.labels import Labeller
 from profile_overlap.analysis.read.trace import CPU_OP, USER_ANNOTATION, ProcessGroupInfo, Trace
 from profile_overlap.analysis.read.trace_args import CollectiveArgs
 from profile_overlap.core import intervals as iv
+from profile_overlap.core.codes import coded_in
 from profile_overlap.core.errors import UserError
 from profile_overlap.record.analysis import FsdpRecord
 
@@ -137,7 +138,7 @@ def main_tid(trace: Trace) -> int | None:
     cpu = trace.cpu
     step_codes = [i for i, n in enumerate(cpu.names) if PROFILER_STEP_RE.match(n)]
     if step_codes:
-        tids = cpu.tid[np.isin(cpu.name, step_codes)]
+        tids = cpu.tid[coded_in(cpu.name, step_codes, len(cpu.names))]
         return int(np.bincount(tids).argmax())
     return cpu.tids.index(trace.pid) if trace.pid in cpu.tids else None
 

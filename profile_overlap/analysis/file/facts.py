@@ -18,6 +18,7 @@ from profile_overlap.analysis.file.call_columns import Calls, Instances
 from profile_overlap.analysis.read.classify import COLLECTIVE_OP_PREFIXES, RECORD_PARAM_COMMS
 from profile_overlap.analysis.read.trace import CPU_OP, Events, Trace
 from profile_overlap.core import intervals as iv
+from profile_overlap.core.codes import coded_in
 
 TOP_NAMES = 10
 """Names listed per check (the longest in total)."""
@@ -138,7 +139,7 @@ def file_facts(
     starts = [a.min() for a in (k.ts, cpu.ts) if a.size]
     ends = [(a + d).max() for a, d in ((k.ts, k.dur), (cpu.ts, cpu.dur)) if a.size]
     collective_codes = [i for i, n in enumerate(cpu.names) if n.startswith((*COLLECTIVE_OP_PREFIXES, RECORD_PARAM_COMMS))]
-    collective_ops = int(np.isin(cpu.name, collective_codes).sum()) if collective_codes else 0
+    collective_ops = int(coded_in(cpu.name, collective_codes, len(cpu.names)).sum()) if collective_codes else 0
     comm_streams = compute_streams = ()
     default_comm = overlaps = 0
     overlap_max = 0.0

@@ -31,6 +31,7 @@ from profile_overlap.analysis.read.classify import (
     phase_of,
 )
 from profile_overlap.analysis.read.trace import CPU_OP, USER_ANNOTATION, Trace
+from profile_overlap.core.codes import coded_in
 from profile_overlap.core.modes import PHASES
 
 LABELS_SOURCE = "labels"
@@ -94,7 +95,7 @@ def _labelled_ranges(trace: Trace, main: int | None) -> list[tuple[int, float, f
     code_phase = {i: PHASES.index(p) for i, n in enumerate(cpu.names) if (p := phase_of(n))}
     if not code_phase:
         return []
-    rows = np.flatnonzero(np.isin(cpu.name, list(code_phase)) & (cpu.tid == main) & (cpu.cat == USER_ANNOTATION))
+    rows = np.flatnonzero(coded_in(cpu.name, code_phase, len(cpu.names)) & (cpu.tid == main) & (cpu.cat == USER_ANNOTATION))
     real = {i for i in code_phase if is_phase_label(cpu.names[i])}
     return [(code_phase[int(cpu.name[r])], float(cpu.ts[r]), float(cpu.ts[r] + cpu.dur[r]), int(cpu.name[r]) in real) for r in rows]
 
@@ -153,7 +154,7 @@ def _gradient_seeds(trace: Trace, main: int | None) -> tuple[np.ndarray, np.ndar
         return np.zeros(0), np.zeros(0), np.zeros(0)
     ops = (cpu.tid == main) & (cpu.cat == CPU_OP)
     codes = [i for i, n in enumerate(cpu.names) if n == GRADIENT_SEED_OP]
-    seeds = np.flatnonzero(ops & np.isin(cpu.name, codes))
+    seeds = np.flatnonzero(ops & coded_in(cpu.name, codes, len(cpu.names)))
     seeds = seeds[np.argsort(cpu.ts[seeds], kind="stable")]
     return np.sort(cpu.ts[ops]), cpu.ts[seeds], cpu.ts[seeds] + cpu.dur[seeds]
 

@@ -107,9 +107,10 @@ def _backward_cuts(step_busy: iv.Union, backward: iv.Union, launches: list[float
     return tuple(reversed(parts))
 
 
-def replay_steps(f: FileEvents) -> Iterator[ReplayStep]:
-    """Per ProfilerStep window of one file, what whatif replays."""
-    comm, compute = f.comm_and_compute()
+def replay_steps(f: FileEvents, busy: tuple[iv.Union, iv.Union] | None = None) -> Iterator[ReplayStep]:
+    """Per ProfilerStep window of one file, what whatif replays. busy: `f.comm_and_compute()` when
+    the caller has it already."""
+    comm, compute = f.comm_and_compute() if busy is None else busy
     calls = f.calls
     shares = stream_shares(calls.start_us, calls.start_us + calls.dur_us)
     # The calls in issue order (stable: ties keep the file's order), so that each step takes its

@@ -27,6 +27,7 @@ from profile_overlap.analysis.file.gloo_groups import UNPLACED
 from profile_overlap.analysis.file.steps import StepTable
 from profile_overlap.analysis.read.trace import ProcessGroupInfo
 from profile_overlap.core import intervals as iv
+from profile_overlap.core.codes import coded_in
 from profile_overlap.core.modes import PHASES
 from profile_overlap.record.dimensions import Dimension, DimensionPhase, DimensionRank, DimensionStep
 
@@ -150,7 +151,7 @@ def rank_dimensions(
     dims = []
     for name in sorted({d for d, _ in dim_of_pg.values()}):
         codes = [c for c, (d, _) in dim_of_pg.items() if d == name]
-        sel = np.isin(calls.pg, codes)
+        sel = coded_in(calls.pg, codes, len(calls.pgs))
         start = calls.start_us[sel]
         u = iv.union(start, start + calls.dur_us[sel])
         del start

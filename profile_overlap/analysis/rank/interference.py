@@ -42,6 +42,7 @@ from profile_overlap.analysis.array_eq import ArrayEq
 from profile_overlap.analysis.file.call_columns import Calls
 from profile_overlap.analysis.read.trace import Events
 from profile_overlap.core import intervals as iv
+from profile_overlap.core.codes import coded_in
 from profile_overlap.core.modes import PHASES
 from profile_overlap.record.interference import MIN_PAIRS, Interference, InterferenceEstimate, RankInterference
 
@@ -78,7 +79,7 @@ def seen_done(cpu: Events, main: int | None) -> np.ndarray:
     codes = [i for i, n in enumerate(cpu.names) if n in SEEN_DONE]
     if main is None or not codes:
         return np.zeros(0)
-    rows = np.isin(cpu.name, codes) & (cpu.tid == main)
+    rows = coded_in(cpu.name, codes, len(cpu.names)) & (cpu.tid == main)
     return np.unique(cpu.ts[rows])
 
 
@@ -294,7 +295,7 @@ def _sample(key: np.ndarray, dur: np.ndarray, alone: np.ndarray, beside: np.ndar
 def _grouped(key: np.ndarray, dur: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The durations of the operators `wanted` (sorted keys), sorted by (key, duration): (durations,
     each operator's first index, its count)."""
-    keep = np.isin(key, wanted)
+    keep = coded_in(key, wanted.tolist(), int(key.max()) + 1 if key.size else 0)
     key, dur = key[keep], dur[keep]
     order = np.lexsort((dur, key))
     start = np.searchsorted(key[order], wanted, side="left")

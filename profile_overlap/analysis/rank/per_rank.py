@@ -190,6 +190,9 @@ def finish_rank(
     windows, calls, instances = window.windows, window.calls, window.instances
     table = StepTable(window.step_num, window.step_start, window.step_end)
     comm_u, compute_u = busy(files, pooled)
+    # One file whose own columns are the rank's: its replay's unions are these (not built again).
+    own = len(files) == 1 and pooled.comm is files[0].comm and pooled.compute is files[0].compute
+    file_busy = (comm_u, compute_u) if own else None
     facts = rank_facts(
         [f.facts for f in files],
         comm_u=comm_u,
@@ -230,7 +233,8 @@ def finish_rank(
         else None
     )
     kept = set(table.num.tolist())
-    replay = tuple(s for f in files for s in replay_steps(f) if s.step in kept)
+    replay = tuple(s for f in files for s in replay_steps(f, file_busy) if s.step in kept)
+    del file_busy
     times = rank_times(
         all_calls,
         every_call,
