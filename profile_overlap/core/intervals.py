@@ -28,14 +28,14 @@ def union(starts: npt.ArrayLike, ends: npt.ArrayLike, *, gap: float = 0.0) -> Un
         starts, ends = starts[keep], ends[keep]
     if starts.size == 0:
         return EMPTY
-    order = np.argsort(starts, kind="stable")
+    order = starts.argsort(kind="stable")
     starts, ends = starts[order], ends[order]
     reach = np.maximum.accumulate(ends)
     # A new group starts where an interval begins after everything before it has ended.
     new = np.empty(starts.size, dtype=bool)
     new[0] = True
     new[1:] = starts[1:] > reach[:-1] + gap
-    first = np.flatnonzero(new)
+    first = new.nonzero()[0]
     last = np.append(first[1:] - 1, starts.size - 1)
     return starts[first], reach[last]
 
@@ -50,17 +50,17 @@ def merge(a: Union, b: Union) -> Union:
         return (a_s, a_e) if a_s.size else (b_s, b_e)
     n = a_s.size + b_s.size
     starts, ends = np.empty(n), np.empty(n)
-    at = np.searchsorted(b_s, a_s, side="left") + np.arange(a_s.size)
+    at = b_s.searchsorted(a_s, side="left") + np.arange(a_s.size)
     starts[at], ends[at] = a_s, a_e
     del at
-    at = np.searchsorted(a_s, b_s, side="right") + np.arange(b_s.size)
+    at = a_s.searchsorted(b_s, side="right") + np.arange(b_s.size)
     starts[at], ends[at] = b_s, b_e
     del at
     reach = np.maximum.accumulate(ends, out=ends)
     new = np.empty(n, dtype=bool)
     new[0] = True
     np.greater(starts[1:], reach[:-1], out=new[1:])
-    first = np.flatnonzero(new)
+    first = new.nonzero()[0]
     del new
     last = np.append(first[1:] - 1, n - 1)
     return starts[first], reach[last]
@@ -71,7 +71,7 @@ def group_ids(starts: npt.ArrayLike, ends: npt.ArrayLike, *, gap: float = 0.0) -
     interval, the index of the merged interval it falls in. Lets callers aggregate per group."""
     starts = np.asarray(starts, dtype=np.float64)
     ends = np.asarray(ends, dtype=np.float64)
-    order = np.argsort(starts, kind="stable")
+    order = starts.argsort(kind="stable")
     s, e = starts[order], ends[order]
     if s.size == 0:
         return order, np.empty(0, dtype=np.int64)
@@ -79,7 +79,7 @@ def group_ids(starts: npt.ArrayLike, ends: npt.ArrayLike, *, gap: float = 0.0) -
     new = np.empty(s.size, dtype=bool)
     new[0] = True
     new[1:] = s[1:] > reach[:-1] + gap
-    return order, np.cumsum(new) - 1
+    return order, new.cumsum() - 1
 
 
 def length(u: Union) -> float:
@@ -98,7 +98,7 @@ def intersect(a: Union, b: Union) -> Union:
     # at or before it; likewise the other way round. Within disjoint unions this finds every piece.
     pieces_s, pieces_e = [], []
     for (x_s, x_e), (y_s, y_e), x_is_a in ((a, b, True), (b, a, False)):
-        j = np.searchsorted(y_s, x_s, side="right") - 1
+        j = y_s.searchsorted(x_s, side="right") - 1
         ok = j >= 0
         j = np.where(ok, j, 0)
         inside = ok & (y_e[j] > x_s)
@@ -109,7 +109,7 @@ def intersect(a: Union, b: Union) -> Union:
         pieces_e.append(np.minimum(x_e[inside], y_e[j[inside]]))
     s = np.concatenate(pieces_s)
     e = np.concatenate(pieces_e)
-    order = np.argsort(s, kind="stable")
+    order = s.argsort(kind="stable")
     return s[order], e[order]
 
 
@@ -123,8 +123,8 @@ def clip(u: Union, lo: float, hi: float) -> Union:
     s, e = u
     if s.size == 0 or hi <= lo:
         return EMPTY
-    i = np.searchsorted(e, lo, side="right")
-    j = np.searchsorted(s, hi, side="left")
+    i = e.searchsorted(lo, side="right")
+    j = s.searchsorted(hi, side="left")
     if i >= j:
         return EMPTY
     s, e = s[i:j].copy(), e[i:j].copy()
@@ -147,4 +147,4 @@ def difference(a: Union, b: Union) -> Union:
 def covers(u: Union, t: np.ndarray) -> np.ndarray:
     """For each time in `t`, whether the union covers it (a disjoint union covers t when more of
     its intervals have started than ended by t)."""
-    return np.searchsorted(u[0], t, side="right") > np.searchsorted(u[1], t, side="right")
+    return u[0].searchsorted(t, side="right") > u[1].searchsorted(t, side="right")

@@ -96,7 +96,7 @@ def _named(names: Sequence[str], codes: np.ndarray, dur: np.ndarray, rows: np.nd
         return ()
     count = np.bincount(codes[rows], minlength=len(names))
     total = np.bincount(codes[rows], weights=dur[rows], minlength=len(names))
-    top = np.flatnonzero(count)
+    top = count.nonzero()[0]
     top = top[np.argsort(-total[top], kind="stable")][:TOP_NAMES]
     return tuple((names[int(c)], int(count[c]), float(total[c])) for c in top)
 
@@ -110,7 +110,7 @@ def _stream_overlaps(k: Events, comm_rows: np.ndarray, compute_rows: np.ndarray)
         return count, worst
     for code in np.union1d(np.unique(k.tid[comm_rows]), np.unique(k.tid[compute_rows])).tolist():
         rows = np.concatenate([comm_rows[k.tid[comm_rows] == code], compute_rows[k.tid[compute_rows] == code]])
-        rows = rows[np.argsort(k.ts[rows], kind="stable")]  # ties in the rows' order, as a lexsort by (stream, start)
+        rows = rows[k.ts[rows].argsort(kind="stable")]  # ties in the rows' order, as a lexsort by (stream, start)
         start = k.ts[rows]
         end = np.maximum.accumulate(start + k.dur[rows])  # the running maximum of the ends
         del rows
@@ -157,7 +157,7 @@ def file_facts(
         other = np.ones(len(k), dtype=bool)
         other[comm_rows] = False
         other[compute_rows] = False
-        ignored = _named(k.names, k.name, k.dur, np.flatnonzero(other))
+        ignored = _named(k.names, k.name, k.dur, other.nonzero()[0])
         del other
     return FileFacts(
         first_event_us=float(min(starts)) if starts else 0.0,

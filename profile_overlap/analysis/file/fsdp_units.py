@@ -52,7 +52,7 @@ def fsdp_busy(
 
     on_main = cpu.tid == main
     rows = np.flatnonzero(coded_in(cpu.name, unit_of, len(cpu.names)) & on_main)
-    rows = rows[np.argsort(cpu.ts[rows], kind="stable")]
+    rows = rows[cpu.ts[rows].argsort(kind="stable")]
     names = [unit_of[int(c)] for c in cpu.name[rows]]
     step_span = (np.array([lo]), np.array([hi]))
     units = tuple(FsdpUnitRecord(unit=u, busy_us=busy(rows[[n == u for n in names]], step_span)) for u in dict.fromkeys(names))

@@ -86,7 +86,7 @@ def _lengths_in(u: iv.Union, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     before = np.concatenate([[0.0], np.cumsum(ends - starts)])
 
     def covered(t: np.ndarray) -> np.ndarray:
-        j = np.searchsorted(starts, t, side="right") - 1
+        j = starts.searchsorted(t, side="right") - 1
         inside = np.clip(t - starts[np.maximum(j, 0)], 0, (ends - starts)[np.maximum(j, 0)])
         out: np.ndarray = np.where(j >= 0, before[np.maximum(j, 0)] + inside, 0.0)
         return out
@@ -236,7 +236,7 @@ def job_dimensions(
             if inst_dim is not None:
                 sel = (inst_dim == d.name) & ok
                 if sel.any():
-                    transfer = float(np.cumsum(fast[sel])[-1])
+                    transfer = float(fast[sel].cumsum()[-1])
                     wait = float(np.cumsum(inst.dur_us[sel] - fast[sel])[-1])
                     numbers = _with_wait(numbers, wait, transfer)
             per_rank[d.name][str(rank)] = numbers

@@ -244,7 +244,7 @@ def in_flight(calls: Calls, done: np.ndarray | None = None) -> tuple[iv.Union, f
 
 def _first_after(done: np.ndarray, t: np.ndarray) -> np.ndarray:
     """For each time, the first of the sorted `done` after it (inf if none)."""
-    i = np.searchsorted(done, t, side="right")
+    i = done.searchsorted(t, side="right")
     out: np.ndarray = np.where(i < done.size, done[np.minimum(i, done.size - 1)], np.inf)
     return out
 
@@ -268,7 +268,7 @@ def _covered(u: iv.Union, start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
     def upto(t: np.ndarray) -> np.ndarray:
         """|u ∩ (−∞, t)|."""
-        i = np.searchsorted(s, t, side="right")  # intervals started by t
+        i = s.searchsorted(t, side="right")  # intervals started by t
         inside = np.minimum(t - s[np.maximum(i - 1, 0)], (e - s)[np.maximum(i - 1, 0)])
         out: np.ndarray = before[np.maximum(i - 1, 0)] + np.where(i > 0, inside, 0.0)
         return out
@@ -298,8 +298,8 @@ def _grouped(key: np.ndarray, dur: np.ndarray, wanted: np.ndarray) -> tuple[np.n
     keep = coded_in(key, wanted.tolist(), int(key.max()) + 1 if key.size else 0)
     key, dur = key[keep], dur[keep]
     order = np.lexsort((dur, key))
-    start = np.searchsorted(key[order], wanted, side="left")
-    end = np.searchsorted(key[order], wanted, side="right")
+    start = key[order].searchsorted(wanted, side="left")
+    end = key[order].searchsorted(wanted, side="right")
     return dur[order], start, end - start
 
 
