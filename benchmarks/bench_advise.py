@@ -3,9 +3,11 @@ verifiable items run against the run in alternating blocks; prints one row per v
 
     python benchmarks/bench_advise.py --out /tmp/bench_advise --repeats 5   # --steps 15 timed steps per block
 
-Each run verifies its verifiable items (RUNS: how many; --items N caps every run at N): ddp its
-smaller buckets and its first bucket's cap, fsdp2 its resharding, prefetch and unit groups (once at
-one unit per fully_shard call, once at two), the compare its schedule and the split's wait-ahead.
+Each run is advised with `--calibrate` (a mode that overlaps nothing, as ddp at its default bucket,
+gets its interference from one profiled run of its best change) and verifies its verifiable items
+(RUNS: how many; --items N caps every run at N): ddp its smaller buckets and its first bucket's
+cap, fsdp2 its resharding, prefetch and unit groups (once at one unit per fully_shard call, once at
+two), the compare its schedule and the split's wait-ahead.
 
 Runs one job at a time (the machine may be shared). Results: benchmarks/README.md, "advise".
 
@@ -13,7 +15,8 @@ Runs one job at a time (the machine may be shared). Results: benchmarks/README.m
 
 advises each earlier series' runs again with today's code (on a copy, without verifying) and scores
 its predictions against the gains those series measured: a model change tried on every measured
-item without running anything.
+item without verifying anything again (only `--calibrate`'s run, for a mode that measured no
+interference of its own).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def reevaluate(series: list[Path]) -> None:
                     continue
                 copy = Path(tmp) / folder.name / name
                 shutil.copytree(src, copy, ignore=shutil.ignore_patterns("verify"))
-                po("advise", str(copy))
+                po("advise", str(copy), "--calibrate")
                 now = {i["flag"]: i for i in json.loads((copy / "advice.json").read_text())["items"] if i["flag"]}
                 for item in json.loads((src / "advice.json").read_text())["items"]:
                     v, new = item["verification"], now.get(item["flag"])
@@ -99,7 +102,7 @@ def main() -> None:
         if not (run_dir / "metrics.json").is_file():
             steps = ["--steps", str(args.steps), *STEPS]
             po("run", "--nproc-per-node", "2", *flags, *TINY, *steps, "--repeats", "3", "--out", str(args.out), "--name", name)
-        po("advise", str(run_dir), "--verify", "--verify-items", str(items), "--repeats", str(args.repeats))
+        po("advise", str(run_dir), "--calibrate", "--verify", "--verify-items", str(items), "--repeats", str(args.repeats))
         advice = json.loads((run_dir / "advice.json").read_text())
         for item in advice["items"]:
             v = item["verification"]

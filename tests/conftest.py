@@ -20,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -154,19 +155,17 @@ def load_trace(path: Path) -> dict:
         return json.load(f)
 
 
-def shared_run(
-    tmp_path_factory, name: str, args: list[str], *, nproc: int, keep_output: bool = False
+def shared_process(
+    tmp_path_factory, name: str, make: Callable[[Path], subprocess.CompletedProcess]
 ) -> tuple[Path, subprocess.CompletedProcess]:
-    """The run folder of `torchrun ... -m profile_overlap ARGS --out OUT` made once per test run, and
-    its process (read-only for tests). Under pytest-xdist (`-n 2`) each worker is its own session, so
-    the first worker to ask makes it in the workers' common base folder while holding a file lock;
-    the others wait on the lock and read the same folder and the saved output. `keep_output`: the
-    output also lands in the run folder, as _stdout.txt and _stderr.txt."""
+    """A folder OUT and the process `make(OUT)` that wrote into it, made once per test run (read-only
+    for tests). Under pytest-xdist (`-n 2`) each worker is its own session, so the first worker to ask
+    makes it in the workers' common base folder while holding a file lock; the others wait on the lock
+    and read the same folder and the saved output."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker is None:
         out = tmp_path_factory.mktemp(name)
-        proc = _made(out, args, nproc=nproc, keep_output=keep_output)
-        return only_run_dir(out), proc
+        return out, make(out)
     from filelock import FileLock  # torch's own dependency
 
     root = tmp_path_factory.getbasetemp().parent
@@ -175,10 +174,37 @@ def shared_run(
         if not done.is_file():
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir()
-            proc = _made(out, args, nproc=nproc, keep_output=keep_output)
+            proc = make(out)
             done.write_text(json.dumps({"args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}))
         saved = json.loads(done.read_text())
-    return only_run_dir(out), subprocess.CompletedProcess(saved["args"], saved["returncode"], saved["stdout"], saved["stderr"])
+    return out, subprocess.CompletedProcess(saved["args"], saved["returncode"], saved["stdout"], saved["stderr"])
+
+
+def shared_run(
+    tmp_path_factory, name: str, args: list[str], *, nproc: int, keep_output: bool = False
+) -> tuple[Path, subprocess.CompletedProcess]:
+    """The run folder of `torchrun ... -m profile_overlap ARGS --out OUT` made once per test run
+    (`shared_process`), and its process. `keep_output`: the output also lands in the run folder, as
+    _stdout.txt and _stderr.txt."""
+    out, proc = shared_process(tmp_path_factory, name, lambda out: _made(out, args, nproc=nproc, keep_output=keep_output))
+    return only_run_dir(out), proc
+
+
+def shared_example(tmp_path_factory, script: str, nproc: int, *args: str) -> tuple[Path, subprocess.CompletedProcess]:
+    """The job folder of `torchrun --standalone --nproc-per-node NPROC examples/SCRIPT --out OUT ARGS`
+    (the example profiles itself into one folder under OUT), made once per test run (`shared_process`),
+    and its process: tests of what an example writes and of how it reads share one job."""
+
+    def make(out: Path) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               str(REPO / "examples" / script), "--out", str(out), *args]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=clean_env(PYTHONPATH=str(REPO)), cwd=REPO)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc
+
+    out, proc = shared_process(tmp_path_factory, "-".join([Path(script).stem, str(nproc), *(a.strip("-") for a in args)]), make)
+    (job,) = [p for p in out.iterdir() if p.is_dir()]
+    return job, proc
 
 
 def _made(out: Path, args: list[str], *, nproc: int, keep_output: bool) -> subprocess.CompletedProcess:

@@ -49,6 +49,8 @@ def test_a_jobs_traces_get_advice_from_their_causes_and_how_to_try_it(tmp_path):
     assert "What to change" in report and "report --compare" in report
     proc = _advise(job, "--verify")
     assert proc.returncode == 2 and "is a job" in proc.stderr
+    proc = _advise(job, "--calibrate")
+    assert proc.returncode == 2 and "is a job" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     # advice.json is ours: analysing the folder again takes it for no trace (no warning, no error).
     from profile_overlap.analysis.folder import find_trace_files
 
@@ -110,15 +112,26 @@ def test_advice_on_four_modes_is_ranked_and_every_flag_passes_the_runs_checks(en
 
 @pytest.mark.slow
 def test_verify_on_ddp_at_the_default_bucket_runs_a_smaller_bucket_that_overlaps(ddp_run_2, tmp_path):
-    """The issue's must-hold: ddp at the default bucket size, verified. With --repeats 2 here (4 runs, not 10: the
+    """The issue's must-hold: ddp at the default bucket size, calibrated and verified. The tiny model has one
+    bucket, launched at the end of the backward: nothing overlaps, so the run measures no interference, and
+    --calibrate measures it in a profiled run of the smaller bucket. With --repeats 2 here (4 runs, not 10: the
     suite's time); benchmarks/bench_advise.py verifies the same run with --repeats 5 (benchmarks/README.md)."""
     run_dir = tmp_path / "run"
     shutil.copytree(ddp_run_2[0], run_dir)  # --verify writes its runs, advice.json and the report into the folder
-    proc = cli(["advise", str(run_dir), "--verify", "--repeats", "2"], timeout=1800)
+    measured = json.loads((run_dir / "metrics.json").read_text())["modes"]["ddp"]["analysis"]["interference"]["ranks"]
+    assert all(r["pairs"] < 10 for r in measured.values())  # in flight only until DDP's reducer has seen the all_reduce complete
+    proc = cli(["advise", str(run_dir), "--calibrate", "--verify", "--repeats", "2"], timeout=1800)
     assert proc.returncode == 0, proc.stderr
     advice = json.loads((run_dir / "advice.json").read_text())
+    (calibration,) = (run_dir / "calibrate").iterdir()
+    assert (calibration / "metrics.json").is_file() and calibration.name.startswith("ddp-ddp-")
+    (note,) = [n for n in advice["notes"] if "calibration run" in n]
+    assert note.startswith("ddp: interference measured in a calibration run of --") and str(calibration) in note
     top = next(i for i in advice["items"] if i["verifiable"])
     assert top["kind"] in ("ddp-bucket", "ddp-first-bucket")  # smaller buckets, or a smaller first one
+    used = {u["phase"]: u for u in top["interference"]}
+    assert used["backward"]["source"] == "calibration run" and used["backward"]["pairs"] >= 10
+    assert used["backward"]["calibrated_with"] in note and "calibration run of --" in proc.stdout.replace("\n", " ")
     v = top["verification"]
     assert v["repeats"] == 2 and v["changed_overlap_pct"] > 0
     assert v["gain_low_ms"] <= v["measured_gain_ms"] <= v["gain_high_ms"]

@@ -6,8 +6,6 @@ and tests/dims_traces.py's generated jobs, within 0.5% (dimensions) and 1% (bubb
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ import pytest
 from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.analysis.record import to_json
 
-from conftest import REPO, clean_env
+from conftest import shared_example
 
 PID = 100
 MiB = 1 << 20
@@ -229,19 +227,16 @@ def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
 # ---------------------------------------------------------------- real gloo jobs: the examples, through trace_handler
 
 
-def run_example(out: Path, script: str, nproc: int, *args: str) -> dict:
-    """Run an example on gloo ranks (it profiles itself with profile_overlap.profile): its job's record."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           str(REPO / "examples" / script), "--out", str(out), *args]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=clean_env(PYTHONPATH=str(REPO)), cwd=REPO)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    (job,) = [p for p in out.iterdir() if p.is_dir()]
+def run_example(tmp_path_factory, script: str, nproc: int, *args: str) -> dict:
+    """An example's job on gloo ranks (it profiles itself with profile_overlap.profile), shared with
+    tests/test_examples.py (conftest.shared_example): its record's analysis."""
+    job, _ = shared_example(tmp_path_factory, script, nproc, *args)
     return json.loads((job / "metrics.json").read_text())["modes"]["job"]["analysis"]
 
 
 @pytest.mark.slow
-def test_the_fsdp_tp_example_reads_as_two_dimensions_of_groups_of_two_ranks(tmp_path):
-    plain = run_example(tmp_path, "fsdp_tp_train.py", 4, "--steps", "8")
+def test_the_fsdp_tp_example_reads_as_two_dimensions_of_groups_of_two_ranks(tmp_path_factory):
+    plain = run_example(tmp_path_factory, "fsdp_tp_train.py", 4, "--steps", "8")
     checks = {c["name"]: c for c in plain["integrity"]["checks"]}
     assert "as one group" not in checks["collectives.process_group"]["detail"]
     assert checks["collectives.matched"]["status"] == "ok", checks["collectives.matched"]["detail"]
@@ -257,8 +252,8 @@ def test_the_fsdp_tp_example_reads_as_two_dimensions_of_groups_of_two_ranks(tmp_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_the_pipeline_example_reads_two_stages_in_order_with_their_bubble(tmp_path, schedule):
-    plain = run_example(tmp_path, "pipeline_train.py", 2, "--steps", "6", "--schedule", schedule, "--microbatches", "4")
+def test_the_pipeline_example_reads_two_stages_in_order_with_their_bubble(tmp_path_factory, schedule):
+    plain = run_example(tmp_path_factory, "pipeline_train.py", 2, "--steps", "6", "--schedule", schedule, "--microbatches", "4")
     kinds = {c["kind"] for r in plain["ranks"] for c in r["collectives"]}
     assert "send_recv" in kinds and all(r["comm_us"] > 0 for r in plain["ranks"])
     pipe = plain["pipeline"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, clean_env, free_port
+from conftest import REPO, clean_env, free_port, shared_example
 
 pytestmark = pytest.mark.slow  # the examples run under torchrun
 
@@ -81,13 +81,6 @@ def test_ddp_example_runs_on_two_nodes_through_the_slurm_script(tmp_path):
     assert json.loads((job_dir / "metrics.json").read_text())["env"]["num_nodes"] == 2
 
 
-def _torchrun_example(script: str, nproc: int, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), str(EXAMPLES / script), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=clean_env(), cwd=REPO)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
-
-
 def _traces(job_dir: Path) -> dict[int, list[dict]]:
     """Each rank's trace documents (one per profiler cycle), by `distributedInfo.rank`."""
     out: dict[int, list[dict]] = {}
@@ -98,9 +91,9 @@ def _traces(job_dir: Path) -> dict[int, list[dict]]:
     return out
 
 
-def test_fsdp_tp_example_runs_on_a_2x2_mesh_of_four_gloo_ranks_and_declares_its_dp_and_tp_groups(tmp_path):
-    proc = _torchrun_example("fsdp_tp_train.py", 4, "--out", str(tmp_path / "runs"), "--steps", "8")
-    job_dir = _check_job(tmp_path / "runs", kinds=None, world=4)
+def test_fsdp_tp_example_runs_on_a_2x2_mesh_of_four_gloo_ranks_and_declares_its_dp_and_tp_groups(tmp_path_factory):
+    job_dir, proc = shared_example(tmp_path_factory, "fsdp_tp_train.py", 4, "--steps", "8")  # tests/test_dimensions.py reads it too
+    assert _check_job(job_dir.parent, kinds=None, world=4) == job_dir
     assert f"profile in {job_dir}" in proc.stdout and "returned a view tensor" not in proc.stderr
     traces = _traces(job_dir)
     assert sorted(traces) == [0, 1, 2, 3] and all(len(docs) == 2 for docs in traces.values())
@@ -118,12 +111,13 @@ def test_fsdp_tp_example_runs_on_a_2x2_mesh_of_four_gloo_ranks_and_declares_its_
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_pipeline_example_runs_two_gloo_stages_with_the_schedule_and_microbatches_it_was_given(tmp_path, schedule):
+def test_pipeline_example_runs_two_gloo_stages_with_the_schedule_and_microbatches_it_was_given(tmp_path_factory, schedule):
     m = 4
-    args = ("--out", str(tmp_path / "runs"), "--steps", "6", "--schedule", schedule, "--microbatches", str(m))
-    proc = _torchrun_example("pipeline_train.py", 2, *args)
+    # The same job as tests/test_dimensions.py's bubble test.
+    job_dir, proc = shared_example(
+        tmp_path_factory, "pipeline_train.py", 2, "--steps", "6", "--schedule", schedule, "--microbatches", str(m)
+    )
     assert f"stage 1: trained 6 steps ({schedule}, {m} microbatches" in proc.stdout
-    (job_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     assert f"profile in {job_dir}" in proc.stdout
     traces = _traces(job_dir)
     assert sorted(traces) == [0, 1]

@@ -5,9 +5,10 @@ never a traceback, within bounded memory.
 The commands run in this process (cli.main(argv), SystemExit caught, stdout and stderr captured),
 which is what makes hundreds of cases affordable. Memory per case is tracemalloc's peak of Python
 allocations (numpy's and msgspec's included); the cases with the highest peaks then run again as
-real processes, whose peak RSS (ru_maxrss, workers included) is the honest figure.
+real processes, whose peak RSS (ru_maxrss, workers included) is the honest figure. The cases run in
+SHARDS tests, this file's and tests/test_fuzz_traces_2.py's, each from a seed of its own.
 
-    pytest tests/test_fuzz_traces.py -s     # prints the count of cases and the worst peaks (benchmarks/README.md)
+    pytest tests/test_fuzz_traces.py tests/test_fuzz_traces_2.py -s   # prints the counts and worst peaks (benchmarks/README.md)
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from synthetic import gpu_trace
 
@@ -480,14 +481,18 @@ def rss_of(folder_bytes: dict[str, bytes], root: Path) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-KEPT = 4
-"""The cases run again as real processes: the KEPT highest by peak and the KEPT largest."""
+KEPT = 2
+"""The cases run again as real processes, per shard: the KEPT highest by peak and the KEPT largest."""
+SHARDS = 2
+"""The cases run as SHARDS tests of CASES / SHARDS cases each, each drawn from a seed of its own, in
+files of their own (this one and test_fuzz_traces_2.py), so that pytest-xdist (`--dist loadfile`)
+runs them on two workers."""
+SEED = 34
 
 
 class Measurements(list):
     """The measured cases, of which only those that may run again keep their files (all 500 cases'
-    files held about 3 GB). `one` below stays as it was: derandomized hypothesis draws its cases from
-    a digest of the test's source."""
+    files held about 3 GB)."""
 
     def append(self, m: Measured) -> None:
         super().append(m)
@@ -506,8 +511,15 @@ def _size(m: Measured) -> int:
 
 
 def test_hostile_traces_never_crash_and_stay_within_memory(monkeypatch):
+    fuzz_shard(0, monkeypatch)
+
+
+def fuzz_shard(shard: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One shard's cases through every command, then its worst cases as real processes."""
     from profile_overlap.analysis import folder
 
+    cases_here = CASES // SHARDS + (shard < CASES % SHARDS)
+    EXITS.clear()
     # One process: tracemalloc sees every allocation (the real processes below use the workers).
     monkeypatch.setattr(folder, "PARALLEL_MIN_BYTES", 1 << 62)
     monkeypatch.setenv("COLUMNS", "160")
@@ -515,10 +527,10 @@ def test_hostile_traces_never_crash_and_stay_within_memory(monkeypatch):
     DRAWINGS = Drawings(monkeypatch)
     measured = Measurements()
 
+    @seed(SEED + shard)
     @settings(
-        max_examples=CASES,
+        max_examples=cases_here,
         deadline=None,
-        derandomize=True,
         database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
     )
@@ -533,7 +545,7 @@ def test_hostile_traces_never_crash_and_stay_within_memory(monkeypatch):
         measured.append(Measured(peak, case.what, case.files))
 
     one()
-    assert len(measured) >= CASES
+    assert len(measured) >= cases_here
     # Real processes: the cases with the highest peaks of Python allocations, and those with the largest files.
     by_peak = sorted(measured, key=_peak, reverse=True)
     by_size = sorted(measured, key=_size, reverse=True)
@@ -545,7 +557,9 @@ def test_hostile_traces_never_crash_and_stay_within_memory(monkeypatch):
         assert set(got["codes"]) <= {0, 2} and got["peak_rss_mb"] < PEAK_LIMIT_MB, (m.what, got, f"kept in {root}")
         shutil.rmtree(root, ignore_errors=True)
         rss.append((got["peak_rss_mb"], m.peak_mb, m.what))
-    print(f"\nfuzz: {len(measured)} cases, 0 tracebacks; worst tracemalloc peak {by_peak[0].peak_mb:.0f} MiB ({by_peak[0].what})")
+    worst = by_peak[0]
+    print(f"\nfuzz shard {shard + 1} of {SHARDS}: {len(measured)} cases, 0 tracebacks;", end=" ")
+    print(f"worst tracemalloc peak {worst.peak_mb:.0f} MiB ({worst.what})")
     print(f"  figures: {len(DRAWINGS.made)} drawn for {DRAWINGS.asked} asked (the others' input was drawn before)")
     print("  exits: " + ", ".join(f"{cmd} {code}: {n}" for (cmd, code), n in sorted(EXITS.items())))
     for peak_rss, peak_py, what in sorted(rss, key=lambda x: x[0], reverse=True):

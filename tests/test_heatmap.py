@@ -15,10 +15,10 @@ import pytest
 from many_ranks import planted, write
 
 from profile_overlap.analysis.folder import analyze_dir
-from profile_overlap.analysis.record import timeline_of
+from profile_overlap.analysis.record import folder_metrics, timeline_of
 from profile_overlap.analysis.world.heatmap import covered, covered_rows
 from profile_overlap.core import intervals as iv
-from profile_overlap.tb_plugin.export import write_plugin_data
+from profile_overlap.tb_plugin.export import FOREIGN_MODE, write_plugin_data
 
 from test_tb_plugin import serve_tensorboard
 from test_tb_plugin_browser import CHROMIUM, Browser, plugin_frame
@@ -112,7 +112,8 @@ def test_a_truncated_an_empty_and_another_job_s_file_among_64_ranks_get_one_line
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which(CHROMIUM), reason=f"{CHROMIUM} not found: apt-get install -y chromium")
 def test_the_tab_at_64_ranks_draws_a_row_per_rank_and_the_explain_example_s_last_rank(job, tmp_path):
-    write_plugin_data(tmp_path / "logdir" / "many", job)
+    out = tmp_path / "logdir" / "many"
+    write_plugin_data(out, folder_metrics(job, out_dir=str(out)), timeline_of({FOREIGN_MODE: job}))
     server = serve_tensorboard(tmp_path / "logdir")
     base = next(server)
     browser = Browser()

@@ -95,6 +95,26 @@ def test_a_string_longer_than_the_bound_is_one_line(tmp_path):
     assert "\n" not in message and "without the end of an event" in message and "--skip-bad" in message
 
 
+def test_a_skipped_file_s_buffers_are_let_go_while_the_others_are_read(tmp_path):
+    """--skip-bad keeps each bad file's error while it reads the rest: its message only. The error's
+    traceback held the reader's frames, and with them its buffers, tens of MB per giant string, in a
+    cycle only the garbage collector would have freed."""
+    from profile_overlap.analysis.folder import read_file
+
+    path = tmp_path / "rank0.json"
+    with open(path, "wb") as f:
+        for part in long_string_of_braces(40 * MB):
+            f.write(part)
+    tracemalloc.start()
+    try:
+        result = read_file(str(path))
+        held = tracemalloc.get_traced_memory()[0] / MB
+    finally:
+        tracemalloc.stop()
+    assert isinstance(result, UserError) and "without the end of an event" in str(result)
+    assert held < 2, f"{held:.0f} MiB still held by the error of a skipped file"
+
+
 def deep(levels: int) -> bytes:
     return b'{"traceEvents": [{"ph": "X", "name": "a", "args": {"x": ' + b"[" * levels + b"]" * levels + b"}}]}"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.analysis.record import folder_metrics
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.metrics import FOLDER
 from profile_overlap.render.markdown import render as render_md
 from profile_overlap.render.report import build
-from profile_overlap.tb_plugin.export import plugin_metrics
 
 from conftest import DATA
 
@@ -18,7 +18,7 @@ GOLDEN_RUN = Path(__file__).resolve().parent / "golden" / "run"
 
 def _folder_run(tmp_path: Path) -> Run:
     result = analyze_dir(DATA / "gloo_2rank", max_workers=1)
-    return Run(dir=tmp_path, metrics=plugin_metrics(result, out_dir=tmp_path), timeline=None, status=None)
+    return Run(dir=tmp_path, metrics=folder_metrics(result, out_dir=str(tmp_path)), timeline=None, status=None)
 
 
 def test_a_bare_trace_folder_gets_typed_facts_and_the_job_sections(tmp_path):

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from profile_overlap.analysis.folder import analyze_dir
-from profile_overlap.tb_plugin.export import write_plugin_data
+from profile_overlap.analysis.record import folder_metrics, timeline_of
+from profile_overlap.tb_plugin.export import FOREIGN_MODE, write_plugin_data
 
 from conftest import DATA
 from test_tb_plugin import serve_tensorboard, tb_logdir, tensorboard  # noqa: F401  (shared session fixtures)
@@ -346,7 +347,8 @@ def hostile_logdir(tmp_path_factory) -> Path:
         trace["traceEvents"] = events
         (traces / path.name).write_bytes(gzip.compress(json.dumps(trace).encode()))
     logdir = root / "logdir"
-    write_plugin_data(logdir / "hostile", analyze_dir(traces))
+    analysis = analyze_dir(traces)
+    write_plugin_data(logdir / "hostile", folder_metrics(analysis, out_dir=str(logdir / "hostile")), timeline_of({FOREIGN_MODE: analysis}))
     kinds = {
         c["kind"]
         for r in json.loads((logdir / "hostile" / "metrics.json").read_text())["modes"]["trace"]["analysis"]["ranks"]

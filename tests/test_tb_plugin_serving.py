@@ -15,8 +15,9 @@ from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
 
 from profile_overlap.analysis.folder import analyze_dir
+from profile_overlap.analysis.record import folder_metrics, timeline_of
 from profile_overlap.tb_plugin import plugin
-from profile_overlap.tb_plugin.export import write_plugin_data
+from profile_overlap.tb_plugin.export import FOREIGN_MODE, write_plugin_data
 from profile_overlap.tb_plugin.plugin import MAX_MAX_SPANS, OverlapPlugin
 
 from conftest import DATA
@@ -28,7 +29,8 @@ SECRET = b"the secret outside the logdir\n"
 def good_run(tmp_path_factory) -> Path:
     """A real run folder (metrics.json and timeline.json of the gloo traces), to copy from."""
     out = tmp_path_factory.mktemp("good") / "run"
-    write_plugin_data(out, analyze_dir(DATA / "gloo_2rank"))
+    analysis = analyze_dir(DATA / "gloo_2rank")
+    write_plugin_data(out, folder_metrics(analysis, out_dir=str(out)), timeline_of({FOREIGN_MODE: analysis}))
     return out
 
 

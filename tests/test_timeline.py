@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 from matplotlib.patches import Rectangle
@@ -128,3 +129,16 @@ def test_a_span_far_past_its_step_still_draws_and_gets_no_label_off_the_axis():
     labels = [t.get_text() for ax in fig.axes for t in ax.texts]
     assert "RS" in labels or any("reduce" in t for t in labels), labels  # the span on the axis keeps its label
     assert timeline.png_bytes(fig).startswith(b"\x89PNG")
+
+
+def test_control_characters_from_a_trace_are_not_drawn_and_matplotlib_has_nothing_to_warn_about():
+    # The fuzz's case: a hostile name's escape character has no glyph, and matplotlib printed a
+    # "Glyph 27 missing" warning on the user's terminal for every figure drawn with it.
+    spans = [[1, 1000, 11000, "comm", "split/reduce_scatter"], [1, 12000, 30000, "compute", "\x1b[31mred\x1b[0m\ta\x00b\x07c"]]
+    fig = timeline.figure(bare_metrics(), {"modes": {"split\x1b[2J": {"ranks": [one_rank(0, {1: 50_000}, spans)]}}})
+    texts = [t.get_text() for t in fig.legends[0].get_texts()] + [t.get_text() for ax in fig.axes for t in ax.texts]
+    texts += [ax.get_title(loc) for ax in fig.axes for loc in ("left", "right")]
+    assert "red abc" in texts and not any(ord(c) < 0x20 for t in texts for c in t), texts
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert timeline.png_bytes(fig).startswith(b"\x89PNG") and timeline.to_svg(fig).startswith("<svg")

@@ -77,12 +77,21 @@ def read_file(path: str, options: AnalysisOptions = DEFAULT) -> FileResult | Use
     try:
         f = extract(load_trace(Path(path)))
     except UserError as err:
-        return err
+        return _bare(err)
     try:
         alone: RankAnalysis | UserError = finish_rank([f], options)
     except UserError as err:
-        alone = err
+        alone = _bare(err)
     return FileResult(path=f.path, rank=f.rank, t_min=f.t_min, t_max=f.t_max, alone=alone)
+
+
+def _bare(err: UserError) -> UserError:
+    """The error as a result keeps it: its message, without its traceback and the failure it was
+    raised from. Their frames hold the reader's buffers (tens of MB for a giant string), and the
+    error is kept while the other files are read (--skip-bad), in a reference cycle with the frame
+    that returns it, which lives until the garbage collector runs."""
+    err.__traceback__ = err.__context__ = err.__cause__ = None
+    return err
 
 
 def trace_paths(folder: Path) -> list[Path]:

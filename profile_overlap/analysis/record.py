@@ -4,7 +4,7 @@ metrics.json) and timeline.json (`timeline_record`). Keys only ever get added (o
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -12,25 +12,25 @@ import msgspec
 from profile_overlap.analysis.file.replay import OTHER, ReplayStep
 from profile_overlap.analysis.rank.exposed_timeline import rank_exposure
 from profile_overlap.analysis.rank.interference import combine as combine_interference
-from profile_overlap.analysis.rank.per_rank import PhaseMetrics, RankAnalysis
+from profile_overlap.analysis.rank.per_rank import RankAnalysis
 from profile_overlap.analysis.world.cross_rank import RankWait, TraceAnalysis
 from profile_overlap.analysis.world.spread import spread
 from profile_overlap.core.json_text import as_python_json, reindent
 from profile_overlap.core.modes import PHASES
 from profile_overlap.record.analysis import (
     AnalysisRecord,
-    CollectiveRecord,
-    PhaseRecord,
+    ConsoleFacts,
+    ConsoleRank,
     RankRecord,
     ReplayCallRecord,
     ReplayStepRecord,
-    StepRecord,
     as_json,
     builtin,
 )
 from profile_overlap.record.build import build_record
+from profile_overlap.record.fields import from_fields
 from profile_overlap.record.integrity import IntegrityRecord
-from profile_overlap.record.metrics import Env, JobFacts, ModeMetrics, RunMetrics, StepTimes
+from profile_overlap.record.metrics import FOLDER, FOLDER_MODE, Env, JobFacts, ModeMetrics, RankEnv, RunMetrics, StepTimes
 from profile_overlap.record.timeline import (
     PhaseWindow,
     Timeline,
@@ -128,32 +128,9 @@ def timeline_record(analyses: Mapping[str, TraceAnalysis | None]) -> dict[str, A
     return plain
 
 
-def _num(x: float | None, digits: int = 3) -> float | None:
-    return None if x is None else _round(x, digits)
-
-
-def _round(x: float, digits: int = 3) -> float:
-    return round(float(x), digits)
-
-
-def _phases(phases: Sequence[PhaseMetrics]) -> tuple[PhaseRecord, ...]:
-    return tuple(
-        PhaseRecord(
-            phase=p.phase,
-            window_us=_num(p.window_us),
-            comm_us=_num(p.comm_us),
-            compute_us=_num(p.compute_us),
-            overlap_us=_num(p.overlap_us),
-            exposed_comm_us=_num(p.exposed_comm_us),
-            sources=tuple(p.sources),
-        )
-        for p in phases
-    )
-
-
 def _finite(x: float | None) -> float | None:
     """A clock figure for strict JSON: None where it is unknown (an infinite uncertainty)."""
-    return None if x is None or not math.isfinite(x) else _num(x)
+    return None if x is None or not math.isfinite(x) else round(float(x), 3)
 
 
 def integrity_record(analysis: TraceAnalysis) -> IntegrityRecord:
@@ -168,63 +145,33 @@ def integrity_record(analysis: TraceAnalysis) -> IntegrityRecord:
     )
 
 
-def _rank(r: RankAnalysis, w: RankWait | None, *, replay: bool) -> RankRecord:
-    return RankRecord(
-        rank=r.rank,
-        device=r.device,
-        comm_us=_round(r.comm_us),
-        compute_us=_round(r.compute_us),
-        overlap_us=_round(r.overlap_us),
-        exposed_comm_us=_round(r.exposed_comm_us),
-        overlap_pct=_num(r.overlap_pct),
-        steps=tuple(
-            StepRecord(
-                step=s.step,
-                step_us=_num(s.step_us),
-                comm_us=_num(s.comm_us),
-                compute_us=_num(s.compute_us),
-                overlap_us=_num(s.overlap_us),
-                exposed_comm_us=_num(s.exposed_comm_us),
-                overlap_pct=_num(s.overlap_pct),
-                phases=_phases(s.phases),
-            )
-            for s in r.steps
-        ),
-        phases=_phases(r.phases),
-        phase_collectives=r.phase_collectives,
-        collectives=tuple(
-            CollectiveRecord(
-                kind=c.kind,
-                count=c.count,
-                nbytes=c.nbytes,
-                dur_us=_round(c.dur_us),
-                algbw_gbps=_num(c.algbw_gbps, 4),
-                busbw_gbps=_num(c.busbw_gbps, 4),
-            )
-            for c in r.collectives
-        ),
-        wait_us=_num(w.wait_us) if w else None,
-        transfer_us=_num(w.transfer_us) if w else None,
+def _rank(r: RankAnalysis, w: RankWait | None, *, replay: bool, exact: bool = False) -> RankRecord:
+    """The rank's record: its fields by name (steps, phases and collectives too), rounded as the
+    record declares (record/fields.py; exact: unrounded); the cross-rank wait from `w`. The replay
+    steps, records already, go in after (from_fields would build each of their calls again)."""
+    record = from_fields(
+        RankRecord,
+        r,
+        exact=exact,
+        wait_us=w.wait_us if w else None,
+        transfer_us=w.transfer_us if w else None,
         last_arrivals=w.last_arrivals if w else None,
-        last_arrival_pct=_num(w.last_arrival_pct) if w else None,
-        replay=tuple(_replay(s) for s in r.replay) if replay else (),
-        fsdp=r.fsdp,
+        last_arrival_pct=w.last_arrival_pct if w else None,
+        replay=(),
     )
+    return msgspec.structs.replace(record, replay=tuple(_replay(s) for s in r.replay)) if replay else record
 
 
 def _replay(s: ReplayStep) -> ReplayStepRecord:
+    """A replay step's record: its per-phase busy time by phase name, its calls' columns as records
+    (they go in after: from_fields would build each call again)."""
     c = s.calls
     names = (*PHASES, OTHER)
-    return ReplayStepRecord(
-        step=s.step,
-        pre_us=_round(s.pre_us),
-        phase_us={name: _round(x) for name, x in zip(PHASES, s.phase_us)},
-        calls=tuple(
-            ReplayCallRecord(kind=c.kinds[k], nbytes=None if nb < 0 else nb, phase=names[p], share_us=round(share, 3))
-            for k, nb, p, share in zip(c.kind.tolist(), c.nbytes.tolist(), c.phase.tolist(), c.share_us.tolist())
-        ),
-        backward_cuts_us=None if s.backward_cuts_us is None else tuple(_round(x) for x in s.backward_cuts_us),
+    calls = tuple(
+        from_fields(ReplayCallRecord, kind=c.kinds[k], nbytes=None if nb < 0 else nb, phase=names[p], share_us=share)
+        for k, nb, p, share in zip(c.kind.tolist(), c.nbytes.tolist(), c.phase.tolist(), c.share_us.tolist())
     )
+    return msgspec.structs.replace(from_fields(ReplayStepRecord, s, phase_us=dict(zip(PHASES, s.phase_us)), calls=()), calls=calls)
 
 
 def analysis_record(analysis: TraceAnalysis, *, replay: bool = True) -> AnalysisRecord:
@@ -246,6 +193,25 @@ def analysis_record(analysis: TraceAnalysis, *, replay: bool = True) -> Analysis
     )
 
 
+def console_facts(analysis: TraceAnalysis) -> ConsoleFacts:
+    """What the `analyze` console shows beside analysis_record(analysis): each rank's record
+    unrounded, its notes, calls matched across ranks and group sizes, and whether --hta-compat
+    dropped a step."""
+    waits = {w.rank: w for w in analysis.waits}
+    return ConsoleFacts(
+        hta_compat=analysis.hta_compat,
+        ranks=tuple(
+            ConsoleRank(
+                record=_rank(r, w := waits.get(r.rank), replay=False, exact=True),
+                notes=r.notes,
+                matched=w.matched if w else 0,
+                group_size={c.kind: c.group_size for c in r.collectives},
+            )
+            for r in analysis.ranks
+        ),
+    )
+
+
 def traced_record(
     result: TraceAnalysis,
     *,
@@ -261,6 +227,35 @@ def traced_record(
     verification; `run_dir` defaults to the folder the traces came from."""
     modes = {mode: ModeMetrics(mode=mode, step_time=step_time, memory=(), checks=(), trace_dir=trace_dir, analysis=analysis_record(result))}
     return build_record(run_dir=run_dir or facts.source, config=config, env=env, modes=modes, job=facts)
+
+
+def folder_metrics(result: TraceAnalysis, *, out_dir: str) -> RunMetrics:
+    """The metrics record of a bare folder of traces (`analyze --tensorboard`: the Overlap tab reads it
+    from out_dir): one mode, FOLDER_MODE, whose `analysis` is the `analyze --json` record; no step
+    times, memory or verification for a job we only have traces of."""
+    facts = JobFacts(
+        kind=FOLDER,
+        source=result.source,
+        trace_files=sum(len(r.files) for r in result.ranks),
+        profiled_steps=max((len(r.steps) for r in result.ranks), default=0),
+        profiled_ranks=tuple(sorted(r.rank for r in result.ranks)),
+    )
+    return traced_record(
+        result,
+        mode=FOLDER_MODE,
+        step_time=StepTimes.from_times([], method="none (traces only)"),
+        trace_dir=result.source,
+        facts=facts,
+        run_dir=out_dir,
+        config={"source": result.source, "hta_compat": result.hta_compat},
+        env=Env(
+            command="profile_overlap analyze --tensorboard",
+            backend=next((r.backend for r in result.ranks if r.backend), None),
+            device_type=result.ranks[0].device if result.ranks else None,
+            world_size=result.world_size,
+            ranks=tuple(RankEnv(rank=r.rank, host="?", device=r.device) for r in result.ranks),
+        ),
+    )
 
 
 _REPLAY_SLOT = b'\n   "replay": []'

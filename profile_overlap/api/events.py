@@ -40,7 +40,7 @@ PHASE_NUMBERS = {
     "compute_ms": "compute_us",
     "window_ms": "window_us",
 }
-"""phase/<phase>/<name> -> the PhaseMetrics field it shows / 1000."""
+"""phase/<phase>/<name> -> the PhaseRecord field it shows / 1000 (as measured: the analysis's own)."""
 
 
 def scalars(analysis: RankAnalysis) -> list[tuple[str, float, int]]:

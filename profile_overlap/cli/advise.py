@@ -4,6 +4,7 @@ prediction checked by running it with --verify (our runs).
     python -m profile_overlap advise runs/<run>
     python -m profile_overlap advise runs/<run> --top 5 --json advice.json
     python -m profile_overlap advise runs/<run> --verify --repeats 5      # run the top item against the run
+    python -m profile_overlap advise runs/<run> --calibrate               # measure the interference a change pays
 
 Prints the top items; writes RUN_DIR/advice.json and rewrites the report with its "What to change"
 section.
@@ -35,6 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=_count("--top", 1), metavar="N", help="keep the N best items (default: all)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write the record here")
     parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="our runs: where a mode measured no interference, measure it in one profiled run of its best change that adds overlap",
+    )
+    parser.add_argument(
         "--verify", action="store_true", help="our runs: run the top verifiable item against the run's config in alternating blocks"
     )
     parser.add_argument(
@@ -51,7 +57,7 @@ def main(args: argparse.Namespace) -> int:
     from profile_overlap.render.write import write as write_report
     from profile_overlap.tools import advise
 
-    result = advise.advise(args.run_dir, top=args.top)
+    result = advise.advise(args.run_dir, top=args.top, calibrate=args.calibrate)
     if args.verify:
         from profile_overlap.tools.advise import verify as advise_verify
 

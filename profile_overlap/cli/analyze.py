@@ -80,7 +80,7 @@ def parse_steps(text: str) -> tuple[int | None, int | None]:
 def main(args: argparse.Namespace) -> int:
     from profile_overlap.analysis.folder import analyze_dir
     from profile_overlap.analysis.options import AnalysisOptions
-    from profile_overlap.analysis.record import analysis_record, record_json
+    from profile_overlap.analysis.record import analysis_record, console_facts, record_json
     from profile_overlap.render import analysis_console
     from profile_overlap.render.console import make_console
     from profile_overlap.render.rank_tables import csv_paths, write_tables
@@ -110,7 +110,7 @@ def main(args: argparse.Namespace) -> int:
     rows_at = str(csv_paths(args.json)[1]) if args.json else ""
     console = make_console(file=sys.stdout, width=width, highlight=False)
     shown = {"per_rank": args.per_rank, "per_step": args.per_step, "tables": tables, "steps_csv": rows_at}
-    analysis_console.render(analysis, console, record=record, **shown)
+    analysis_console.render(record, console, facts=console_facts(analysis), **shown)
     if args.json:
         try:
             args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -120,9 +120,11 @@ def main(args: argparse.Namespace) -> int:
             raise UserError(f"cannot write {args.json}: {err.strerror}; pick a writable path for --json") from None
         print(f"wrote {args.json}, {ranks_csv.name} and {steps_csv.name}")
     if args.tensorboard:
-        from profile_overlap.tb_plugin.export import write_plugin_data
+        from profile_overlap.analysis.record import folder_metrics, timeline_of
+        from profile_overlap.tb_plugin.export import FOREIGN_MODE, write_plugin_data
 
-        out = write_plugin_data(args.dir / "overlap" if args.tensorboard is True else args.tensorboard, analysis)
+        out_dir = args.dir / "overlap" if args.tensorboard is True else args.tensorboard
+        out = write_plugin_data(out_dir, folder_metrics(analysis, out_dir=str(out_dir)), timeline_of({FOREIGN_MODE: analysis}))
         print(f"wrote {out}/metrics.json and timeline.json: `tensorboard --logdir {out.parent}` shows them in the Overlap tab")
     errors = analysis.integrity.errors
     if args.strict and errors:

@@ -14,6 +14,7 @@ import msgspec
 from profile_overlap.core.json_text import as_python_json
 from profile_overlap.record.dimensions import Dimension, Pipeline
 from profile_overlap.record.exposed import Exposed
+from profile_overlap.record.fields import Float3, MaybeFloat3, MaybeFloat4
 from profile_overlap.record.integrity import IntegrityRecord
 from profile_overlap.record.interference import Interference
 from profile_overlap.record.spread import Spread
@@ -41,30 +42,40 @@ def builtin(x: Any) -> Any:
 
 
 class PhaseRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """One phase of one step, or summed over a rank's steps (definitions: "Phases")."""
+    """One phase (forward, backward, optimizer) of one step, or summed over a rank's steps
+    (definitions: "Phases"): the communication hidden behind the phase's compute and the
+    communication exposed in its window. The analysis makes it (analysis/rank/per_rank.py) with its
+    numbers as measured; the record's are rounded (from_fields)."""
 
     phase: str
-    window_us: float | None
-    comm_us: float | None
-    compute_us: float | None
-    overlap_us: float | None
-    """Communication hidden behind this phase's compute."""
-    exposed_comm_us: float | None
+    window_us: Float3
+    """Length of the union of the phase's windows (clipped to the step)."""
+    comm_us: Float3
+    """|∪comm ∩ window|."""
+    compute_us: Float3
+    """|∪compute ∩ window|."""
+    overlap_us: Float3
+    """|∪comm ∩ ∪compute ∩ window|: communication hidden behind this phase's compute."""
+    exposed_comm_us: Float3
+    """comm_us − overlap_us: communication exposed inside this phase's window."""
     sources: tuple[str, ...] = ()
-    """Where the phase's windows came from (analysis/file/phases.py): "labels", or torch's own ranges in
-    unlabelled steps; absent before phases were found without labels."""
+    """Where the window came from (analysis/file/phases.py): "labels", an engine whose own ranges
+    placed it (classify.ENGINE_RANGES: "FSDP2", "DDP", "torch.optim", "profile_overlap"),
+    "autograd" (backward from autograd's frames) or "step" (forward: the step before the
+    backward); over a rank's steps, each source once, in the order first met. Absent before phases
+    were found without labels."""
 
 
 class StepRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One ProfilerStep#N window of one rank: its metrics clipped to the window."""
 
     step: int
-    step_us: float | None
-    comm_us: float | None
-    compute_us: float | None
-    overlap_us: float | None
-    exposed_comm_us: float | None
-    overlap_pct: float | None
+    step_us: MaybeFloat3
+    comm_us: MaybeFloat3
+    compute_us: MaybeFloat3
+    overlap_us: MaybeFloat3
+    exposed_comm_us: MaybeFloat3
+    overlap_pct: MaybeFloat3
     phases: tuple[PhaseRecord, ...] = ()
 
 
@@ -76,7 +87,7 @@ class PhaseCollectiveRecord(msgspec.Struct, frozen=True, kw_only=True):
     count: int
     nbytes: int | None
     """Sum of the calls' sizes; None when some call's size is unknown."""
-    dur_us: float
+    dur_us: Float3
 
 
 class CollectiveRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -85,9 +96,9 @@ class CollectiveRecord(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
     count: int
     nbytes: int | None
-    dur_us: float
-    algbw_gbps: float | None
-    busbw_gbps: float | None
+    dur_us: Float3
+    algbw_gbps: MaybeFloat4
+    busbw_gbps: MaybeFloat4
 
 
 class ReplayCallRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,7 +108,7 @@ class ReplayCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     nbytes: int | None
     phase: str
     """The phase whose window holds the call's issue, or "other"."""
-    share_us: float
+    share_us: Float3
     """Its share of the time communication was busy: calls in flight together share it."""
 
 
@@ -105,12 +116,12 @@ class ReplayStepRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One profiled step of one rank as `whatif` replays it (definitions: "What if")."""
 
     step: int
-    pre_us: float
+    pre_us: Float3
     """Busy time (the step minus its exposed communication) outside every phase window."""
-    phase_us: dict[str, float]
+    phase_us: dict[str, Float3]
     """Busy time inside each phase's window."""
     calls: tuple[ReplayCallRecord, ...]
-    backward_cuts_us: tuple[float, ...] | None
+    backward_cuts_us: tuple[Float3, ...] | None
     """The backward's busy time per unit (forward order), cut at the reduce_scatter launches; None without them."""
 
 
@@ -136,22 +147,22 @@ class RankRecord(msgspec.Struct, frozen=True, kw_only=True):
 
     rank: int
     device: str
-    comm_us: float
-    compute_us: float
-    overlap_us: float
-    exposed_comm_us: float
-    overlap_pct: float | None
+    comm_us: Float3
+    compute_us: Float3
+    overlap_us: Float3
+    exposed_comm_us: Float3
+    overlap_pct: MaybeFloat3
     steps: tuple[StepRecord, ...]
     phases: tuple[PhaseRecord, ...] = ()
     """Summed over the rank's steps; absent before schema 3."""
     phase_collectives: tuple[PhaseCollectiveRecord, ...] = ()
     collectives: tuple[CollectiveRecord, ...] = ()
-    wait_us: float | None = None
+    wait_us: MaybeFloat3 = None
     """Cross-rank wait (definitions: `wait_us`); None when no call was matched across ranks."""
-    transfer_us: float | None = None
+    transfer_us: MaybeFloat3 = None
     last_arrivals: int | None = None
     """The matched calls this rank arrived at last; absent before the integrity checks."""
-    last_arrival_pct: float | None = None
+    last_arrival_pct: MaybeFloat3 = None
     replay: tuple[ReplayStepRecord, ...] = ()
     """Per profiled step, what whatif replays; absent from records written before whatif read it here."""
     fsdp: FsdpRecord | None = None
@@ -185,3 +196,29 @@ class AnalysisRecord(msgspec.Struct, frozen=True, kw_only=True):
 
     def rank(self, rank: int) -> RankRecord | None:
         return next((r for r in self.ranks if r.rank == rank), None)
+
+
+class ConsoleRank(msgspec.Struct, frozen=True, kw_only=True):
+    """One rank as the `analyze` console shows it: its record unrounded, and what the record's JSON leaves out."""
+
+    record: RankRecord
+    """The rank's record with its numbers as measured (record.fields.from_fields(exact=True)): the
+    console prints them to 1 or 2 decimals, and from the record's 3 (rounding twice) about one
+    overlap % in ten would move by 0.01."""
+    notes: tuple[str, ...]
+    """Things the user should know, e.g. that the rank came from the file name."""
+    matched: int
+    """Its calls matched on at least two ranks: without any, the console has no wait/transfer split ("-")."""
+    group_size: dict[str, int | None]
+    """Per collective kind (RankRecord.collectives), its process group's size (the n of busbw)."""
+
+
+class ConsoleFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What the `analyze` console shows beside the AnalysisRecord that the record's JSON does not
+    hold (so analyze --json and metrics.json keep their bytes): made with the record by the analysis
+    (analysis/record.py console_facts), never written."""
+
+    hta_compat: bool
+    """The analysis dropped each rank's last step as HTA does (--hta-compat)."""
+    ranks: tuple[ConsoleRank, ...]
+    """Per rank, in the record's order."""

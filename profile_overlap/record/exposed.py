@@ -4,6 +4,8 @@ docs/metrics.md ("Why exposed"); times in µs unless the name says otherwise."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 TOP_CALLS = 10
@@ -117,12 +119,13 @@ class Exposed(msgspec.Struct, frozen=True):
         return wait / scale, transfer / scale
 
 
-def to_builtins(exposed: Exposed) -> dict:
+def to_builtins(exposed: Exposed) -> dict[str, Any]:
     """The JSON form: rank keys as strings, lists for tuples (what reading a JSON file gives back)."""
-    return msgspec.json.decode(msgspec.json.encode(exposed))
+    plain: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(exposed))
+    return plain
 
 
-def from_builtins(data: dict) -> Exposed:
+def from_builtins(data: dict[str, Any]) -> Exposed:
     """Read back what `to_builtins` wrote."""
     return msgspec.convert(data, Exposed, strict=False)
 

@@ -1,6 +1,7 @@
 """The interference the replay charges (whatif, advise), per phase of one mode of a run, and where it
 came from (definitions: `interference_used`): the mode's own per-operator figure
-(record/interference.py), else the run's split vs split-blocking one, else none."""
+(record/interference.py), else the run's split vs split-blocking one, else none; or, with `advise
+--calibrate`, the per-operator figure of a profiled run of a change (tools/advise/calibrate.py)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from profile_overlap.record.metrics import PhaseInterference
 
 OPERATORS = "operators"
 SPLIT_BLOCKING = "split vs split-blocking"
+CALIBRATION = "calibration run"
 NONE = "none"
 """The sources of the interference the replay uses."""
 
 
-class UsedInterference(msgspec.Struct, frozen=True, kw_only=True):
+class UsedInterference(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The interference the replay charges in one phase, and where it came from."""
 
     phase: str
@@ -28,7 +30,9 @@ class UsedInterference(msgspec.Struct, frozen=True, kw_only=True):
     pairs: int | None
     """The pairs behind a per-operator figure (the median rank's); None for the other sources."""
     source: str
-    """OPERATORS, SPLIT_BLOCKING or NONE (0%)."""
+    """OPERATORS, SPLIT_BLOCKING, CALIBRATION or NONE (0%)."""
+    calibrated_with: str | None = None
+    """CALIBRATION: the flag of the profiled run it was measured in (`advise --calibrate`); left out of the JSON when None."""
 
 
 def used_interference(analysis: AnalysisRecord | None, blocking_rows: Sequence[PhaseInterference] = ()) -> dict[str, UsedInterference]:
@@ -72,8 +76,13 @@ def charged(u: UsedInterference) -> float:
 def overall(used: dict[str, UsedInterference]) -> str:
     """One line: each phase's charged interference and its source, e.g. "backward +12.0% (operators)"."""
     parts = [
-        f"{u.phase} {u.slowdown_pct:+.1f}% ({u.source}{', 0% charged' if u.slowdown_pct < 0 else ''})"
+        f"{u.phase} {u.slowdown_pct:+.1f}% ({source_text(u)}{', 0% charged' if u.slowdown_pct < 0 else ''})"
         for u in used.values()
         if u.source != NONE
     ]
     return ", ".join(parts) if parts else "none measured (0% charged)"
+
+
+def source_text(u: UsedInterference) -> str:
+    """Where the figure came from, in words: "operators", or "calibration run of --bucket-cap-mb 1"."""
+    return f"{u.source} of {u.calibrated_with}" if u.calibrated_with else u.source

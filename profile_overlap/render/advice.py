@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from profile_overlap.record.advice import NOTHING, SHOWN, Advice, AdviceItem, load_advice
-from profile_overlap.record.interference_used import NONE
+from profile_overlap.record.interference_used import NONE, source_text
 from profile_overlap.render.document import Code, Items, Paragraph, Section, Table
 from profile_overlap.render.numbers import ms
 
@@ -43,7 +43,7 @@ def interference_text(i: AdviceItem) -> str:
         interval = f" [{u.low_pct:+.1f}, {u.high_pct:+.1f}]" if u.low_pct is not None and u.high_pct is not None else ""
         pairs = f", {u.pairs} pairs" if u.pairs is not None else ""
         charged = " (0% charged)" if u.slowdown_pct < 0 else ""
-        parts.append(f"{u.phase} {u.slowdown_pct:+.1f}%{interval} ({u.source}{pairs}){charged}")
+        parts.append(f"{u.phase} {u.slowdown_pct:+.1f}%{interval} ({source_text(u)}{pairs}){charged}")
     return ", ".join(parts)
 
 

@@ -3,7 +3,9 @@ the integrity checks that are not ok. Above PER_RANK_UP_TO ranks (unless --per-r
 tables give way to each number's spread over the ranks (record/spread.py), and one line says where
 the full tables are. The per-step rows print only with --per-step (a long trace has thousands of
 steps; --json OUT writes them to OUT.steps.csv): otherwise one line counts the steps and says where
-they are. Nothing is recomputed here."""
+they are. It reads the analysis record (record/analysis.py) and, beside it, the few facts the
+record's JSON does not hold (ConsoleFacts: each rank's record unrounded, its notes, matched calls
+and group sizes, --hta-compat). Nothing is recomputed here."""
 
 from __future__ import annotations
 
@@ -20,8 +22,7 @@ from profile_overlap.render.numbers import grouped, nbytes
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from profile_overlap.analysis.world.cross_rank import TraceAnalysis
-    from profile_overlap.record.analysis import AnalysisRecord
+    from profile_overlap.record.analysis import AnalysisRecord, ConsoleFacts
 
 PER_RANK_UP_TO = 8
 """Ranks up to which the full per-rank tables print without --per-rank (they fit a screen)."""
@@ -29,43 +30,42 @@ OUTLIERS_SHOWN = 6
 
 
 def render(
-    analysis: TraceAnalysis,
+    record: AnalysisRecord,
     console: Console,
     *,
-    record: AnalysisRecord | None = None,
+    facts: ConsoleFacts,
     per_rank: bool = False,
     per_step: bool = False,
     tables: str = "",
     steps_csv: str = "",
 ) -> None:
-    """Tables from the analysis record; nothing is recomputed here. `tables` says where the full
-    tables are (for the summary's last line), `steps_csv` where the per-step rows are written."""
-    if record is not None and not per_rank and len(analysis.ranks) > PER_RANK_UP_TO:
-        console.print(spread_table(analysis, record))
+    """Tables from the analysis record and its console facts; nothing is recomputed here. `tables`
+    says where the full tables are (for the summary's last line), `steps_csv` where the per-step rows are written."""
+    if not per_rank and len(record.ranks) > PER_RANK_UP_TO:
+        console.print(spread_table(record, facts))
         where = tables or "pass --per-rank to print them, or --json OUT to write them to OUT.ranks.csv and OUT.steps.csv"
         console.print(f"Full per-rank, per-step and collective tables: {where}", markup=False, soft_wrap=True)
         _interference(record, console)
         if per_step:
-            print_steps(analysis, console)
-        print_notes(analysis, console, grouped=True)
+            print_steps(facts, console)
+        print_notes(record, facts, console, grouped=True)
         return
-    console.print(rank_table(analysis))
-    console.print(collectives_table(analysis))
+    console.print(rank_table(record, facts))
+    console.print(collectives_table(facts))
     if per_step:
-        print_steps(analysis, console)
+        print_steps(facts, console)
     else:
-        console.print(steps_line(analysis, steps_csv), markup=False, soft_wrap=True)
+        console.print(steps_line(record, steps_csv), markup=False, soft_wrap=True)
     _interference(record, console)
-    if record is not None:
-        for table in dimensions.console_tables(record):
-            console.print(table)
-        if line := dimensions.console_verdict(record):
-            console.print(line, markup=False, soft_wrap=True)
-    print_notes(analysis, console)
+    for table in dimensions.console_tables(record):
+        console.print(table)
+    if line := dimensions.console_verdict(record):
+        console.print(line, markup=False, soft_wrap=True)
+    print_notes(record, facts, console)
 
 
-def print_steps(analysis: TraceAnalysis, console: Console) -> None:
-    steps = step_table(analysis)
+def print_steps(facts: ConsoleFacts, console: Console) -> None:
+    steps = step_table(facts)
     if steps.row_count:
         console.print(steps)
     else:
@@ -75,12 +75,12 @@ def print_steps(analysis: TraceAnalysis, console: Console) -> None:
 NO_STEPS = "No ProfilerStep#N annotations: per-step metrics need prof.step() in the training loop."
 
 
-def steps_line(analysis: TraceAnalysis, steps_csv: str = "") -> str:
+def steps_line(record: AnalysisRecord, steps_csv: str = "") -> str:
     """The profiled steps counted, in place of their rows: how many, which, and where the rows are."""
-    counts = sorted({len(r.steps) for r in analysis.ranks})
+    counts = sorted({len(r.steps) for r in record.ranks})
     if counts == [0]:
         return NO_STEPS
-    numbers = [s.step for r in analysis.ranks for s in r.steps[:1] + r.steps[-1:]]
+    numbers = [s.step for r in record.ranks for s in r.steps[:1] + r.steps[-1:]]
     many = f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,} to {counts[-1]:,}"
     where = (
         f"in {steps_csv}, or pass --per-step"
@@ -90,23 +90,22 @@ def steps_line(analysis: TraceAnalysis, steps_csv: str = "") -> str:
     return f"Profiler steps: {many} per rank (ProfilerStep#{min(numbers)} to #{max(numbers)}); per-step rows: {where}"
 
 
-def _interference(record: AnalysisRecord | None, console: Console) -> None:
-    text = interference_line(record.interference) if record is not None else None
+def _interference(record: AnalysisRecord, console: Console) -> None:
+    text = interference_line(record.interference)
     if text:
         console.print(text, markup=False, soft_wrap=True)
 
 
-def rank_table(analysis: TraceAnalysis) -> Table:
-    waits = {w.rank: w for w in analysis.waits}
-    title = f"Overlap per rank: {analysis.source} (world size {analysis.world_size})"
-    if analysis.hta_compat:
+def rank_table(record: AnalysisRecord, facts: ConsoleFacts) -> Table:
+    title = f"Overlap per rank: {record.source} (world size {record.world_size})"
+    if facts.hta_compat:
         title += ", HTA-compatible (last step dropped)"
     t = Table(title=title, title_justify="left")
     for col in ("rank", "device", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap %", "wait_us", "transfer_us"):
         t.add_column(col, justify="left" if col == "device" else "right")
-    for r in analysis.ranks:
-        w = waits.get(r.rank)
-        mark = " (slowest)" if r.rank == analysis.slowest_rank else ""
+    for rank in facts.ranks:
+        r = rank.record
+        mark = " (slowest)" if r.rank == record.slowest_rank else ""
         t.add_row(
             f"{r.rank}{mark}",
             r.device,
@@ -115,23 +114,24 @@ def rank_table(analysis: TraceAnalysis) -> Table:
             grouped(r.overlap_us),
             grouped(r.exposed_comm_us),
             grouped(r.overlap_pct, 2),
-            grouped(w.wait_us if w and w.matched else None),
-            grouped(w.transfer_us if w and w.matched else None),
+            grouped(r.wait_us if rank.matched else None),
+            grouped(r.transfer_us if rank.matched else None),
         )
     return t
 
 
-def collectives_table(analysis: TraceAnalysis) -> Table:
+def collectives_table(facts: ConsoleFacts) -> Table:
     t = Table(title="Collectives per rank (totals; algbw = S/t, busbw = algbw * factor(kind, n), as nccl-tests)", title_justify="left")
     for col in ("rank", "kind", "count", "n", "bytes", "dur_us", "algbw GB/s", "busbw GB/s"):
         t.add_column(col, justify="left" if col == "kind" else "right")
-    for r in analysis.ranks:
+    for rank in facts.ranks:
+        r = rank.record
         for c in r.collectives:
             t.add_row(
                 str(r.rank),
                 c.kind,
                 str(c.count),
-                str(c.group_size or "-"),
+                str(rank.group_size[c.kind] or "-"),
                 nbytes(c.nbytes),
                 grouped(c.dur_us),
                 grouped(c.algbw_gbps, 2),
@@ -140,11 +140,11 @@ def collectives_table(analysis: TraceAnalysis) -> Table:
     return t
 
 
-def step_table(analysis: TraceAnalysis) -> Table:
+def step_table(facts: ConsoleFacts) -> Table:
     t = Table(title="Profiler steps (each metric clipped to the ProfilerStep#N window)", title_justify="left")
     for col in ("rank", "step", "step_us", "comm_us", "compute_us", "overlap_us", "exposed_comm_us", "overlap %"):
         t.add_column(col, justify="right")
-    for r in analysis.ranks:
+    for r in (rank.record for rank in facts.ranks):
         for s in r.steps:
             t.add_row(
                 str(r.rank),
@@ -164,10 +164,10 @@ def _ranks(ranks: tuple[int, ...] | list[int], shown: int) -> str:
     return text + (f" and {len(ranks) - shown} more" if len(ranks) > shown else "")
 
 
-def spread_table(analysis: TraceAnalysis, record: AnalysisRecord) -> Table:
+def spread_table(record: AnalysisRecord, facts: ConsoleFacts) -> Table:
     """Each per-rank number over the ranks: distribution, worst and best ranks, outliers (rule in Metrics)."""
-    title = f"Overlap over {len(record.ranks):,} ranks: {analysis.source} (world size {analysis.world_size}; µs, overlap in %)"
-    if analysis.hta_compat:
+    title = f"Overlap over {len(record.ranks):,} ranks: {record.source} (world size {record.world_size}; µs, overlap in %)"
+    if facts.hta_compat:
         title += ", HTA-compatible (last step dropped)"
     t = Table(title=title, title_justify="left")
     for col in ("per rank", "min", "p10", "median", "p90", "max", "worst ranks", "best ranks", "outliers"):
@@ -185,29 +185,29 @@ def spread_table(analysis: TraceAnalysis, record: AnalysisRecord) -> Table:
     return t
 
 
-def print_notes(analysis: TraceAnalysis, console: Console, *, grouped: bool = False) -> None:
+def print_notes(record: AnalysisRecord, facts: ConsoleFacts, console: Console, *, grouped: bool = False) -> None:
     """The wait/transfer sentence, each rank's notes and the integrity checks that are not ok."""
-    if analysis.slowest_rank is not None:
+    if record.slowest_rank is not None:
         console.print(
             f"Wait vs transfer: each collective call is matched across ranks by process group, kind and order; "
-            f"transfer = the fastest rank's duration, wait = the rest. Rank {analysis.slowest_rank} waits least: "
+            f"transfer = the fastest rank's duration, wait = the rest. Rank {record.slowest_rank} waits least: "
             f"the others wait for it."
         )
-    if analysis.exposed is not None:
-        for line in exposed_lines("these traces", analysis.exposed):
+    if record.exposed is not None:
+        for line in exposed_lines("these traces", record.exposed):
             console.print(line, markup=False)
     if grouped:  # one line per distinct note, naming its ranks
         by_note: dict[str, list[int]] = {}
-        for r in analysis.ranks:
-            for note in r.notes:
-                by_note.setdefault(note, []).append(r.rank)
+        for rank in facts.ranks:
+            for note in rank.notes:
+                by_note.setdefault(note, []).append(rank.record.rank)
         for note, ranks in by_note.items():
             console.print(f"note (rank {_ranks(ranks, 4)}): {note}", style="yellow", markup=False)
     else:
-        for r in analysis.ranks:
-            for note in r.notes:
+        for rank in facts.ranks:
+            for note in rank.notes:
                 console.print(f"note: {note}", style="yellow")
     styles = {"error": "bold red", "warning": "yellow"}
-    for line in integrity_lines(analysis.integrity.checks):
+    for line in integrity_lines(record.integrity.checks if record.integrity else ()):
         style = next((styles[s] for s in styles if line.startswith(f"integrity: {s.upper()}")), "")
         console.print(line, style=style, markup=False)

@@ -8,8 +8,8 @@ A rule returns None when it has nothing to say; the order of RULES is the order 
 from __future__ import annotations
 
 from profile_overlap.core.modes import SPEEDUP_BASELINE, SPEEDUP_MODE
-from profile_overlap.record.metrics import RunMetrics, StepTimes
-from profile_overlap.record.summary import ModeSummary, measured_interference, summary_of
+from profile_overlap.record.metrics import ModeSummary, RunMetrics, StepTimes
+from profile_overlap.record.summary import measured_interference, summary_of
 from profile_overlap.render.document import Inline, Ref
 from profile_overlap.render.modes import bytes_inline, expectation, hidden_inline
 from profile_overlap.render.numbers import mib, ms, pct, times

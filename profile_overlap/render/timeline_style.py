@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from profile_overlap.core.terminal import printable
+
 # Span colours, the same in every mode and every figure (Okabe-Ito based: colour-blind safe).
 # Key: the record_function label with its pipeline prefix removed (see `span_label`).
 LABEL_COLOURS: dict[str, str] = {
@@ -50,8 +52,16 @@ FIG_TEXT_CHARS = 60
 kernel name overflows FreeType's rasteriser ("raster overflow"), and a long one hides the figure."""
 
 
+def drawable(text: str) -> str:
+    """Text from a trace as a figure draws it: escape sequences and control characters removed (the
+    fonts have no glyph for them, and matplotlib warns on the terminal for each), tabs and newlines
+    as spaces."""
+    return printable(text).replace("\t", " ").replace("\n", " ")
+
+
 def fit(text: str, chars: int = FIG_TEXT_CHARS) -> str:
-    """`text` as a figure draws it: at most `chars` characters, cut with an ellipsis."""
+    """`text` as a figure draws it (`drawable`): at most `chars` characters, cut with an ellipsis."""
+    text = drawable(text)
     return text if len(text) <= chars else text[: chars - 1] + "…"
 
 
@@ -67,6 +77,7 @@ class SpanLabel:
 
 def span_label(label: str) -> SpanLabel:
     """How a span label (`split/reduce_scatter`, `forward/layer3`, `aten::mm`, ...) is drawn."""
+    label = drawable(label)
     m = _FORWARD.match(label)
     if m:
         return SpanLabel(key="forward layer k", name=f"forward layer {m.group(1)}", short=f"L{m.group(1)}")

@@ -32,30 +32,7 @@ from profile_overlap.analysis.rank.spans import MAX_TIMELINE_STEPS, TimelineColu
 from profile_overlap.analysis.read.trace import load_trace
 from profile_overlap.core import intervals as iv
 from profile_overlap.core.modes import PHASES
-from profile_overlap.record.analysis import FsdpRecord, PhaseCollectiveRecord
-
-
-@dataclass(frozen=True)
-class PhaseMetrics:
-    """One phase (forward, backward, optimizer) of one step, or summed over a rank's steps: the
-    communication hidden behind the phase's compute and the communication exposed in its window."""
-
-    phase: str
-    window_us: float
-    """Length of the union of the phase's windows (clipped to the step)."""
-    comm_us: float
-    """|∪comm ∩ window|."""
-    compute_us: float
-    """|∪compute ∩ window|."""
-    overlap_us: float
-    """|∪comm ∩ ∪compute ∩ window|: communication hidden behind this phase's compute."""
-    exposed_comm_us: float
-    """comm_us − overlap_us: communication exposed inside this phase's window."""
-    sources: tuple[str, ...] = ()
-    """Where the window came from (analysis/file/phases.py): "labels", an engine whose own ranges
-    placed it (classify.ENGINE_RANGES: "FSDP2", "DDP", "torch.optim", "profile_overlap"),
-    "autograd" (backward from autograd's frames) or "step" (forward: the step before the
-    backward); over a rank's steps, each source once, in the order first met."""
+from profile_overlap.record.analysis import FsdpRecord, PhaseCollectiveRecord, PhaseRecord
 
 
 @dataclass(frozen=True)
@@ -70,8 +47,8 @@ class StepMetrics:
     overlap_us: float
     exposed_comm_us: float
     overlap_pct: float | None
-    phases: tuple[PhaseMetrics, ...] = ()
-    """Per phase present in the step, in PHASES order; empty without phase labels."""
+    phases: tuple[PhaseRecord, ...] = ()
+    """Per phase present in the step, in PHASES order, as measured (the record rounds them); empty without phase labels."""
 
 
 @dataclass(frozen=True)
@@ -100,10 +77,10 @@ class RankAnalysis:
     """What the integrity checks rest on (analysis/file/facts.py)."""
     times: RankTimes
     """What the causes of exposed communication rest on (analysis/rank/rank_times.py)."""
-    phases: tuple[PhaseMetrics, ...] = ()
-    """Per phase, summed over the steps (empty without phase labels or steps)."""
+    phases: tuple[PhaseRecord, ...] = ()
+    """Per phase, summed over the steps, as measured (empty without phase labels or steps)."""
     phase_collectives: tuple[PhaseCollectiveRecord, ...] = ()
-    """Per (phase, kind): the collectives issued in that phase, as the record holds them (CPU: by their c10d op's start on
+    """Per (phase, kind): the collectives issued in that phase (CPU: by their c10d op's start on
     the calling thread; GPU: by their kernel's start, in the phases' device windows)."""
     phase_windows: tuple[tuple[int, str, float, float], ...] = ()
     """(step, phase, start_us, end_us) of each phase range, clipped to the timeline's steps (for the figures)."""
@@ -284,7 +261,7 @@ def finish_rank(
     )
 
 
-def _phases(comm_u: iv.Union, compute_u: iv.Union, by_phase: tuple[np.ndarray, ...], lo: float, hi: float) -> tuple[PhaseMetrics, ...]:
+def _phases(comm_u: iv.Union, compute_u: iv.Union, by_phase: tuple[np.ndarray, ...], lo: float, hi: float) -> tuple[PhaseRecord, ...]:
     """Each phase's window in the step [lo, hi) and the comm and compute inside it. by_phase:
     (phase, start, end, source) columns of the windows (analysis/file/phases.py)."""
     phase, phase_start, phase_end, source = by_phase
@@ -298,7 +275,7 @@ def _phases(comm_u: iv.Union, compute_u: iv.Union, by_phase: tuple[np.ndarray, .
             continue
         m = _measure(iv.intersect(comm_u, window), iv.intersect(compute_u, window))
         out.append(
-            PhaseMetrics(
+            PhaseRecord(
                 phase=name,
                 window_us=iv.length(window),
                 comm_us=m.comm_us,
@@ -340,13 +317,13 @@ def _phase_collectives(
                 kind=calls.kinds[code],
                 count=int(group.size),
                 nbytes=sum(nb.tolist()) if (nb >= 0).all() else None,
-                dur_us=round(float(sum(calls.dur_us[group].tolist())), 3),
+                dur_us=float(sum(calls.dur_us[group].tolist())),
             )
         )
     return tuple(out)
 
 
-def _sum_phases(steps: list[StepMetrics]) -> tuple[PhaseMetrics, ...]:
+def _sum_phases(steps: list[StepMetrics]) -> tuple[PhaseRecord, ...]:
     totals: dict[str, list[float]] = {}
     sources: dict[str, dict[str, None]] = {}
     for step in steps:
@@ -358,7 +335,17 @@ def _sum_phases(steps: list[StepMetrics]) -> tuple[PhaseMetrics, ...]:
     out = []
     for name in (p for p in PHASES if p in totals):
         window, comm, compute, overlap, exposed = totals[name]
-        out.append(PhaseMetrics(name, window, comm, compute, overlap, exposed, sources=tuple(sources[name])))
+        out.append(
+            PhaseRecord(
+                phase=name,
+                window_us=window,
+                comm_us=comm,
+                compute_us=compute,
+                overlap_us=overlap,
+                exposed_comm_us=exposed,
+                sources=tuple(sources[name]),
+            )
+        )
     return tuple(out)
 
 

@@ -13,8 +13,10 @@ causes' items and the code lines to try; `advise --verify` runs our runs' top it
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,11 +24,11 @@ import msgspec
 
 from profile_overlap.api.job import ensure_record, is_job_record
 from profile_overlap.core.errors import UserError
-from profile_overlap.core.files import METRICS_JSON, STATUS_JSON
+from profile_overlap.core.files import ADVICE_JSON, METRICS_JSON, STATUS_JSON
 from profile_overlap.core.io import write_json_atomic
 from profile_overlap.core.modes import MODES
 from profile_overlap.record import noise
-from profile_overlap.record.advice import ADVICE_JSON, NOTHING, SCHEMA, Advice, AdviceItem
+from profile_overlap.record.advice import NOTHING, SCHEMA, Advice, AdviceItem
 from profile_overlap.record.config import RunConfig
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.interference_used import UsedInterference, overall
@@ -193,11 +195,17 @@ def _valid(cfg: RunConfig, mode: str, change: dict) -> bool:
     return True
 
 
-def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str, float]]:
-    """The replayed candidates of every profiled mode of our run, and each mode's self-replay error (%)."""
+def replay_items(
+    run: Run, notes: list[str], calibrated: Mapping[str, dict[str, UsedInterference]] | None = None
+) -> tuple[list[AdviceItem], dict[str, float]]:
+    """The replayed candidates of every profiled mode of our run, and each mode's self-replay error (%).
+    `calibrated`: per mode, the interference to charge instead of its own (`advise --calibrate`)."""
     cfg, metrics = run.metrics.config, run.metrics
     modes = [m for m in metrics.modes if m in model.BUILDERS and metrics.modes[m].analysis]
     measured = {m: whatif.measure_mode(run, m) for m in modes}
+    for m, used in (calibrated or {}).items():
+        if m in measured:
+            measured[m] = dataclasses.replace(measured[m], interference=used)
     world = metrics.env.world_size
     params = replay.unit_params(cfg)
     units = replay.units_of(params, whatif.find_units(measured, []))
@@ -237,7 +245,7 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
             continue
         mode = metrics.modes[c.mode]
         base = mode.step_time.median_ms
-        other = metrics.modes[c.config["mode"]] if c.timed else None
+        other = metrics.modes[c.to_mode] if c.timed and c.to_mode is not None else None
         q = quote(
             c,
             error_pct=errors.get(c.mode, 0.0),
@@ -263,6 +271,7 @@ def replay_items(run: Run, notes: list[str]) -> tuple[list[AdviceItem], dict[str
                 verifiable=True,
                 interference=None if c.timed or c.mode not in measured else tuple(measured[c.mode].interference.values()),
                 call_cost=c.call_cost or None,
+                less_overlap=c.less_overlap,
             )
         )
     notes += overlap_costs(gains, {m: x.interference for m, x in measured.items()})
@@ -327,18 +336,30 @@ def _rank(items: list[AdviceItem]) -> list[AdviceItem]:
     )
 
 
-def advise(path: Path, *, top: int | None = None) -> Advice:
+def advise(path: Path, *, top: int | None = None, calibrate: bool = False) -> Advice:
+    """The advice for a run or job; `calibrate` (our runs): where a mode measured no interference, one
+    profiled run of its best change that puts communication under compute measures it
+    (tools/advise/calibrate.py), and the items are replayed again charging that."""
     run, is_job = load_source(path)
     notes: list[str] = []
     items: list[AdviceItem] = []
     errors: dict[str, float] = {}
     if is_job:
+        if calibrate:
+            raise UserError(f"{path} is a job: --calibrate reruns our runs only; run advise without it")
         notes.append(
             "a job's changes are not replayed (its model is not known here): try an item by changing the code line, "
             "rerunning the job, and comparing the two with `profile_overlap report --compare`"
         )
     else:
         items, errors = replay_items(run, notes)
+        if calibrate:
+            from profile_overlap.tools.advise.calibrate import calibrate as measure_calibration
+
+            found = measure_calibration(run, items)
+            if found:
+                notes = [*(f"{m}: {c.note}" for m, c in found.items())]
+                items, errors = replay_items(run, notes, {m: c.used for m, c in found.items()})
     for name, m in run.metrics.modes.items():
         items += cause_items(name, m, summary_of(run.metrics).modes.get(name))
     ranked = _rank(items)

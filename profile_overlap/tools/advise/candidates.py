@@ -44,6 +44,8 @@ class Candidate:
     change in the step's collective time it predicts (0 where the replay uses measured durations)."""
     timed: bool = False
     """The gain is the run's own timed difference between two modes (the schedule), not a replay."""
+    to_mode: str | None = None
+    """The schedule: the mode it switches to (whose timed steps a timed gain compares with)."""
     less_overlap: bool = False
     """The change takes communication out from under compute (fewer DDP buckets, a forward that
     waits for more all_gathers): a gain says the overlap it removes costs more than it hides."""
@@ -446,6 +448,7 @@ def schedule(replayed: dict[str, Replayed], medians: dict[str, float | None]) ->
         config={"mode": dst},
         gain_us=abs(gain),
         timed=timed,
+        to_mode=dst,
     )
 
 

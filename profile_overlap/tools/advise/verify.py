@@ -31,11 +31,16 @@ fresh process, and its first steps pay for start-up (gloo's threads, the allocat
 which in one run with --repeats only the first block does."""
 
 
-def _config(cfg: RunConfig, item: AdviceItem, *, changed: bool, profile: bool, out: Path, name: str):
+def change_config(
+    cfg: RunConfig, item: AdviceItem, *, changed: bool, profile: bool, out: Path, name: str, profile_steps: int | None = None
+):
+    """The Config of one block of `item`'s mode, with its change or without; `profile_steps`: the run's own when None."""
     from profile_overlap.tools.advise.candidates import rerun_config
 
     change = _change(item) if changed else {}
     run = {"repeats": 1, "profile": profile, "out": str(out), "name": name, "warmup_steps": max(cfg.warmup_steps, WARMUP_STEPS)}
+    if profile_steps is not None:
+        run["profile_steps"] = profile_steps
     return rerun_config(cfg, item.mode, {**change, **run})
 
 
@@ -50,7 +55,7 @@ def _change(item: AdviceItem) -> dict:
     return {f.name: f.kind(value)}
 
 
-def _run_block(config, *, nproc: int, timeout_s: float) -> None:
+def run_block(config, *, nproc: int, timeout_s: float) -> None:
     from profile_overlap.run import flags
 
     argv = [sys.executable, "-m", "profile_overlap", "run", *flags.to_argv(config), "--nproc-per-node", str(nproc)]
@@ -80,8 +85,8 @@ def verify_item(run_dir: Path, cfg: RunConfig, env, item: AdviceItem, *, index: 
         for is_changed in order:
             name = f"{'changed' if is_changed else 'original'}-{r + 1}"
             profile = is_changed and r == 0
-            config = _config(cfg, item, changed=is_changed, profile=profile, out=folder, name=name)
-            _run_block(config, nproc=nproc, timeout_s=timeout_s)
+            config = change_config(cfg, item, changed=is_changed, profile=profile, out=folder, name=name)
+            run_block(config, nproc=nproc, timeout_s=timeout_s)
     return measured(folder, item, repeats=repeats)
 
 
