@@ -193,7 +193,7 @@ def _top_calls(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], *, kn
         cols["slack"].append(split.slack_us[sel])
         cols["late"].append(split.late_rank[sel])
         cols["row"].append(np.stack([np.full(sel.size, len(cols["row"])), sel], axis=1))
-    col = {k: np.concatenate(v) for k, v in cols.items()}
+    col = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in cols.items()}  # one rank's as they are (not copied)
     if not col["name"].size:
         return ()
     # The (name, index) pairs as one int64 code in the same order as the rows of
