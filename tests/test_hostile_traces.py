@@ -217,3 +217,44 @@ def test_analyze_on_a_time_beyond_any_profiler_clock_is_one_line_and_no_numpy_wa
     err = capfd.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert "rank1.pt.trace.json" in err and "beyond any profiler clock" in err, err
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["none", "two members", "zero padding", "cut short", "bad checksum", "garbage after", "over the content bound"],
+)
+def test_a_small_gzip_file_reads_as_gzipfile_reads_it(tmp_path, damage):
+    """read_chunks inflates a small gzip file in one go: the same bytes as GzipFile, or the same
+    error, whatever is wrong with it."""
+    import gzip
+
+    from profile_overlap.analysis.read import stream
+
+    body = b'{"traceEvents":[' + b",".join(b'{"ph":"X","name":"op%d","ts":%d,"dur":1}' % (i, i) for i in range(3000)) + b"]}"
+    one = gzip.compress(body)
+    data = {
+        "none": one,
+        "two members": one + one,
+        "zero padding": one + b"\0" * 5 + one,
+        "cut short": one[:-5],
+        "bad checksum": one[:-8] + bytes(8),
+        "garbage after": one + b"garbage",
+        "over the content bound": gzip.compress(b" " * (stream.SMALL_CONTENT_BYTES + 1)),
+    }[damage]
+    path = tmp_path / "rank0.json.gz"
+    path.write_bytes(data)
+
+    def gzipfile() -> bytes:
+        with gzip.open(path) as f:
+            return f.read()
+
+    try:
+        want: bytes | type[BaseException] = gzipfile()
+    except Exception as err:  # noqa: BLE001 - the same error type is what is checked
+        want = type(err)
+    try:
+        got: bytes | type[BaseException] = b"".join(stream.read_chunks(path, 1 << 16))
+    except Exception as err:  # noqa: BLE001
+        got = type(err)
+    assert got == want
+    assert (stream._small_gzip(data) is not None) == (damage in ("none", "two members", "zero padding"))

@@ -85,3 +85,52 @@ def test_gap_merges_close_intervals():
 def test_float_times():
     x = u((0.25, 0.75), (0.5, 1.5))
     assert np.isclose(iv.length(x), 1.25)
+
+
+def test_merge_of_two_unions_is_the_union_of_their_intervals():
+    assert pairs(iv.merge(u((0, 2), (5, 6)), u((2, 3), (6.5, 7)))) == [(0, 3), (5, 6), (6.5, 7)]
+    assert pairs(iv.merge(u(), u((1, 2)))) == [(1, 2)] and pairs(iv.merge(u((1, 2)), u())) == [(1, 2)]
+    # Bit for bit what `union` of the concatenation gives, ties and touching ends included.
+    rng = np.random.default_rng(0)
+    for trial in range(500):
+        a, b = (
+            iv.union(s, s + rng.integers(1, 5, s.size) * (rng.random(s.size) if trial % 3 else 1))
+            for s in (rng.integers(0, 40, rng.integers(0, 30)).astype(float) for _ in range(2))
+        )
+        want = iv.union(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
+        got = iv.merge(a, b)
+        assert all(np.array_equal(x, y) for x, y in zip(got, want)), (a, b)
+
+
+def _numpy_only(f, *args, **kwargs):
+    """f with the small-input path off (every size through numpy)."""
+    small, iv.SMALL = iv.SMALL, -1
+    try:
+        return f(*args, **kwargs)
+    finally:
+        iv.SMALL = small
+
+
+def _bits(x, y):
+    return all(np.array_equal(p, q) and p.dtype == q.dtype and np.array_equal(np.signbit(p), np.signbit(q)) for p, q in zip(x, y))
+
+
+def test_small_union_and_intersect_are_the_numpy_ones_to_the_bit():
+    # Ties, touching ends, empty and NaN intervals, a gap, 0.0 against -0.0 (np.maximum and np.minimum keep the second).
+    rng = np.random.default_rng(3)
+    for trial in range(3000):
+        n = int(rng.integers(0, iv.SMALL + 2))
+        s = rng.integers(-3, 6, n).astype(float) * (0.5 if trial % 2 else 1)
+        e = s + rng.integers(-1, 4, n) * (0.5 if trial % 3 else 1)
+        s[s == 0] = rng.choice([0.0, -0.0], int((s == 0).sum()))
+        e[e == 0] = rng.choice([0.0, -0.0], int((e == 0).sum()))
+        if n and trial % 5 == 0:
+            s[rng.integers(0, n)] = np.nan
+        gap = 0.5 if trial % 4 == 0 else 0.0
+        assert _bits(iv.union(s, e, gap=gap), _numpy_only(iv.union, s, e, gap=gap)), (s, e, gap)
+        a = _numpy_only(iv.union, s, e)
+        m = int(rng.integers(0, 12))
+        t = rng.integers(-3, 6, m).astype(float)
+        b = _numpy_only(iv.union, t, t + rng.integers(1, 3, m))
+        for x, y in ((a, b), (b, a)):
+            assert _bits(iv.intersect(x, y), _numpy_only(iv.intersect, x, y)), (x, y)

@@ -206,13 +206,13 @@ def number_calls(calls: Calls, *, rank: int | None = None) -> Instances:
         src = np.where(calls.direction == SEND, rank if rank is not None else 0, calls.peer)
         dst = np.where(calls.direction == SEND, calls.peer, rank if rank is not None else 0)
         pg = pg.copy()
-        for i in np.flatnonzero(linked).tolist():
+        for i in linked.nonzero()[0].tolist():
             pg[i] = names.setdefault(f"{pgs[pg[i]]} {src[i]}->{dst[i]}", len(names))
         pgs = tuple(names)
-    order = np.argsort(calls.start_us, kind="stable")
+    order = calls.start_us.argsort(kind="stable")
     n = order.size
     key = pg[order].astype(np.int64) * max(len(calls.kinds), 1) + calls.kind[order]
-    by_key = np.argsort(key, kind="stable")  # time order kept within a key
+    by_key = key.argsort(kind="stable")  # time order kept within a key
     sorted_key = key[by_key]
     new = np.ones(n, dtype=bool)
     new[1:] = sorted_key[1:] != sorted_key[:-1]
@@ -232,10 +232,12 @@ def number_calls(calls: Calls, *, rank: int | None = None) -> Instances:
     )
 
 
-def _most_common(values: np.ndarray) -> int | None:
+def most_common(values: np.ndarray) -> int | None:
     """The most frequent value, the first met on a tie (as Counter.most_common); None if empty."""
     if not values.size:
         return None
+    if values.min() == values.max():  # the usual case: one value (no sort)
+        return int(values[0])
     uniq, first, count = np.unique(values, return_index=True, return_counts=True)
     best = np.flatnonzero(count == count.max())
     return int(uniq[best[np.argmin(first[best])]])
@@ -248,9 +250,10 @@ def collective_stats(instances: Instances, *, default_group_size: int | None = N
         sel = np.flatnonzero(instances.kind == code)
         nb, dur, groups = instances.nbytes[sel], instances.dur_us[sel], instances.group_size[sel]
         sized = nb >= 0
-        nbytes = sum(nb[sized].tolist()) if sized.any() else None
-        sized_us = sum(dur[sized].tolist())
-        n = _most_common(groups[groups > 0])
+        # Python's sums in time order over the buffers (memoryviews): the same numbers one at a time, not a list of them all.
+        nbytes = sum(nb[sized].data) if sized.any() else None
+        sized_us = sum(dur[sized].data)
+        n = most_common(groups[groups > 0])
         n = default_group_size if n is None else n
         kind = instances.kinds[code]
         out.append(
@@ -258,7 +261,7 @@ def collective_stats(instances: Instances, *, default_group_size: int | None = N
                 kind=kind,
                 count=int(sel.size),
                 nbytes=nbytes,
-                dur_us=sum(dur.tolist()),
+                dur_us=sum(dur.data),
                 algbw_gbps=algbw_gbps(nbytes, sized_us) if nbytes else None,
                 busbw_gbps=busbw_gbps(kind, nbytes, sized_us, n) if nbytes else None,
                 group_size=n,

@@ -40,6 +40,7 @@ from profile_overlap.analysis.read.labels import Labeller
 from profile_overlap.analysis.read.trace import CPU_OP, USER_ANNOTATION, ProcessGroupInfo, Trace
 from profile_overlap.analysis.read.trace_args import CollectiveArgs
 from profile_overlap.core import intervals as iv
+from profile_overlap.core.codes import coded_in
 from profile_overlap.core.errors import UserError
 from profile_overlap.record.analysis import FsdpRecord
 
@@ -137,7 +138,7 @@ def main_tid(trace: Trace) -> int | None:
     cpu = trace.cpu
     step_codes = [i for i, n in enumerate(cpu.names) if PROFILER_STEP_RE.match(n)]
     if step_codes:
-        tids = cpu.tid[np.isin(cpu.name, step_codes)]
+        tids = cpu.tid[coded_in(cpu.name, step_codes, len(cpu.names))]
         return int(np.bincount(tids).argmax())
     return cpu.tids.index(trace.pid) if trace.pid in cpu.tids else None
 
@@ -244,7 +245,7 @@ def _by_launch(*parts: EventIntervals) -> tuple[np.ndarray, np.ndarray, np.ndarr
     """(launch, start, end) of the kernels with a known launch, in launch order (ties: the parts' order), sorted once."""
     launch = np.concatenate([p.launch for p in parts])
     order = np.flatnonzero(~np.isnan(launch))
-    order = order[np.argsort(launch[order], kind="stable")]
+    order = order[launch[order].argsort(kind="stable")]
     return launch[order], np.concatenate([p.start for p in parts])[order], np.concatenate([p.end for p in parts])[order]
 
 
@@ -268,10 +269,10 @@ def _gpu_events(trace: Trace, labeller: Labeller) -> _GpuEvents:
     # Used for HTA's step assignment, for labels and, for collectives, to find the op's sizes.
     launch = np.full(len(k), np.nan)
     launch_tid = np.full(len(k), -1, dtype=np.int64)
-    rt_order = np.argsort(trace.runtime_correlation, kind="stable")
+    rt_order = trace.runtime_correlation.argsort(kind="stable")
     rt_corr = trace.runtime_correlation[rt_order]
     if rt_corr.size:
-        j = np.clip(np.searchsorted(rt_corr, k.correlation), 0, rt_corr.size - 1)
+        j = np.clip(rt_corr.searchsorted(k.correlation), 0, rt_corr.size - 1)
         found = (rt_corr[j] == k.correlation) & (k.correlation >= 0)
         launch[found] = trace.runtime_ts[rt_order[j[found]]]
         launch_tid[found] = trace.runtime_tid[rt_order[j[found]]]
@@ -281,7 +282,7 @@ def _gpu_events(trace: Trace, labeller: Labeller) -> _GpuEvents:
     fallback = np.array([labeller.code(_short_name(n)) for n in k.names], dtype=np.int32)[k.name] if len(k) else np.zeros(0, np.int32)
     labels = labeller.label(launch, launch_tid, fallback)
     del fallback
-    comm_rows, compute_rows = np.flatnonzero(comm_mask), np.flatnonzero(compute_mask)
+    comm_rows, compute_rows = comm_mask.nonzero()[0], compute_mask.nonzero()[0]
     comm, compute = (EventIntervals(k.ts[r], k.ts[r] + k.dur[r], launch[r], labels[r]) for r in (comm_rows, compute_rows))
     return _GpuEvents(comm, compute, comm_rows, compute_rows, launch_tid[comm_rows])
 
@@ -295,13 +296,13 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
     # Columns, not dicts: a 1 GB trace has hundreds of thousands of collective ops.
     arg_rows, ext = cpu.args.rows(), cpu.args.external_ids
     ext_keys, ext_rows = ext[ext >= 0], arg_rows[ext >= 0]
-    order = np.argsort(ext_keys, kind="stable")
+    order = ext_keys.argsort(kind="stable")
     ext_keys, ext_rows = ext_keys[order], ext_rows[order]
     last = np.ones(ext_keys.size, dtype=bool)  # of rows sharing an External id, the last one
     last[:-1] = ext_keys[1:] != ext_keys[:-1]
     ext_keys, ext_rows = ext_keys[last], ext_rows[last]
     kx = k.external_id[rows]
-    j = np.minimum(np.searchsorted(ext_keys, kx), max(ext_keys.size - 1, 0))
+    j = np.minimum(ext_keys.searchsorted(kx), max(ext_keys.size - 1, 0))
     by_ext = np.where(ext_keys[j] == kx, ext_rows[j], -1) if ext_keys.size else np.full(rows.size, -1)
     del kx, j, ext_keys, ext_rows, last, order
     # The ops a kernel can be launched inside, per thread in time order (ties: the file's order).
@@ -318,7 +319,7 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
         if tid not in segment or np.isnan(launch[i]):
             return None
         a, count = segment[tid]
-        j = int(np.searchsorted(op_ts[a : a + count], launch[i], side="right")) - 1
+        j = int(op_ts[a : a + count].searchsorted(launch[i], side="right")) - 1
         if j < 0:
             return None
         r = int(ops[a + j])
@@ -419,9 +420,9 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> _CpuEvent
     compute_mask = on_main & ~is_c10d & ~is_functional & ~is_frame
     functional_rows = np.flatnonzero(on_main & is_functional)
     c10d_rows = np.flatnonzero(on_main & is_c10d)
-    c10d_rows = c10d_rows[np.argsort(cpu.ts[c10d_rows], kind="stable")]
-    gloo_rows = np.flatnonzero(is_gloo)
-    gloo_rows = gloo_rows[np.argsort(cpu.ts[gloo_rows], kind="stable")]
+    c10d_rows = c10d_rows[cpu.ts[c10d_rows].argsort(kind="stable")]
+    gloo_rows = is_gloo.nonzero()[0]
+    gloo_rows = gloo_rows[cpu.ts[gloo_rows].argsort(kind="stable")]
 
     end = cpu.ts + cpu.dur
     own_names = np.array([labeller.code(n) for n in cpu.names], dtype=np.int32)[cpu.name] if len(cpu) else np.zeros(0, np.int32)
@@ -447,7 +448,7 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> _CpuEvent
         if op is not None:
             comm_t[i], comm_tid[i] = cpu.ts[op], tids[op]
     comm = EventIntervals(cpu.ts[gloo_rows], end[gloo_rows], cpu.ts[gloo_rows], labeller.label(comm_t, comm_tid, own_names[gloo_rows]))
-    compute_rows = np.flatnonzero(compute_mask)
+    compute_rows = compute_mask.nonzero()[0]
     compute = EventIntervals(
         cpu.ts[compute_rows],
         end[compute_rows],

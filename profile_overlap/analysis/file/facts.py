@@ -18,6 +18,7 @@ from profile_overlap.analysis.file.call_columns import Calls, Instances
 from profile_overlap.analysis.read.classify import COLLECTIVE_OP_PREFIXES, RECORD_PARAM_COMMS
 from profile_overlap.analysis.read.trace import CPU_OP, Events, Trace
 from profile_overlap.core import intervals as iv
+from profile_overlap.core.codes import coded_in
 
 TOP_NAMES = 10
 """Names listed per check (the longest in total)."""
@@ -95,7 +96,7 @@ def _named(names: Sequence[str], codes: np.ndarray, dur: np.ndarray, rows: np.nd
         return ()
     count = np.bincount(codes[rows], minlength=len(names))
     total = np.bincount(codes[rows], weights=dur[rows], minlength=len(names))
-    top = np.flatnonzero(count)
+    top = count.nonzero()[0]
     top = top[np.argsort(-total[top], kind="stable")][:TOP_NAMES]
     return tuple((names[int(c)], int(count[c]), float(total[c])) for c in top)
 
@@ -109,7 +110,7 @@ def _stream_overlaps(k: Events, comm_rows: np.ndarray, compute_rows: np.ndarray)
         return count, worst
     for code in np.union1d(np.unique(k.tid[comm_rows]), np.unique(k.tid[compute_rows])).tolist():
         rows = np.concatenate([comm_rows[k.tid[comm_rows] == code], compute_rows[k.tid[compute_rows] == code]])
-        rows = rows[np.argsort(k.ts[rows], kind="stable")]  # ties in the rows' order, as a lexsort by (stream, start)
+        rows = rows[k.ts[rows].argsort(kind="stable")]  # ties in the rows' order, as a lexsort by (stream, start)
         start = k.ts[rows]
         end = np.maximum.accumulate(start + k.dur[rows])  # the running maximum of the ends
         del rows
@@ -138,7 +139,7 @@ def file_facts(
     starts = [a.min() for a in (k.ts, cpu.ts) if a.size]
     ends = [(a + d).max() for a, d in ((k.ts, k.dur), (cpu.ts, cpu.dur)) if a.size]
     collective_codes = [i for i, n in enumerate(cpu.names) if n.startswith((*COLLECTIVE_OP_PREFIXES, RECORD_PARAM_COMMS))]
-    collective_ops = int(np.isin(cpu.name, collective_codes).sum()) if collective_codes else 0
+    collective_ops = int(coded_in(cpu.name, collective_codes, len(cpu.names)).sum()) if collective_codes else 0
     comm_streams = compute_streams = ()
     default_comm = overlaps = 0
     overlap_max = 0.0
@@ -156,7 +157,7 @@ def file_facts(
         other = np.ones(len(k), dtype=bool)
         other[comm_rows] = False
         other[compute_rows] = False
-        ignored = _named(k.names, k.name, k.dur, np.flatnonzero(other))
+        ignored = _named(k.names, k.name, k.dur, other.nonzero()[0])
         del other
     return FileFacts(
         first_event_us=float(min(starts)) if starts else 0.0,

@@ -24,6 +24,7 @@ import numpy as np
 from profile_overlap.analysis.file.phases import PhaseWindows
 from profile_overlap.analysis.read.trace import Events
 from profile_overlap.core import intervals as iv
+from profile_overlap.core.codes import coded_in
 from profile_overlap.core.modes import PHASES
 from profile_overlap.record.analysis import FsdpRecord, FsdpUnitRecord
 
@@ -50,14 +51,14 @@ def fsdp_busy(
         return round((iv.length(ranges) - iv.intersection_length(ranges, exposed)) / steps, 3)
 
     on_main = cpu.tid == main
-    rows = np.flatnonzero(np.isin(cpu.name, list(unit_of)) & on_main)
-    rows = rows[np.argsort(cpu.ts[rows], kind="stable")]
+    rows = np.flatnonzero(coded_in(cpu.name, unit_of, len(cpu.names)) & on_main)
+    rows = rows[cpu.ts[rows].argsort(kind="stable")]
     names = [unit_of[int(c)] for c in cpu.name[rows]]
     step_span = (np.array([lo]), np.array([hi]))
     units = tuple(FsdpUnitRecord(unit=u, busy_us=busy(rows[[n == u for n in names]], step_span)) for u in dict.fromkeys(names))
     backward = phases.phase == PHASES.index("backward")
     window = iv.clip(iv.union(phases.start[backward], phases.end[backward]), lo, hi)
-    gathers = np.flatnonzero(np.isin(cpu.name, gather_codes) & on_main)
+    gathers = np.flatnonzero(coded_in(cpu.name, gather_codes, len(cpu.names)) & on_main)
     return FsdpRecord(units=units, backward_gathers_us=busy(gathers, window))
 
 

@@ -30,7 +30,7 @@ def merge_p2p_ops(
             out.append(next(workers))
             continue
         ops = by_key.get((int(cpu.tid[row]), p2p_direction(cpu.name_of(row))))
-        j = int(np.searchsorted(cpu.ts[ops], cpu.ts[row], side="right")) - 1 if ops is not None else -1
+        j = int(cpu.ts[ops].searchsorted(cpu.ts[row], side="right")) - 1 if ops is not None else -1
         out.append(int(ops[j]) if ops is not None and j >= 0 else None)
     return out
 
@@ -98,7 +98,7 @@ def match_gloo_work(cpu: Events, ops: list[int], gloo_rows: np.ndarray) -> list[
     order is not what we assume, and nothing is matched."""
     if not ops or not gloo_rows.size:
         return [None] * gloo_rows.size
-    lead = int(np.searchsorted(cpu.ts[gloo_rows], cpu.ts[ops[0]], side="left"))
+    lead = int(cpu.ts[gloo_rows].searchsorted(cpu.ts[ops[0]], side="left"))
     n = min(len(ops), gloo_rows.size - lead)
     pairs = list(zip(gloo_rows[lead : lead + n].tolist(), ops[:n]))
     if any(cpu.ts[g] < cpu.ts[op] for g, op in pairs):

@@ -31,6 +31,7 @@ from profile_overlap.analysis.read.classify import (
     phase_of,
 )
 from profile_overlap.analysis.read.trace import CPU_OP, USER_ANNOTATION, Trace
+from profile_overlap.core.codes import coded_in
 from profile_overlap.core.modes import PHASES
 
 LABELS_SOURCE = "labels"
@@ -94,7 +95,7 @@ def _labelled_ranges(trace: Trace, main: int | None) -> list[tuple[int, float, f
     code_phase = {i: PHASES.index(p) for i, n in enumerate(cpu.names) if (p := phase_of(n))}
     if not code_phase:
         return []
-    rows = np.flatnonzero(np.isin(cpu.name, list(code_phase)) & (cpu.tid == main) & (cpu.cat == USER_ANNOTATION))
+    rows = np.flatnonzero(coded_in(cpu.name, code_phase, len(cpu.names)) & (cpu.tid == main) & (cpu.cat == USER_ANNOTATION))
     real = {i for i in code_phase if is_phase_label(cpu.names[i])}
     return [(code_phase[int(cpu.name[r])], float(cpu.ts[r]), float(cpu.ts[r] + cpu.dur[r]), int(cpu.name[r]) in real) for r in rows]
 
@@ -113,7 +114,7 @@ class _Evidence:
     """The sources (engine names, AUTOGRAD_SOURCE), each once."""
 
     def starting_in(self, lo: float, hi: float) -> _Evidence:
-        i, j = np.searchsorted(self.start, [lo, hi], side="left")
+        i, j = self.start.searchsorted([lo, hi], side="left")
         return _Evidence(self.phase[i:j], self.source[i:j], self.start[i:j], self.end[i:j], self.names)
 
 
@@ -139,7 +140,7 @@ def _evidence(trace: Trace) -> _Evidence:
     if not sources:
         return _Evidence(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), sources)
     rows = np.flatnonzero(cat_of_code[cpu.name] == cpu.cat)
-    rows = rows[np.argsort(cpu.ts[rows], kind="stable")]
+    rows = rows[cpu.ts[rows].argsort(kind="stable")]
     code = cpu.name[rows]
     return _Evidence(phase_of_code[code], source_of_code[code], cpu.ts[rows], cpu.ts[rows] + cpu.dur[rows], sources)
 
@@ -153,8 +154,8 @@ def _gradient_seeds(trace: Trace, main: int | None) -> tuple[np.ndarray, np.ndar
         return np.zeros(0), np.zeros(0), np.zeros(0)
     ops = (cpu.tid == main) & (cpu.cat == CPU_OP)
     codes = [i for i, n in enumerate(cpu.names) if n == GRADIENT_SEED_OP]
-    seeds = np.flatnonzero(ops & np.isin(cpu.name, codes))
-    seeds = seeds[np.argsort(cpu.ts[seeds], kind="stable")]
+    seeds = np.flatnonzero(ops & coded_in(cpu.name, codes, len(cpu.names)))
+    seeds = seeds[cpu.ts[seeds].argsort(kind="stable")]
     return np.sort(cpu.ts[ops]), cpu.ts[seeds], cpu.ts[seeds] + cpu.dur[seeds]
 
 
@@ -162,10 +163,10 @@ def _seeded_at(b0: float, seeds: tuple[np.ndarray, np.ndarray, np.ndarray]) -> f
     """The backward's start: its first evidence b0, or earlier, the start of the gradient seed
     (`aten::ones_like`) when that is the main thread's last operator before b0."""
     op_start, seed_start, seed_end = seeds
-    k = int(np.searchsorted(seed_start, b0, side="left")) - 1
+    k = int(seed_start.searchsorted(b0, side="left")) - 1
     if k < 0 or seed_end[k] > b0:
         return b0
-    last_op = int(np.searchsorted(op_start, b0, side="left")) - 1  # the last op that started before b0
+    last_op = int(op_start.searchsorted(b0, side="left")) - 1  # the last op that started before b0
     return float(seed_start[k]) if op_start[last_op] <= seed_end[k] else b0
 
 
@@ -216,7 +217,7 @@ def _by_launch(kernels: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray,
     if not np.isnan(launch).any() and bool((launch[1:] >= launch[:-1]).all()):
         return launch, start, end  # already so (events.extract sorts them): no copies
     known = ~np.isnan(launch)
-    order = np.argsort(launch[known], kind="stable")
+    order = launch[known].argsort(kind="stable")
     return launch[known][order], start[known][order], end[known][order]
 
 
@@ -227,7 +228,7 @@ def _on_device(rows: list[tuple[int, float, float, str]], device: tuple[np.ndarr
     launch, start, end = device
     out = []
     for p, a, b, source in rows:
-        i, j = np.searchsorted(launch, [a, b], side="left")
+        i, j = launch.searchsorted([a, b], side="left")
         if j > i:
             out.append((p, float(start[i:j].min()), float(end[i:j].max()), source))
     return out

@@ -85,8 +85,8 @@ def stream_shares(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     mids = (edges[:-1] + edges[1:]) / 2
     in_flight = np.searchsorted(np.sort(starts), mids, side="right") - np.searchsorted(np.sort(ends), mids, side="right")
     per_us = np.where(in_flight > 0, np.diff(edges) / np.maximum(in_flight, 1), 0.0)
-    cum = np.concatenate([[0.0], np.cumsum(per_us)])
-    out: np.ndarray = cum[np.searchsorted(edges, ends)] - cum[np.searchsorted(edges, starts)]
+    cum = np.concatenate([[0.0], per_us.cumsum()])
+    out: np.ndarray = cum[edges.searchsorted(ends)] - cum[edges.searchsorted(starts)]
     return out
 
 
@@ -107,15 +107,16 @@ def _backward_cuts(step_busy: iv.Union, backward: iv.Union, launches: list[float
     return tuple(reversed(parts))
 
 
-def replay_steps(f: FileEvents) -> Iterator[ReplayStep]:
-    """Per ProfilerStep window of one file, what whatif replays."""
-    comm, compute = f.comm_and_compute()
+def replay_steps(f: FileEvents, busy: tuple[iv.Union, iv.Union] | None = None) -> Iterator[ReplayStep]:
+    """Per ProfilerStep window of one file, what whatif replays. busy: `f.comm_and_compute()` when
+    the caller has it already."""
+    comm, compute = f.comm_and_compute() if busy is None else busy
     calls = f.calls
     shares = stream_shares(calls.start_us, calls.start_us + calls.dur_us)
     # The calls in issue order (stable: ties keep the file's order), so that each step takes its
     # own by bisection rather than looking at every call (quadratic in the trace's length).
     issued_at = calls.issue_or_start()
-    by_issue = np.argsort(issued_at, kind="stable")
+    by_issue = issued_at.argsort(kind="stable")
     # Ties in issue time go by kind name (then the file's order).
     by_name = sorted(range(len(calls.kinds)), key=calls.kinds.__getitem__)
     kind_rank = np.empty(len(by_name), dtype=np.int64)
@@ -130,7 +131,7 @@ def replay_steps(f: FileEvents) -> Iterator[ReplayStep]:
         step_busy = iv.difference((np.array([lo]), np.array([hi])), exposed)
         windows = {name: iv.clip(u, lo, hi) for name, u in zip(PHASES, phase_unions)}
         phase_us = tuple(iv.intersection_length(step_busy, w) for w in windows.values())
-        i, j = np.searchsorted(issued_sorted, [lo, hi], side="left")
+        i, j = issued_sorted.searchsorted([lo, hi], side="left")
         ks = np.sort(by_issue[i:j])  # the file's order, as before
         t = issued_at[ks]
         phase = np.full(ks.size, len(PHASES))  # the first phase window holding the issue, else OTHER

@@ -45,9 +45,9 @@ class StepTable:
 def step_of_launch(cpu_start: np.ndarray, cpu_end: np.ndarray, launch: np.ndarray) -> np.ndarray:
     """Per launch, the index of the step range [cpu_start, cpu_end) holding it (-1: none, or no
     launch known: NaN). The ranges are a main thread's `ProfilerStep`s: disjoint."""
-    order = np.argsort(cpu_start, kind="stable")
+    order = cpu_start.argsort(kind="stable")
     starts = cpu_start[order]
-    i = np.searchsorted(starts, launch, side="right") - 1  # NaN sorts past every start
+    i = starts.searchsorted(launch, side="right") - 1  # NaN sorts past every start
     known = ~np.isnan(launch) & (i >= 0)
     inside = np.zeros(launch.size, dtype=bool)
     inside[known] = launch[known] < cpu_end[order][i[known]]
@@ -70,7 +70,7 @@ def device_windows(cpu_start: np.ndarray, cpu_end: np.ndarray, kernels: tuple[np
     np.maximum.at(last, step[mine], end[mine])
     lo, hi = np.empty(cpu_start.size), np.empty(cpu_start.size)
     prev_end = -np.inf
-    for k in np.argsort(cpu_start, kind="stable").tolist():
+    for k in cpu_start.argsort(kind="stable").tolist():
         a, b = (float(first[k]), float(last[k])) if np.isfinite(first[k]) else (float(cpu_start[k]),) * 2
         lo[k] = max(a, prev_end)
         hi[k] = max(b, lo[k])

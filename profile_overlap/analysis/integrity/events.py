@@ -102,7 +102,10 @@ def _sizes_check(ranks: list[RankAnalysis]) -> IntegrityCheck:
     unknown: dict[int, dict[str, int]] = {}
     for r in ranks:
         inst = r.instances
-        codes, first, count = np.unique(inst.kind[inst.nbytes < 0], return_index=True, return_counts=True)
+        unsized = inst.nbytes < 0
+        if not unsized.any():  # the usual case: no np.unique of nothing, per rank
+            continue
+        codes, first, count = np.unique(inst.kind[unsized], return_index=True, return_counts=True)
         if codes.size:  # per kind, in the order first met
             unknown[r.rank] = {inst.kinds[c]: n for _, c, n in sorted(zip(first.tolist(), codes.tolist(), count.tolist()))}
     total = sum(len(r.instances) for r in ranks)

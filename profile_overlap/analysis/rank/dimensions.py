@@ -22,11 +22,12 @@ import msgspec
 import numpy as np
 
 from profile_overlap.analysis.file.bandwidth import bus_factor
-from profile_overlap.analysis.file.call_columns import Calls, Instances
+from profile_overlap.analysis.file.call_columns import Calls, Instances, most_common
 from profile_overlap.analysis.file.gloo_groups import UNPLACED
 from profile_overlap.analysis.file.steps import StepTable
 from profile_overlap.analysis.read.trace import ProcessGroupInfo
 from profile_overlap.core import intervals as iv
+from profile_overlap.core.codes import coded_in
 from profile_overlap.core.modes import PHASES
 from profile_overlap.record.dimensions import Dimension, DimensionPhase, DimensionRank, DimensionStep
 
@@ -85,7 +86,7 @@ def _lengths_in(u: iv.Union, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     before = np.concatenate([[0.0], np.cumsum(ends - starts)])
 
     def covered(t: np.ndarray) -> np.ndarray:
-        j = np.searchsorted(starts, t, side="right") - 1
+        j = starts.searchsorted(t, side="right") - 1
         inside = np.clip(t - starts[np.maximum(j, 0)], 0, (ends - starts)[np.maximum(j, 0)])
         out: np.ndarray = np.where(j >= 0, before[np.maximum(j, 0)] + inside, 0.0)
         return out
@@ -94,12 +95,28 @@ def _lengths_in(u: iv.Union, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return lengths
 
 
+def _known(sizes: np.ndarray) -> np.ndarray:
+    """The group sizes the trace gives (> 0)."""
+    out: np.ndarray = sizes[sizes > 0]
+    return out
+
+
 def _busbw(calls: Calls, sel: np.ndarray) -> float | None:
     """Σ bytes · bus factor(kind, group size) / Σ duration (GB/s) over the sized calls in `sel`."""
-    kind, nb, dur, n = calls.kind[sel], calls.nbytes[sel], calls.dur_us[sel], calls.group_size[sel]
-    pairs, which = np.unique(np.stack([kind.astype(np.int64), n]), axis=1, return_inverse=True)
-    table = [bus_factor(calls.kinds[k], g) if g > 0 else None for k, g in zip(pairs[0].tolist(), pairs[1].tolist())]
-    factor = np.array([np.nan if f is None else f for f in table] or [np.nan])[which.reshape(-1)] if kind.size else np.zeros(0)
+    kind, n = calls.kind[sel], calls.group_size[sel]
+    if not kind.size:
+        return None
+    # One code per (kind, group size) pair, the factor looked up per distinct pair.
+    low = int(n.min())
+    span = int(n.max()) - low + 1
+    code = kind.astype(np.int64) * span + (n - low)
+    del kind
+    pairs, which = np.unique(code, return_inverse=True)
+    del code
+    table = [bus_factor(calls.kinds[p // span], p % span + low) if p % span + low > 0 else None for p in pairs.tolist()]
+    factor = np.array([np.nan if f is None else f for f in table])[which.reshape(-1)]
+    del which
+    nb, dur = calls.nbytes[sel], calls.dur_us[sel]
     ok = (nb >= 0) & ~np.isnan(factor)
     total = float(dur[ok].sum())
     return float((nb[ok] * factor[ok]).sum()) / (total * 1e3) if total > 0 else None
@@ -122,9 +139,7 @@ def rank_dimensions(
     for code, pg in enumerate(calls.pgs):
         if pg == UNPLACED:
             continue
-        sizes = calls.group_size[calls.pg == code]
-        size = int(Counter(sizes[sizes > 0].tolist()).most_common(1)[0][0]) if (sizes > 0).any() else None
-        dim_of_pg[code] = dimension_name(info.get(pg), size=size, world=world)
+        dim_of_pg[code] = dimension_name(info.get(pg), size=most_common(_known(calls.group_size[calls.pg == code])), world=world)
     step_num, step_start, step_end = step_table.num, step_table.start_us, step_table.end_us
     windows = step_table.union() if step_table.size else None
     phase, phase_start, phase_end = phases
@@ -136,15 +151,18 @@ def rank_dimensions(
     dims = []
     for name in sorted({d for d, _ in dim_of_pg.values()}):
         codes = [c for c, (d, _) in dim_of_pg.items() if d == name]
-        sel = np.isin(calls.pg, codes)
-        u = iv.union(calls.start_us[sel], calls.start_us[sel] + calls.dur_us[sel])
+        sel = coded_in(calls.pg, codes, len(calls.pgs))
+        start = calls.start_us[sel]
+        u = iv.union(start, start + calls.dur_us[sel])
+        del start
         if windows is not None:
             u = iv.intersect(u, windows)
         comm_us = iv.length(u)
         hidden_u = iv.intersect(u, compute)
         hidden_us = iv.length(hidden_u)
         nb = calls.nbytes[sel]
-        sizes = calls.group_size[sel]
+        nbytes = int(nb[nb >= 0].sum()) if (nb >= 0).any() else None
+        del nb
         per_comm = _lengths_in(u, step_start, step_end)
         per_hidden = _lengths_in(hidden_u, step_start, step_end)
         steps = [
@@ -159,11 +177,11 @@ def rank_dimensions(
             RankDimension(
                 name=name,
                 pg_names=tuple(sorted(calls.pgs[c] for c in codes)),
-                group_size=int(Counter(sizes[sizes > 0].tolist()).most_common(1)[0][0]) if (sizes > 0).any() else None,
+                group_size=most_common(_known(calls.group_size[sel])),
                 found_by=dim_of_pg[codes[0]][1],
                 numbers=DimensionRank(
                     calls=int(sel.sum()),
-                    bytes=int(nb[nb >= 0].sum()) if (nb >= 0).any() else None,
+                    bytes=nbytes,
                     comm_us=round(comm_us, 3),
                     hidden_us=round(hidden_us, 3),
                     exposed_us=round(comm_us - hidden_us, 3),
@@ -218,7 +236,7 @@ def job_dimensions(
             if inst_dim is not None:
                 sel = (inst_dim == d.name) & ok
                 if sel.any():
-                    transfer = float(np.cumsum(fast[sel])[-1])
+                    transfer = float(fast[sel].cumsum()[-1])
                     wait = float(np.cumsum(inst.dur_us[sel] - fast[sel])[-1])
                     numbers = _with_wait(numbers, wait, transfer)
             per_rank[d.name][str(rank)] = numbers

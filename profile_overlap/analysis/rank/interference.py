@@ -42,6 +42,7 @@ from profile_overlap.analysis.array_eq import ArrayEq
 from profile_overlap.analysis.file.call_columns import Calls
 from profile_overlap.analysis.read.trace import Events
 from profile_overlap.core import intervals as iv
+from profile_overlap.core.codes import coded_in
 from profile_overlap.core.modes import PHASES
 from profile_overlap.record.interference import MIN_BESIDE_US, MIN_PAIRS, Interference, InterferenceEstimate, RankInterference
 
@@ -78,7 +79,7 @@ def seen_done(cpu: Events, main: int | None) -> np.ndarray:
     codes = [i for i, n in enumerate(cpu.names) if n in SEEN_DONE]
     if main is None or not codes:
         return np.zeros(0)
-    rows = np.isin(cpu.name, codes) & (cpu.tid == main)
+    rows = coded_in(cpu.name, codes, len(cpu.names)) & (cpu.tid == main)
     return np.unique(cpu.ts[rows])
 
 
@@ -181,22 +182,20 @@ def measure(
     """One rank's interference from its files' operators, the union of its communication, its
     profiled steps' time and its phase windows (classify.PHASES codes). `calls`: the rank's
     collectives over the whole trace; each is in flight from its launch (`in_flight`)."""
-    keys: dict[str, int] = {}
-    parts = []
-    for ops in operators:
-        remap = np.array([keys.setdefault(k, len(keys)) for k in ops.keys] or [0], dtype=np.int64)
-        parts.append((ops.start, ops.end, remap[ops.key] if ops.key.size else ops.key.astype(np.int64)))
-    start = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
-    end = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
-    key = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    start, end, key = _pooled(operators)
     inside = iv.covers(steps, start) & iv.covers(steps, np.nextafter(end, -np.inf))
     done = np.unique(np.concatenate([np.zeros(0), *(ops.seen_done for ops in operators)]))
-    comm = _until_seen(comm, done)
-    if calls is not None and len(calls):
-        flight, seen_from = in_flight(calls, done)
-        comm = iv.union(np.concatenate([comm[0], flight[0]]), np.concatenate([comm[1], flight[1]]))
-        inside &= start >= seen_from
+    has_calls = calls is not None and len(calls) > 0
+    if has_calls:
+        assert calls is not None
+        inside &= start >= float(np.min(calls.issue_or_start()))  # in_flight's seen_from
+    # The calls kept before the communication's union is built: fewer full-length arrays alive at once.
     start, end, key = start[inside], end[inside], key[inside]
+    del inside
+    comm = _until_seen(comm, done)
+    if has_calls:
+        assert calls is not None
+        comm = iv.merge(comm, in_flight(calls, done)[0])
     dur = end - start
     covered = _covered(comm, start, end)
     alone, beside = covered <= 0, covered >= BESIDE * dur
@@ -215,6 +214,23 @@ def measure(
     return RankSample(tuple(out))
 
 
+def _pooled(operators: Sequence[Operators]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The files' operators as one set of (start, end, key) columns, each key a code in the order
+    the operators are first met; one file's columns as they are when its keys are distinct (its
+    codes are then already in that order)."""
+    if len(operators) == 1 and len(set(operators[0].keys)) == len(operators[0].keys):
+        return operators[0].start, operators[0].end, operators[0].key
+    keys: dict[str, int] = {}
+    parts = []
+    for ops in operators:
+        remap = np.array([keys.setdefault(k, len(keys)) for k in ops.keys] or [0], dtype=np.int64)
+        parts.append((ops.start, ops.end, remap[ops.key] if ops.key.size else ops.key.astype(np.int64)))
+    start = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
+    end = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
+    key = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    return start, end, key
+
+
 def in_flight(calls: Calls, done: np.ndarray | None = None) -> tuple[iv.Union, float]:
     """When the rank's collectives were in flight, each from its launch (CPU: its c10d op; else its
     start) to its end or the first `done` time after its launch, whichever is first, and the first
@@ -229,7 +245,7 @@ def in_flight(calls: Calls, done: np.ndarray | None = None) -> tuple[iv.Union, f
 
 def _first_after(done: np.ndarray, t: np.ndarray) -> np.ndarray:
     """For each time, the first of the sorted `done` after it (inf if none)."""
-    i = np.searchsorted(done, t, side="right")
+    i = done.searchsorted(t, side="right")
     out: np.ndarray = np.where(i < done.size, done[np.minimum(i, done.size - 1)], np.inf)
     return out
 
@@ -253,7 +269,7 @@ def _covered(u: iv.Union, start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
     def upto(t: np.ndarray) -> np.ndarray:
         """|u ∩ (−∞, t)|."""
-        i = np.searchsorted(s, t, side="right")  # intervals started by t
+        i = s.searchsorted(t, side="right")  # intervals started by t
         inside = np.minimum(t - s[np.maximum(i - 1, 0)], (e - s)[np.maximum(i - 1, 0)])
         out: np.ndarray = before[np.maximum(i - 1, 0)] + np.where(i > 0, inside, 0.0)
         return out
@@ -280,11 +296,11 @@ def _sample(key: np.ndarray, dur: np.ndarray, alone: np.ndarray, beside: np.ndar
 def _grouped(key: np.ndarray, dur: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The durations of the operators `wanted` (sorted keys), sorted by (key, duration): (durations,
     each operator's first index, its count)."""
-    keep = np.isin(key, wanted)
+    keep = coded_in(key, wanted.tolist(), int(key.max()) + 1 if key.size else 0)
     key, dur = key[keep], dur[keep]
     order = np.lexsort((dur, key))
-    start = np.searchsorted(key[order], wanted, side="left")
-    end = np.searchsorted(key[order], wanted, side="right")
+    start = key[order].searchsorted(wanted, side="left")
+    end = key[order].searchsorted(wanted, side="right")
     return dur[order], start, end - start
 
 

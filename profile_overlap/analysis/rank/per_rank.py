@@ -167,6 +167,9 @@ def finish_rank(
     windows, calls, instances = window.windows, window.calls, window.instances
     table = StepTable(window.step_num, window.step_start, window.step_end)
     comm_u, compute_u = busy(files, pooled)
+    # One file whose own columns are the rank's: its replay's unions are these (not built again).
+    own = len(files) == 1 and pooled.comm is files[0].comm and pooled.compute is files[0].compute
+    file_busy = (comm_u, compute_u) if own else None
     facts = rank_facts(
         [f.facts for f in files],
         comm_u=comm_u,
@@ -180,6 +183,35 @@ def finish_rank(
     by_phase = tuple(np.concatenate([getattr(f.phases, k) for f in files]) for k in ("phase", "start", "end", "source"))
     phase, phase_start, phase_end, _ = by_phase
     step_windows = windows if windows is not None else table.union()
+    world = max((f.world_size for f in files if f.world_size), default=None)
+    # The dimensions, the interference and the replay before rank_times, while the least is alive beside their
+    # temporaries (peak memory).
+    dims = rank_dimensions(
+        calls,
+        compute_u,
+        groups=files[0].groups,
+        method="; ".join(dict.fromkeys(f.group_method for f in files if f.group_method)),
+        world=world,
+        phases=(phase, phase_start, phase_end),
+        step_table=table,
+    )
+    interference = (
+        measure(
+            [f.operators for f in files],
+            comm=comm_u,
+            steps=step_windows,
+            phase=phase,
+            phase_start=phase_start,
+            phase_end=phase_end,
+            rank=rank,
+            calls=all_calls,
+        )
+        if table.size
+        else None
+    )
+    kept = set(table.num.tolist())
+    replay = tuple(s for f in files for s in replay_steps(f, file_busy) if s.step in kept)
+    del file_busy
     times = rank_times(
         all_calls,
         every_call,
@@ -195,17 +227,6 @@ def finish_rank(
     step_metrics = _step_metrics(comm_u, compute_u, by_phase, table)
     whole = _measure(comm_u, compute_u)
 
-    world = max((f.world_size for f in files if f.world_size), default=None)
-    kept = set(table.num.tolist())
-    dims = rank_dimensions(
-        calls,
-        compute_u,
-        groups=files[0].groups,
-        method="; ".join(dict.fromkeys(f.group_method for f in files if f.group_method)),
-        world=world,
-        phases=(phase, phase_start, phase_end),
-        step_table=table,
-    )
     return RankAnalysis(
         rank=rank,
         device=device,
@@ -230,23 +251,10 @@ def finish_rank(
         phase_collectives=_phase_collectives(calls, phase, phase_start, phase_end),
         phase_windows=_phase_spans(phase, phase_start, phase_end, table),
         facts=facts,
-        replay=tuple(s for f in files for s in replay_steps(f) if s.step in kept),
+        replay=replay,
         times=times,
         spans=overlap_spans(comm_u, compute_u) if options.keep_spans else None,
-        interference=(
-            measure(
-                [f.operators for f in files],
-                comm=comm_u,
-                steps=step_windows,
-                phase=phase,
-                phase_start=phase_start,
-                phase_end=phase_end,
-                rank=rank,
-                calls=all_calls,
-            )
-            if table.size
-            else None
-        ),
+        interference=interference,
         dimensions=dims,
         pipeline=rank_pipeline(calls, compute_u, step_table=table),
         fsdp=rank_busy([(f.fsdp, f.step_num.size) for f in files if f.fsdp is not None]),

@@ -53,7 +53,7 @@ def rank_pipeline(calls: Calls, compute: iv.Union, *, step_table: StepTable) -> 
         return None
     start, end = calls.start_us[p2p], calls.start_us[p2p] + calls.dur_us[p2p]
     direction, peer = calls.direction[p2p], calls.peer[p2p]
-    order = np.argsort(start, kind="stable")
+    order = start.argsort(kind="stable")
     start, end, direction, peer = start[order], end[order], direction[order], peer[order]
     p2p_u = iv.union(start, end)
     first_calls, first_peers, steps = [], [], []

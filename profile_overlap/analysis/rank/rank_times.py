@@ -97,7 +97,7 @@ def rank_times(
     # Before the per-call columns below, so that its temporaries and theirs are not alive at once (peak memory).
     exposed = iv.difference(comm, compute)
     # The calls in start order (stable, as number_calls sorts them).
-    ordered = calls.take(np.argsort(calls.start_us, kind="stable"))
+    ordered = calls.take(calls.start_us.argsort(kind="stable"))
     start = instances.start_us
     end = start + instances.dur_us
     if device == "cuda":  # the runtime call that launched the kernel (NaN without launch events)
@@ -109,10 +109,10 @@ def rank_times(
     del ordered  # every column of every call (70 bytes a call): only `issue` is needed past here
 
     # The step whose window holds each call's start.
-    order = np.argsort(steps.start_us, kind="stable")
+    order = steps.start_us.argsort(kind="stable")
     s_num, s_lo, s_hi = steps.num[order], steps.start_us[order], steps.end_us[order]
     if s_lo.size:
-        j = np.maximum(np.searchsorted(s_lo, start, side="right") - 1, 0)
+        j = np.maximum(s_lo.searchsorted(start, side="right") - 1, 0)
         inside = (start >= s_lo[j]) & (start < s_hi[j])
         step = np.where(inside, s_num[j], -1)
         step_end_us = np.where(inside, s_hi[j], np.nan)
@@ -178,7 +178,7 @@ def first_wait(compute: iv.Union, t: np.ndarray) -> np.ndarray:
     s, e = compute
     if s.size == 0:
         return np.full(np.shape(t), -np.inf)
-    j = np.searchsorted(s, t, side="left") - 1
+    j = s.searchsorted(t, side="left") - 1
     jj = np.maximum(j, 0)
     covered = (j >= 0) & (e[jj] >= t)
     return np.where(covered, np.nan, np.where(j >= 0, e[jj], -np.inf))
@@ -194,7 +194,7 @@ def _call_phases(calls: Calls, phases: tuple[iv.Union, ...]) -> tuple[str, ...]:
     done = np.zeros(t.size, dtype=bool)
     for name, union in zip(PHASES, phases):
         inside = iv.covers(union, t) & ~done
-        for n in np.flatnonzero(inside).tolist():
+        for n in inside.nonzero()[0].tolist():
             out[n] = name
         done |= inside
     return tuple(out)
@@ -227,7 +227,7 @@ def cumulative(u: iv.Union, t: np.ndarray) -> np.ndarray:
     if s.size == 0:
         return np.zeros(np.shape(t))
     before = np.concatenate([[0.0], np.cumsum(e - s)])
-    j = np.searchsorted(s, t, side="right") - 1
+    j = s.searchsorted(t, side="right") - 1
     jj = np.maximum(j, 0)
     inside = np.minimum(t, e[jj]) - s[jj]
     return np.where(j >= 0, before[jj] + inside, 0.0)

@@ -49,7 +49,7 @@ def coarsen(
         breaks = np.zeros(s.size, dtype=bool)
         breaks[0] = True
         breaks[1 + keep] = True
-        group = np.cumsum(breaks) - 1
+        group = breaks.cumsum() - 1
     first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
     ends = np.maximum.reduceat(e, first)
     # The longest piece of each group: sort by (group, -duration), take each group's first.
@@ -156,12 +156,12 @@ def _all_steps(pieces: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], ste
         start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
         # The windows a piece can touch: from the first ending after its start to the last
         # starting before its end; each (window, piece) pair in window order, then the piece's.
-        w_from = np.searchsorted(hi, start, side="right")
-        w_to = np.maximum(np.searchsorted(lo, end, side="left"), w_from)
+        w_from = hi.searchsorted(start, side="right")
+        w_to = np.maximum(lo.searchsorted(end, side="left"), w_from)
         n = w_to - w_from
         piece = np.repeat(np.arange(start.size), n)
-        w = np.repeat(w_from, n) + (np.arange(piece.size) - np.repeat(np.cumsum(n) - n, n))
-        by_window = np.argsort(w, kind="stable")
+        w = np.repeat(w_from, n) + (np.arange(piece.size) - np.repeat(n.cumsum() - n, n))
+        by_window = w.argsort(kind="stable")
         piece, w = piece[by_window], w[by_window]
         s, e = np.clip(start[piece], lo[w], hi[w]), np.clip(end[piece], lo[w], hi[w])
         keep = e > s
@@ -174,8 +174,8 @@ def _all_steps(pieces: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], ste
         new = np.empty(s.size, dtype=bool)
         new[0] = True
         new[1:] = (w[1:] != w[:-1]) | (s[1:] > reach[:-1] + gap[w[1:]])
-        group = np.cumsum(new) - 1
-        first = np.flatnonzero(new)
+        group = new.cumsum() - 1
+        first = new.nonzero()[0]
         if np.bincount(w[first], minlength=lo.size).max() > MAX_SPANS_PER_STEP:
             return None
         longest = np.lexsort((-(e - s), group))[first]
