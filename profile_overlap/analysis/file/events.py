@@ -328,7 +328,7 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
     n = rows.size
     kinds, pgs = [], []
     hints = labeller.hints(launch, launch_tid)
-    memo: dict[tuple[int, int, int, int], tuple[str, int | None, str, int | None]] = {}
+    memo: dict[tuple[int, int, int, int], tuple[str, int | None, str, int | None, str | None]] = {}
     nbytes_col = np.full(n, UNKNOWN, dtype=np.int64)
     group_col = np.full(n, UNKNOWN, dtype=np.int64)
     peer = np.full(n, UNKNOWN, dtype=np.int64)
@@ -359,15 +359,15 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
                     nbytes = collective_nbytes(op_args)
                 pg = (args.pg_name if args else None) or (op_args.pg_name if op_args else None) or "default"
                 group = (args.group_size if args else None) or trace.pg_sizes.get(pg) or trace.world_size
-                known = memo[memo_key] = (kind, nbytes, pg, group)
-            kind, nbytes, pg, group = known
+                way = (
+                    (p2p_direction(args.collective_name) if args and args.collective_name else None)
+                    or (p2p_direction(cpu.name_of(op)) if op is not None else None)
+                    or p2p_direction(name)
+                )
+                known = memo[memo_key] = (kind, nbytes, pg, group, way)
+            kind, nbytes, pg, group, way = known
             kinds.append(kind)
             pgs.append(pg)
-            way = (
-                (p2p_direction(args.collective_name) if args and args.collective_name else None)
-                or (p2p_direction(cpu.name_of(op)) if op is not None else None)
-                or p2p_direction(name)
-            )
             if way is not None:
                 direction[i] = SEND if way == "send" else RECV
                 side = "dst_rank" if way == "send" else "src_rank"
