@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import shutil
 
+import msgspec
 import pytest
 
-from profile_overlap.record.advice import AdviceItem, load_advice
+from profile_overlap.record.advice import ADVICE_JSON, Advice, AdviceItem, encode, load_advice
 from profile_overlap.record.call_cost import BANDWIDTH, FIT, LATENCY
 from profile_overlap.record.config import RunConfig
 from profile_overlap.record.interference_used import NONE, OPERATORS, SPLIT_BLOCKING, UsedInterference
-from profile_overlap.render.advice import item_line
+from profile_overlap.render.advice import item_line, report_sections
+from profile_overlap.render.document import Code
 from profile_overlap.tools.advise import candidates as advise_replay
 from profile_overlap.tools.advise import overlap_costs
 from profile_overlap.tools.advise.candidates import Candidate
@@ -175,3 +177,19 @@ def test_two_buckets_where_the_call_cost_is_unknown_are_predicted_at_the_lower_r
     (fit,) = advise_replay.call_costs(_measured((MIB, 3.0), (2 * MIB, 6.0)))
     (c,) = [c for c in advise_replay.ddp(r, params, cfg, (fit,)) if c.kind == "ddp-bucket"]
     assert c.gain_range_us is None and c.gain_us == pytest.approx(3.0)
+
+
+def _measure_line(tmp_path, items: tuple[AdviceItem, ...]) -> str:
+    advice = Advice(schema=1, source="runs/r", is_job=False, noise_ms={}, model_error_pct={}, items=items, notes=())
+    (tmp_path / ADVICE_JSON).write_bytes(encode(advice))
+    (section,) = report_sections(tmp_path)
+    (code,) = [b for b in section.blocks if isinstance(b, Code)]
+    return code.text
+
+
+def test_the_report_says_to_calibrate_first_when_the_top_item_charged_no_measured_interference(tmp_path):
+    measured = _item(3.0)
+    none = tuple(msgspec.structs.replace(u, slowdown_pct=0.0, low_pct=None, high_pct=None, pairs=None, source=NONE) for u in USED.values())
+    unmeasured = msgspec.structs.replace(measured, interference=none)
+    assert _measure_line(tmp_path, (measured,)) == "python -m profile_overlap advise runs/r --verify --repeats 5"
+    assert _measure_line(tmp_path, (unmeasured, measured)) == "python -m profile_overlap advise runs/r --calibrate --verify --repeats 5"

@@ -118,8 +118,14 @@ def report_sections(run_dir: Path) -> tuple[Section, ...]:
         )
         blocks.append(Code(f"python -m profile_overlap report --compare {a.source} <the new job's folder>"))
     elif not any(i.verification for i in a.items):
-        blocks.append(Paragraph(("To measure the top item against this run:",)))
-        blocks.append(Code(f"python -m profile_overlap advise {a.source} --verify --repeats 5"))
+        top = next((i for i in a.items if i.verifiable), None)
+        if top is not None and top.interference is not None and all(u.source == NONE for u in top.interference):
+            # Its replay charged nothing for the overlap it buys: the run measured none (docs/advise.md).
+            blocks.append(Paragraph(("To measure the interference the top item would pay, then the item against this run:",)))
+            blocks.append(Code(f"python -m profile_overlap advise {a.source} --calibrate --verify --repeats 5"))
+        else:
+            blocks.append(Paragraph(("To measure the top item against this run:",)))
+            blocks.append(Code(f"python -m profile_overlap advise {a.source} --verify --repeats 5"))
     hits, done = a.hits
     if done:
         blocks.append(Paragraph((f"{hits} of {done} verified predictions lie inside the measured 95% interval.",)))
