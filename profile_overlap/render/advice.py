@@ -31,13 +31,18 @@ def measured_text(i: AdviceItem) -> str:
     return f"{ms(v.measured_gain_ms)} [{ms(v.gain_low_ms)}, {ms(v.gain_high_ms)}] ({word}, {v.repeats} blocks)"
 
 
+def _charged_none(i: AdviceItem) -> bool:
+    """A replayed item whose every phase charged no measured interference (source NONE)."""
+    return i.interference is not None and all(u.source == NONE for u in i.interference)
+
+
 def interference_text(i: AdviceItem) -> str:
     """The interference an item's replay charged, per phase with its source; "–" for items not replayed."""
     if i.interference is None:
         return "–"
-    known = [u for u in i.interference if u.source != NONE]
-    if not known:
+    if _charged_none(i):
         return "none measured (0% charged)"
+    known = [u for u in i.interference if u.source != NONE]
     parts = []
     for u in known:
         interval = f" [{u.low_pct:+.1f}, {u.high_pct:+.1f}]" if u.low_pct is not None and u.high_pct is not None else ""
@@ -118,14 +123,12 @@ def report_sections(run_dir: Path) -> tuple[Section, ...]:
         )
         blocks.append(Code(f"python -m profile_overlap report --compare {a.source} <the new job's folder>"))
     elif not any(i.verification for i in a.items):
+        # Where the top item's replay charged nothing for the overlap it buys, measure that first (docs/advise.md).
         top = next((i for i in a.items if i.verifiable), None)
-        if top is not None and top.interference is not None and all(u.source == NONE for u in top.interference):
-            # Its replay charged nothing for the overlap it buys: the run measured none (docs/advise.md).
-            blocks.append(Paragraph(("To measure the interference the top item would pay, then the item against this run:",)))
-            blocks.append(Code(f"python -m profile_overlap advise {a.source} --calibrate --verify --repeats 5"))
-        else:
-            blocks.append(Paragraph(("To measure the top item against this run:",)))
-            blocks.append(Code(f"python -m profile_overlap advise {a.source} --verify --repeats 5"))
+        calibrate = top is not None and _charged_none(top)
+        what = "the interference the top item would pay, then the item" if calibrate else "the top item"
+        blocks.append(Paragraph((f"To measure {what} against this run:",)))
+        blocks.append(Code(f"python -m profile_overlap advise {a.source}{' --calibrate' if calibrate else ''} --verify --repeats 5"))
     hits, done = a.hits
     if done:
         blocks.append(Paragraph((f"{hits} of {done} verified predictions lie inside the measured 95% interval.",)))
