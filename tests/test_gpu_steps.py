@@ -115,3 +115,27 @@ def test_on_real_gpu_traces_the_phase_windows_hold_the_kernels_their_ranges_laun
         # launched, most of them from autograd's thread, run for 85-92 ms.
         backward = [b - a for (n, p), (a, b) in got.items() if p == "backward"]
         assert len(backward) == 3 and min(backward) > 85_000
+
+
+def test_device_windows_do_not_depend_on_the_kernels_order():
+    """Kernels in launch order (how `extract` passes them) take the per-step slices; any other
+    order, the per-kernel assignment. Both give each step the same window, for disjoint, touching,
+    overlapping and empty steps, steps that share a start, and launches on their boundaries."""
+    import numpy as np
+
+    from profile_overlap.analysis.file.steps import device_windows
+
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        n, m = int(rng.integers(1, 8)), int(rng.integers(1, 40))
+        cpu_start = rng.integers(0, 50, n).astype(float)
+        cpu_end = cpu_start + rng.integers(-3, 15, n)
+        launch = np.sort(rng.integers(-5, 70, m).astype(float))
+        start = rng.integers(0, 100, m).astype(float)
+        end = start + rng.integers(0, 10, m)
+        shuffled = rng.permutation(m)
+        if (launch[shuffled][1:] >= launch[shuffled][:-1]).all():
+            continue  # still in order: nothing to compare
+        in_order = device_windows(cpu_start, cpu_end, (launch, start, end))
+        any_order = device_windows(cpu_start, cpu_end, (launch[shuffled], start[shuffled], end[shuffled]))
+        assert np.array_equal(in_order[0], any_order[0]) and np.array_equal(in_order[1], any_order[1])

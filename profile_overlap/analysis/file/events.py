@@ -173,7 +173,7 @@ def extract(trace: Trace) -> FileEvents:
         del kernel_times
         calls = _gpu_calls(trace, comm_rows, comm.launch, comm_tid, labeller)
         del comm_tid
-        operators = gpu_operators(kernels, compute_rows)
+        operators = gpu_operators(kernels, compute_rows, compute.start, compute.end)
         exclude = iv.EMPTY
         unclassified = np.zeros(0, dtype=np.int64)
         named = int(sum(1 for pg in calls.pg.tolist() if calls.pgs[pg] != "default"))
@@ -265,24 +265,15 @@ def _gpu_events(trace: Trace, labeller: Labeller) -> _GpuEvents:
     comm_mask = is_comm_name[k.name]
     compute_mask = ~comm_mask & ~is_other_name[k.name]
 
-    # The CPU call that launched each kernel, through `correlation` (runtime event -> kernel).
+    # The CPU call that launched each kernel (the reader links them through `correlation`).
     # Used for HTA's step assignment, for labels and, for collectives, to find the op's sizes.
-    launch = np.full(len(k), np.nan)
-    launch_tid = np.full(len(k), -1, dtype=np.int64)
-    rt_order = trace.runtime_correlation.argsort(kind="stable")
-    rt_corr = trace.runtime_correlation[rt_order]
-    if rt_corr.size:
-        j = np.clip(rt_corr.searchsorted(k.correlation), 0, rt_corr.size - 1)
-        found = (rt_corr[j] == k.correlation) & (k.correlation >= 0)
-        launch[found] = trace.runtime_ts[rt_order[j[found]]]
-        launch_tid[found] = trace.runtime_tid[rt_order[j[found]]]
-        del j, found
-    del rt_order, rt_corr  # per runtime event and per kernel: not needed past the links
-
+    launch, launch_tid = trace.launch, trace.launch_tid
     fallback = np.array([labeller.code(_short_name(n)) for n in k.names], dtype=np.int32)[k.name] if len(k) else np.zeros(0, np.int32)
     labels = labeller.label(launch, launch_tid, fallback)
     del fallback
-    comm_rows, compute_rows = comm_mask.nonzero()[0], compute_mask.nonzero()[0]
+    # int32: rows of one file's kernels (4 bytes a kernel less than int64; held to the end of `extract`).
+    comm_rows, compute_rows = (m.nonzero()[0].astype(np.int32) for m in (comm_mask, compute_mask))
+    del comm_mask, compute_mask
     comm, compute = (EventIntervals(k.ts[r], k.ts[r] + k.dur[r], launch[r], labels[r]) for r in (comm_rows, compute_rows))
     return _GpuEvents(comm, compute, comm_rows, compute_rows, launch_tid[comm_rows])
 

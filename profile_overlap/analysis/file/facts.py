@@ -110,11 +110,16 @@ def _stream_overlaps(k: Events, comm_rows: np.ndarray, compute_rows: np.ndarray)
         return count, worst
     for code in np.union1d(np.unique(k.tid[comm_rows]), np.unique(k.tid[compute_rows])).tolist():
         rows = np.concatenate([comm_rows[k.tid[comm_rows] == code], compute_rows[k.tid[compute_rows] == code]])
-        rows = rows[k.ts[rows].argsort(kind="stable")]  # ties in the rows' order, as a lexsort by (stream, start)
         start = k.ts[rows]
-        end = np.maximum.accumulate(start + k.dur[rows])  # the running maximum of the ends
+        order = start.argsort(kind="stable")  # ties in the rows' order, as a lexsort by (stream, start)
+        rows, start = rows[order], start[order]
+        del order
+        end = k.dur[rows]
         del rows
-        over = end[:-1] - start[1:]
+        end += start
+        np.maximum.accumulate(end, out=end)  # the running maximum of the ends
+        over = end[:-1]
+        over -= start[1:]  # in place: the ends are not needed past this
         hit = over > STREAM_OVERLAP_TOLERANCE_US
         if hit.any():
             count += int(hit.sum())

@@ -146,28 +146,39 @@ def _evidence(trace: Trace) -> _Evidence:
 
 
 def _gradient_seeds(trace: Trace, main: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """On the main thread: every CPU op's start (sorted), and the start and end of each
-    `aten::ones_like` (sorted): `loss.backward()` seeds the backward with the gradient
-    ones_like(loss) before autograd's engine runs its first node."""
+    """On the main thread, each `aten::ones_like` (in start order): its start, its end, and the start
+    of the first CPU op after its end (inf: none; -inf when its end is unknown). `loss.backward()`
+    seeds the backward with the gradient ones_like(loss) before autograd's engine runs its first node."""
     cpu = trace.cpu
-    if main is None or not len(cpu):
-        return np.zeros(0), np.zeros(0), np.zeros(0)
-    ops = (cpu.tid == main) & (cpu.cat == CPU_OP)
+    none = np.zeros(0), np.zeros(0), np.zeros(0)
     codes = [i for i, n in enumerate(cpu.names) if n == GRADIENT_SEED_OP]
+    if main is None or not len(cpu) or not codes:
+        return none
+    ops = (cpu.tid == main) & (cpu.cat == CPU_OP)
     seeds = np.flatnonzero(ops & coded_in(cpu.name, codes, len(cpu.names)))
+    if not seeds.size:
+        return none
     seeds = seeds[cpu.ts[seeds].argsort(kind="stable")]
-    return np.sort(cpu.ts[ops]), cpu.ts[seeds], cpu.ts[seeds] + cpu.dur[seeds]
+    seed_start, seed_end = cpu.ts[seeds], cpu.ts[seeds] + cpu.dur[seeds]
+    starts = cpu.ts[ops]
+    del ops
+    starts.sort()  # in place, NaN last: the ops' starts are needed only for this, not kept
+    finite = int(starts.searchsorted(np.inf, side="right"))
+    i = starts[:finite].searchsorted(seed_end, side="right")
+    following = np.where(i < finite, starts[np.minimum(i, max(finite - 1, 0))], np.inf)
+    following[np.isnan(seed_end)] = -np.inf
+    return seed_start, seed_end, following
 
 
 def _seeded_at(b0: float, seeds: tuple[np.ndarray, np.ndarray, np.ndarray]) -> float:
     """The backward's start: its first evidence b0, or earlier, the start of the gradient seed
-    (`aten::ones_like`) when that is the main thread's last operator before b0."""
-    op_start, seed_start, seed_end = seeds
+    (`aten::ones_like`) when that is the main thread's last operator before b0 (no op starts
+    after the seed's end and before b0)."""
+    seed_start, seed_end, following = seeds
     k = int(seed_start.searchsorted(b0, side="left")) - 1
     if k < 0 or seed_end[k] > b0:
         return b0
-    last_op = int(op_start.searchsorted(b0, side="left")) - 1  # the last op that started before b0
-    return float(seed_start[k]) if op_start[last_op] <= seed_end[k] else b0
+    return float(seed_start[k]) if following[k] >= b0 else b0
 
 
 def _infer(

@@ -127,7 +127,6 @@ class Events:
     dur: np.ndarray  # float64, µs
     cat: np.ndarray  # int8: index into the category tuple of the table
     external_id: np.ndarray  # int32 (int64 when an id needs it), -1 if absent; kernels only (empty for CPU events: see args)
-    correlation: np.ndarray  # int32 (int64 when an id needs it), -1 if absent; kernels only (empty for CPU events)
     args: RowArgs  # row -> collective args, only for collective events
     shape: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     """int16 (int32 past 32,767 shapes) code of each CPU op's `Input Dims` in `shapes`, -1 without (interference matches
@@ -182,11 +181,11 @@ class Trace:
     kernels: Events
     cpu: Events
     """cpu_op (cat 0), user_annotation (cat 1) and gpu_user_annotation (cat 2) events."""
-    runtime_correlation: np.ndarray
-    runtime_ts: np.ndarray
-    runtime_tid: np.ndarray
-    """Runtime calls (cudaLaunchKernel ...): correlation, start and tid code (into cpu.tids; int16
-    when the codes fit, like `Events.tid`)."""
+    launch: np.ndarray
+    launch_tid: np.ndarray
+    """Per kernel, the start (NaN: unknown) and thread code (into cpu.tids, -1: unknown; int16 when the
+    codes fit, like `Events.tid`) of the runtime call that launched it (cudaLaunchKernel ...), linked
+    by `correlation` when the file is read (`_launches`); the runtime events themselves are not kept."""
 
 
 CPU_OP, USER_ANNOTATION, GPU_USER_ANNOTATION = 0, 1, 2
@@ -198,78 +197,87 @@ class _Columns:
         """ids: keep every event's External id and correlation (kernels); else only the External
         id of events with args (CPU ops: nothing reads the rest, 16 bytes an event)."""
         self.names, self.tids, self.ids = names, tids, ids
-        self.name, self.tid, self.cat = array("i"), array("i"), array("b")
+        # Each column in its final type from the start (codes int16, ids int32), widened in place the
+        # first time a value does not fit (`_append`): no full-width copy while reading, none to narrow after.
+        self.name, self.tid, self.cat = array("h"), array("h"), array("b")
         self.ts, self.dur = array("d"), array("d")
-        self.ext, self.corr = array("q"), array("q")
-        self.arg_rows, self.arg_codes, self.arg_ext = array("i"), array("i"), array("q")
-        self.shape, self.shapes = array("i"), dict[bytes, int]()
+        self.ext, self.corr = array("i"), array("i")
+        self.arg_rows, self.arg_codes, self.arg_ext = array("i"), array("i"), array("i")
+        self.shape, self.shapes = array("h"), dict[bytes, int]()
 
     def extend(self, events: list[_Event], cats: list[int]) -> list[int]:
         """Append events (list comprehensions: several times faster than a per-event method).
         Returns their name codes."""
         names, tids = self.names, self.tids
         codes = [names.setdefault(e.name, len(names)) for e in events]
-        self.name.extend(codes)
-        self.tid.extend([tids.setdefault(e.tid, len(tids)) for e in events])
+        _append(self, "name", codes)
+        _append(self, "tid", [tids.setdefault(e.tid, len(tids)) for e in events])
         self.cat.extend(cats)
         self.ts.extend([e.ts for e in events])
         self.dur.extend([e.dur for e in events])
         if self.ids:
-            self.ext.extend([max(a.external_id, a.external_id_lower) if (a := e.args) is not None else -1 for e in events])
-            self.corr.extend([a.correlation if (a := e.args) is not None else -1 for e in events])
+            _append(self, "ext", [max(a.external_id, a.external_id_lower) if (a := e.args) is not None else -1 for e in events])
+            _append(self, "corr", [a.correlation if (a := e.args) is not None else -1 for e in events])
         else:
             shapes = self.shapes
-            self.shape.extend(
-                [shapes.setdefault(bytes(a.input_dims), len(shapes)) if (a := e.args) is not None and a.input_dims else -1 for e in events]
+            _append(
+                self,
+                "shape",
+                [shapes.setdefault(bytes(a.input_dims), len(shapes)) if (a := e.args) is not None and a.input_dims else -1 for e in events],
             )
         return codes
 
     def add_args(self, row: int, args: _Args, shared: _SharedArgs) -> None:
         self.arg_rows.append(row)
         self.arg_codes.append(shared.code(args))
-        self.arg_ext.append(max(args.external_id, args.external_id_lower))
+        ext = max(args.external_id, args.external_id_lower)
+        try:
+            self.arg_ext.append(ext)
+        except OverflowError:
+            self.arg_ext = array("q", self.arg_ext)
+            self.arg_ext.append(ext)
 
     def freeze(self, shared: _SharedArgs) -> Events:
         # Views of the arrays, not copies: a copy would double the peak for a moment.
         return Events(
             names=tuple(self.names),
             tids=tuple(str(t) for t in self.tids),
-            name=_codes(self, "name", len(self.names)),
-            tid=_codes(self, "tid", len(self.tids)),
+            name=_view(self.name),
+            tid=_view(self.tid),
             ts=_column(self.ts, np.float64),
             dur=_column(self.dur, np.float64),
             cat=_column(self.cat, np.int8),
-            external_id=_narrow(self, "ext"),
-            correlation=_narrow(self, "corr"),
-            args=RowArgs(self.arg_rows, self.arg_codes, tuple(shared.values), _narrow(self, "arg_ext")),
-            shape=_codes(self, "shape", len(self.shapes)),
+            external_id=_view(self.ext),
+            args=RowArgs(self.arg_rows, self.arg_codes, tuple(shared.values), _view(self.arg_ext)),
+            shape=_view(self.shape),
             shapes=tuple(x.decode() for x in self.shapes),
         )
 
 
-def _narrow(owner: Any, attr: str) -> np.ndarray:
-    """An int64 id column (`owner.attr`, an array("q")) as int32 when every value fits (the
-    usual case: ids count events), else int64; the array is dropped from `owner` once copied, so
-    that the two are not alive together for more than the one column."""
+_WIDER = {"h": "i", "i": "q"}
+_DTYPE = {"h": np.int16, "i": np.int32, "q": np.int64}
+
+
+def _append(owner: Any, attr: str, values: list[int]) -> None:
+    """Append to the int column `owner.attr`, widened (int16 -> int32 -> int64) the first time a
+    value does not fit: a trace has a few hundred names and threads, and ids that count its events,
+    so the narrow type is the usual one."""
     a = getattr(owner, attr)
-    col = _column(a, np.int64)
-    if col.size and np.iinfo(np.int32).min <= col.min() and col.max() <= np.iinfo(np.int32).max:
-        col = col.astype(np.int32)
-        col.flags.writeable = False
-        setattr(owner, attr, array("q"))
-    return col
+    n = len(a)
+    try:
+        a.extend(values)
+    except OverflowError:
+        del a[n:]  # extend() keeps what it appended before the value that did not fit
+        wide = array(_WIDER[a.typecode], a)
+        setattr(owner, attr, wide)
+        _append(owner, attr, values)
 
 
-def _codes(owner: Any, attr: str, count: int) -> np.ndarray:
-    """An int32 code column (`owner.attr`, an array("i") of codes below `count`, or -1) as int16
-    when every code fits (a trace has a few hundred names and threads: 2 bytes an event saved on
-    each such column), else int32; the array is dropped from `owner` once copied."""
-    col = _column(getattr(owner, attr), np.int32)
-    if count <= np.iinfo(np.int16).max:
-        col = col.astype(np.int16)
-        col.flags.writeable = False
-        setattr(owner, attr, array("i"))
-    return col
+def _view(a: array[int]) -> np.ndarray:
+    """A read-only numpy view of an int column in its type (`_append`); empty: int16 for codes, int64 for ids."""
+    if not len(a):
+        return np.zeros(0, dtype=np.int16 if a.typecode == "h" else np.int64)
+    return _column(a, _DTYPE[a.typecode])
 
 
 def _column(a: array[int] | array[float], dtype: Any) -> np.ndarray:
@@ -335,7 +343,7 @@ class _Sink:
         self.kernels = _Columns({}, {}, ids=True)
         self.cpu = _Columns({}, tids, ids=False)
         self.shared = _SharedArgs()
-        self.rt_corr, self.rt_ts, self.rt_tid = array("q"), array("d"), array("i")
+        self.rt_corr, self.rt_ts, self.rt_tid = array("i"), array("d"), array("h")
         self.thread_names: dict[str, list[str]] = {}
         self.pid: str | None = None
         self.collective_codes: set[int] = set()
@@ -370,9 +378,9 @@ class _Sink:
         ]
         if runtime:
             tids = self.cpu.tids
-            self.rt_corr.extend([correlation for correlation, _, _ in runtime])
+            _append(self, "rt_corr", [correlation for correlation, _, _ in runtime])
             self.rt_ts.extend([ts for _, ts, _ in runtime])
-            self.rt_tid.extend([tids.setdefault(tid, len(tids)) for _, _, tid in runtime])
+            _append(self, "rt_tid", [tids.setdefault(tid, len(tids)) for _, _, tid in runtime])
         for e in events:
             if e.ph == "M" and e.name == "thread_name" and e.args is not None and e.args.name:
                 self.thread_names.setdefault(str(e.tid), []).append(e.args.name)
@@ -444,6 +452,9 @@ def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
         outer = _OUTER.decode(stream_events(read_chunks(path, chunk_bytes), _EVENTS.decode, sink.add))
 
     kernels, cpu = sink.kernels.freeze(sink.shared), sink.cpu.freeze(sink.shared)
+    launch, launch_tid = _launches(_view(sink.kernels.corr), _view(sink.rt_corr), _column(sink.rt_ts, np.float64), _view(sink.rt_tid))
+    pid, thread_names = sink.pid or "", {tid: tuple(names) for tid, names in sink.thread_names.items()}
+    del sink  # the runtime calls and the kernels' correlations: not needed past the links
     for events in (kernels, cpu):
         if _magnitude(events.ts) + _magnitude(events.dur) <= MAX_TIME_US:
             continue  # no event's |ts| + |dur| exceeds it: found without full-length temporaries
@@ -467,15 +478,38 @@ def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
         path=path,
         rank=rank,
         rank_source=rank_source,
-        pid=sink.pid or "",
+        pid=pid,
         backend=info.backend if info else None,
         world_size=info.world_size if info else None,
         pg_sizes={pg.pg_name: pg.pg_size for pg in (info.pg_config if info else [])},
         groups=tuple(ProcessGroupInfo(pg.pg_name, pg.pg_desc, pg.pg_size, _ranks(pg.ranks)) for pg in (info.pg_config if info else [])),
-        thread_names={tid: tuple(names) for tid, names in sink.thread_names.items()},
+        thread_names=thread_names,
         kernels=kernels,
         cpu=cpu,
-        runtime_correlation=_narrow(sink, "rt_corr"),
-        runtime_ts=_column(sink.rt_ts, np.float64),
-        runtime_tid=_codes(sink, "rt_tid", len(sink.cpu.tids)),
+        launch=launch,
+        launch_tid=launch_tid,
     )
+
+
+_LINK_BLOCK = 1 << 16
+
+
+def _launches(corr: np.ndarray, rt_corr: np.ndarray, rt_ts: np.ndarray, rt_tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel (its `correlation`, -1 if absent), the start and thread code of the runtime call
+    that launched it (of runtime calls sharing a correlation, the first in the file): NaN and -1
+    without one. Used for the steps' device windows, for labels and, for collectives, to find the op's sizes."""
+    launch = np.full(corr.size, np.nan)
+    tid = np.full(corr.size, -1, dtype=rt_tid.dtype)
+    if rt_corr.size and corr.size:
+        order = rt_corr.argsort(kind="stable")
+        keys = rt_corr[order]
+        # The kernels a block at a time: per-kernel temporaries of the whole file were the peak of reading it.
+        for lo in range(0, corr.size, _LINK_BLOCK):
+            c = corr[lo : lo + _LINK_BLOCK]
+            j = np.minimum(keys.searchsorted(c), keys.size - 1)
+            found = (keys[j] == c) & (c >= 0)
+            at = order[j[found]]
+            launch[lo : lo + c.size][found] = rt_ts[at]
+            tid[lo : lo + c.size][found] = rt_tid[at]
+    launch.flags.writeable = tid.flags.writeable = False
+    return launch, tid
