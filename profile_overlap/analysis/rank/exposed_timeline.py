@@ -53,17 +53,17 @@ def rank_exposure(result: TraceAnalysis) -> dict[int, dict[str, Any]]:
         exposed = r.times.exposed
         c = r.times.calls
         shown = {s.step for s in steps}
+        kind_phase = c.kind_phases
         calls = [
             [
-                c.kind[i],
-                c.phase[i],
+                *kind_phase[int(c.kind_phase[i])],
                 int(c.index[i]),
                 int(c.step[i]),
                 round(float(c.start_us[i]) - offset, 3),
                 round(float(c.end_us[i]) - offset, 3),
             ]
             for i in np.flatnonzero(np.isin(c.step, list(shown))).tolist()
-            if (c.kind[i], c.phase[i], int(c.index[i])) in top
+            if (*kind_phase[int(c.kind_phase[i])], int(c.index[i])) in top
         ]
         out[r.rank] = {
             "wait": _spans(split.wait, windows, offset, gap),

@@ -27,7 +27,6 @@ OTHER = "other"
 class CallTimes(ArrayEq):
     """One rank's collective calls as columns, in time order (the order `number_calls` gives)."""
 
-    kind: tuple[str, ...]
     group: np.ndarray
     """Code of each call's (process group, kind) in `groups`."""
     groups: tuple[tuple[str, str], ...]
@@ -35,7 +34,8 @@ class CallTimes(ArrayEq):
     """Order among the rank's calls of the same kind and process group (the cross-rank match)."""
     nbytes: np.ndarray
     """int64; -1 (call_columns.UNKNOWN) when the trace does not size the call."""
-    group_size: tuple[int | None, ...]
+    group_size: np.ndarray
+    """int64, the call's group size; -1 (call_columns.UNKNOWN) when the trace does not give one."""
     start_us: np.ndarray
     end_us: np.ndarray
     issue_us: np.ndarray
@@ -45,10 +45,9 @@ class CallTimes(ArrayEq):
     for every call of a trace without step windows (the trace is one window)."""
     step_end_us: np.ndarray
     """End of that window; NaN outside every window."""
-    phase: tuple[str, ...]
-    """Phase of the call's issue (classify.PHASES or "other")."""
     kind_phase: np.ndarray
-    """Code of each call's (kind, phase) in `kind_phases`."""
+    """Code of each call's (kind, phase) in `kind_phases`: its kind and the phase of its issue
+    (classify.PHASES or "other"). A code, not a name per call: at 1 GB of trace, 305,200 calls."""
     kind_phases: tuple[tuple[str, str], ...]
     index: np.ndarray
     """Index among the step's calls of the same kind and phase on this rank (-1 outside steps)."""
@@ -96,17 +95,18 @@ def rank_times(
     assert n == len(instances)
     # Before the per-call columns below, so that its temporaries and theirs are not alive at once (peak memory).
     exposed = iv.difference(comm, compute)
-    # The calls in start order (stable, as number_calls sorts them).
-    ordered = calls.take(calls.start_us.argsort(kind="stable"))
+    # The calls in start order (stable, as number_calls sorts them): only the columns needed here are
+    # taken in that order, not every column of every call (70 bytes a call, at 1 GB this stage's peak).
+    order = calls.start_us.argsort(kind="stable")
     start = instances.start_us
     end = start + instances.dur_us
     if device == "cuda":  # the runtime call that launched the kernel (NaN without launch events)
-        issue = ordered.launch_us
+        issue = calls.launch_us[order]
     else:  # the c10d op on the calling thread (NaN when no op was matched to the gloo work)
-        issue = ordered.issued_us
+        issue = calls.issued_us[order]
     phases = tuple(iv.union(phase_start[phase == i], phase_end[phase == i]) for i in range(len(PHASES)))
-    names = _call_phases(ordered, phases)
-    del ordered  # every column of every call (70 bytes a call): only `issue` is needed past here
+    names = _call_phases(calls.issue_or_start()[order], calls.hint[order], calls.hints, phases)
+    del order
 
     # The step whose window holds each call's start.
     order = steps.start_us.argsort(kind="stable")
@@ -131,20 +131,18 @@ def rank_times(
         windows=windows,
         phases=phases,
         calls=CallTimes(
-            kind=kinds,
             group=group,
             groups=tuple(group_of),
             kind_phase=kind_phase,
             kind_phases=kind_phases,
             seq=instances.seq,
             nbytes=instances.nbytes,
-            group_size=tuple(None if g < 0 else g for g in instances.group_size.tolist()),
+            group_size=instances.group_size,
             start_us=start,
             end_us=end,
             issue_us=issue,
             step=step,
             step_end_us=step_end_us,
-            phase=names,
             index=index,
             first_wait_us=first_wait(compute, end),
         ),
@@ -184,13 +182,13 @@ def first_wait(compute: iv.Union, t: np.ndarray) -> np.ndarray:
     return np.where(covered, np.nan, np.where(j >= 0, e[jj], -np.inf))
 
 
-def _call_phases(calls: Calls, phases: tuple[iv.Union, ...]) -> tuple[str, ...]:
+def _call_phases(t: np.ndarray, hint: np.ndarray, hint_names: tuple[str, ...], phases: tuple[iv.Union, ...]) -> tuple[str, ...]:
     """The phase window holding each call's issue as `phase_collectives` attributes it (CPU: its c10d
     op; GPU: its kernel's start, in the device-side windows); else its engine labels' phase
-    (CollectiveCall.phase_hint); else "other"."""
-    t = calls.issue_or_start()
-    hints = (*(h or OTHER for h in calls.hints), OTHER)  # code -1 (no hint) -> OTHER
-    out = [hints[h] for h in calls.hint.tolist()]
+    (CollectiveCall.phase_hint); else "other". t: each call's issue, else its start
+    (Calls.issue_or_start); hint: its code in hint_names (Calls.hint, -1: none)."""
+    hints = (*(h or OTHER for h in hint_names), OTHER)  # code -1 (no hint) -> OTHER
+    out = [hints[h] for h in hint.tolist()]
     done = np.zeros(t.size, dtype=bool)
     for name, union in zip(PHASES, phases):
         inside = iv.covers(union, t) & ~done

@@ -216,8 +216,8 @@ def _top_calls(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], *, kn
         calls = ranks[int(first[0])].times.calls
         sized = int(calls.nbytes[int(first[1])])
         nbytes = sized if sized >= 0 else None  # UNKNOWN: the trace does not size it
-        group = calls.group_size[int(first[1])]
-        needed = busbw_gbps(kind, nbytes, slack, group) if slack and nbytes else None
+        group = int(calls.group_size[int(first[1])])
+        needed = busbw_gbps(kind, nbytes, slack, group if group >= 0 else None) if slack and nbytes else None
         late: dict[int, float] = defaultdict(float)
         for m in members[(col["wait"][members] > 0) & (col["late"][members] >= 0)].tolist():
             late[int(col["late"][m])] += float(col["wait"][m])
