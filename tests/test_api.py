@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from profile_overlap.api import events, job, layout
+from profile_overlap.api.messages import DoneTask, TraceTask, WorkerConfig
 
 from conftest import DATA, REPO, clean_env
 
@@ -193,8 +194,8 @@ def test_the_worker_drops_a_trace_it_cannot_write(tmp_path, capsys):
 
     partial = tmp_path / ".partial-host_0.1.pt.trace.json.part"
     partial.write_text('{"traceEvents": []}')
-    worker = RankWorker({"job_dir": str(tmp_path), "rank": 0, "world_size": 1, "worker": "host_0", "analyze": True})
-    worker.trace({"partial": str(partial), "final": str(tmp_path / "gone" / "host_0.1.pt.trace.json.gz"), "step": 9})
+    worker = RankWorker(WorkerConfig(job_dir=str(tmp_path), rank=0, world_size=1, worker="host_0"))
+    worker.trace(TraceTask(partial=str(partial), final=str(tmp_path / "gone" / "host_0.1.pt.trace.json.gz"), step=9))
     assert "dropped the trace of rank 0 at step 9" in capsys.readouterr().err
     assert not partial.exists() and layout.num_dropped(tmp_path) == 1
 
@@ -216,9 +217,9 @@ def test_the_worker_writes_a_record_whose_analysis_forks(tmp_path, monkeypatch):
             layers_per_step=20,
         )
     monkeypatch.setenv("PROFILE_OVERLAP_JOB_WAIT_S", "0")  # rank 1 has no done marker: do not wait for it
-    worker = Worker({"job_dir": str(tmp_path), "rank": 0, "world_size": 2, "worker": "host_0", "analyze": True})
+    worker = Worker(WorkerConfig(job_dir=str(tmp_path), rank=0, world_size=2, worker="host_0"))
     try:
-        assert worker.send({"op": "done", "traces": 1, "session": 1, "finalize": True})
+        assert worker.send(DoneTask(traces=1, session=1, finalize=True))
         assert worker.flush(timeout_s=90), "the worker did not finish the record"
     finally:
         assert worker.close(timeout_s=30)
@@ -238,7 +239,7 @@ def test_rank_0_keeps_a_live_record_of_the_latest_cycle(foreign_job, tmp_path):
     for rank in (0, 1):
         layout.write_state(job_dir, rank, {"rank": rank, "world_size": 2, "worker": f"host_{rank}"})
     (mine,) = layout.traces_of(job_dir, "host_0")
-    worker = RankWorker({"job_dir": str(job_dir), "rank": 0, "world_size": 2, "worker": "host_0", "analyze": True})
+    worker = RankWorker(WorkerConfig(job_dir=str(job_dir), rank=0, world_size=2, worker="host_0"))
     worker._live_record(analyze_rank([mine], IN_STEPS))
     record = json.loads((job_dir / "metrics.json").read_text())
     assert record["config"]["cycles"] == "cycle 1 only (the job is running)"

@@ -11,6 +11,7 @@ import pytest
 
 from profile_overlap.analysis import folder
 from profile_overlap.api import layout, worker
+from profile_overlap.api.messages import DoneTask, WorkerConfig
 
 GLOO = Path(__file__).parent / "data" / "gloo_2rank"
 
@@ -35,8 +36,8 @@ def test_the_end_of_job_analysis_forks_at_most_two_parsers_on_a_big_node(tmp_pat
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     monkeypatch.setattr(folder, "PARALLEL_MIN_BYTES", 0)  # these traces are small: parse them in processes anyway
     monkeypatch.setattr(folder, "ProcessPoolExecutor", pool)
-    w = worker.RankWorker({"job_dir": str(job), "rank": 0, "world_size": 2, "worker": "host_0", "analyze": True})
-    w.done({"traces": 3, "session": 1, "finalize": True})
+    w = worker.RankWorker(WorkerConfig(job_dir=str(job), rank=0, world_size=2, worker="host_0"))
+    w.done(DoneTask(traces=3, session=1, finalize=True))
     assert pools == [2]
     assert (job / "metrics.json").is_file() and (job / "report.html").is_file()  # the record, made by those two
 

@@ -9,7 +9,6 @@ that does not profile sends nothing, so it costs nothing but the CPU the worker 
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import subprocess
@@ -17,15 +16,17 @@ import sys
 import time
 from pathlib import Path
 
+from profile_overlap.api.messages import Ping, Task, WorkerConfig, encode
+
 
 class Worker:
-    def __init__(self, config: dict) -> None:
+    def __init__(self, config: WorkerConfig) -> None:
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
         # The package as this process imports it, even when it is not installed (a checkout on sys.path).
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "profile_overlap.api.worker", json.dumps(config)],
+            [sys.executable, "-m", "profile_overlap.api.worker", encode(config)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -39,12 +40,12 @@ class Worker:
     def alive(self) -> bool:
         return self._proc.poll() is None and not self._stdin.closed
 
-    def send(self, task: dict) -> bool:
+    def send(self, task: Task) -> bool:
         """Queue a task; False when the worker is gone (the caller then does the work itself)."""
         if not self.alive:
             return False
         try:
-            self._stdin.write(json.dumps(task) + "\n")
+            self._stdin.write(encode(task) + "\n")
             self._stdin.flush()
         except (OSError, ValueError):
             return False
@@ -53,7 +54,7 @@ class Worker:
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every task sent so far is done; False on timeout or a dead worker."""
         self._pings += 1
-        if not self.send({"op": "ping", "id": self._pings}):
+        if not self.send(Ping(id=self._pings)):
             return False
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:

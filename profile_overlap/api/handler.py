@@ -36,6 +36,7 @@ from torch.profiler import ProfilerActivity, schedule
 
 from profile_overlap.api import layout
 from profile_overlap.api.background import Worker
+from profile_overlap.api.messages import DoneTask, TraceTask, WorkerConfig
 from profile_overlap.core import status
 from profile_overlap.core.errors import UserError
 from profile_overlap.run.teardown import hold_default_group, release_group_defaults, wait_for_collectives
@@ -80,9 +81,11 @@ class TraceHandler:
         self._write_warned = False
         self._worker: Worker | None = None
         if analyze:
-            config = {"job_dir": str(self.job_dir), "rank": self.rank, "world_size": self.world_size, "worker": self.worker_name}
+            config = WorkerConfig(
+                job_dir=str(self.job_dir), rank=self.rank, world_size=self.world_size, worker=self.worker_name, analyze=analyze
+            )
             try:
-                self._worker = Worker({**config, "analyze": analyze})
+                self._worker = Worker(config)
             except OSError as err:
                 warnings.warn(f"profile_overlap: no background worker ({err}); traces are compressed in the training process", stacklevel=2)
         atexit.register(self.close)
@@ -100,8 +103,7 @@ class TraceHandler:
             self._drop(name, step, err)
         else:
             self.num_traces += 1
-            task = {"op": "trace", "partial": str(partial), "final": str(final), "step": step}
-            if self._worker is None or not self._worker.send(task):
+            if self._worker is None or not self._worker.send(TraceTask(partial=str(partial), final=str(final), step=step)):
                 self._compress(partial, final, step)
         stopping = _inside_stop(prof)
         _hook_stop(prof, self)
@@ -135,7 +137,7 @@ class TraceHandler:
             return
         self._finished_at = self.num_traces
         self.sessions += 1
-        task = {"op": "done", "traces": self.num_traces, "session": self.sessions, "finalize": self.rank == 0}
+        task = DoneTask(traces=self.num_traces, session=self.sessions, finalize=self.rank == 0)
         if self._worker is None or not self._worker.send(task):
             self._guarded("the rank's done mark", layout.mark_done, self.job_dir, self.rank, traces=self.num_traces, session=self.sessions)
 

@@ -4,14 +4,13 @@ job's metrics.json and timeline.json up to date (the latest cycle), and at the e
 
     python -m profile_overlap.api.worker CONFIG_JSON     # tasks on stdin, one JSON object per line
 
-Tasks, in order: {"op": "trace", "partial", "final", "step"}; {"op": "done", "traces", "session", "finalize"};
-{"op": "ping", "id"}. A failing task prints one line on stderr and the worker goes on: nothing
-here may stop the training job.
+Tasks (api/messages.py), in order: a TraceTask per trace, a DoneTask at each stop, a Ping to wait
+for the queue. A failing task prints one line on stderr and the worker goes on: nothing here may
+stop the training job.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from profile_overlap.api import layout
+from profile_overlap.api.messages import DoneTask, Ping, Task, TraceTask, WorkerConfig, decode_config, decode_task
 from profile_overlap.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -44,28 +44,28 @@ def say(line: str) -> None:
 
 
 class RankWorker:
-    def __init__(self, config: dict, *, pending=lambda: False) -> None:
+    def __init__(self, config: WorkerConfig, *, pending=lambda: False) -> None:
         self.pending = pending
         """Whether more tasks wait: rank 0 then leaves the live record to the next one."""
-        self.job_dir = Path(config["job_dir"])
-        self.rank = config["rank"]
-        self.world_size = config["world_size"]
-        self.worker = config["worker"]
-        self.analyze = config["analyze"]
+        self.job_dir = Path(config.job_dir)
+        self.rank = config.rank
+        self.world_size = config.world_size
+        self.worker = config.worker
+        self.analyze = config.analyze
         self._events: RankEvents | None = None
         self._analysis_failed = False
         self._next_live = 0.0
 
-    def trace(self, task: dict) -> None:
-        partial, final = Path(task["partial"]), Path(task["final"])
+    def trace(self, task: TraceTask) -> None:
+        partial, final = Path(task.partial), Path(task.final)
         try:
             layout.compress(partial, final, level=GZIP_LEVEL)
         except OSError as err:
             layout.remove_partials(self.job_dir, final.name[: -len(".gz")])
             reason = err.strerror or str(err)
-            layout.record_drop(self.job_dir, self.rank, name=final.name, step=task.get("step"), reason=reason)
+            layout.record_drop(self.job_dir, self.rank, name=final.name, step=task.step, reason=reason)
             say(
-                f"profile_overlap: dropped the trace of rank {self.rank} at step {task.get('step')}: writing {final} failed "
+                f"profile_overlap: dropped the trace of rank {self.rank} at step {task.step}: writing {final} failed "
                 f"({reason}; most likely the disk is full): free disk space or pick another log_dir. Training goes on."
             )
             return
@@ -128,10 +128,10 @@ class RankWorker:
         job.write_record(self.job_dir, job.job_record(self.job_dir, result, cycle=cycle), result, final=False)
         self._next_live = time.monotonic() + (time.monotonic() - work) / LIVE_SHARE
 
-    def done(self, task: dict) -> None:
-        layout.mark_done(self.job_dir, self.rank, traces=task["traces"], session=task["session"])
-        if task.get("finalize") and self.analyze:
-            self._finalize(task["session"])
+    def done(self, task: DoneTask) -> None:
+        layout.mark_done(self.job_dir, self.rank, traces=task.traces, session=task.session)
+        if task.finalize and self.analyze:
+            self._finalize(task.session)
 
     def _finalize(self, session: int) -> None:
         """Rank 0 at the end: wait for every rank's last trace, then the record, report and TensorBoard files."""
@@ -196,7 +196,7 @@ class Tasks:
         """Whether another task (or the end) is already there."""
         return b"\n" in self.buf or self.eof or bool(select.select([self.fd], [], [], 0)[0])
 
-    def get(self) -> dict | None:
+    def get(self) -> Task | None:
         """The next task; None at the end (the handler closed the pipe)."""
         while b"\n" not in self.buf:
             chunk = b"" if self.eof else os.read(self.fd, 1 << 16)
@@ -205,7 +205,7 @@ class Tasks:
                 return None
             self.buf += chunk
         line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
+        return decode_task(line)
 
 
 def main(argv: list[str]) -> int:
@@ -214,20 +214,21 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops training; the handler still drains the queue
     lower_priority()
     tasks = Tasks(sys.stdin.fileno())
-    worker = RankWorker(json.loads(argv[1]), pending=tasks.pending)
+    worker = RankWorker(decode_config(argv[1]), pending=tasks.pending)
     try:
         while (task := tasks.get()) is not None:
             try:
-                if task["op"] == "trace":
+                if isinstance(task, TraceTask):
                     worker.trace(task)
-                elif task["op"] == "done":
+                elif isinstance(task, DoneTask):
                     worker.done(task)
-                elif task["op"] == "ping":
-                    channel.write(f"pong {task['id']}\n")
+                elif isinstance(task, Ping):
+                    channel.write(f"pong {task.id}\n")
             except Exception as err:  # never stop the training job over its profile
                 if os.environ.get("PROFILE_OVERLAP_DEBUG"):
                     raise
-                say(f"profile_overlap: rank {worker.rank}: background {task['op']} failed: {type(err).__name__}: {err}")
+                op = type(task).__struct_config__.tag
+                say(f"profile_overlap: rank {worker.rank}: background {op} failed: {type(err).__name__}: {err}")
     finally:
         worker.close()
     return 0
