@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from profile_overlap.analysis.file.steps import in_launch_order
 from profile_overlap.analysis.read.classify import (
     AUTOGRAD_SOURCE,
     BACKWARD_FRAME_RE,
@@ -225,7 +226,7 @@ def _infer(
 def _by_launch(kernels: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(launch, start, end) of the kernels with a known launch, in launch order."""
     launch, start, end = kernels
-    if not np.isnan(launch).any() and bool((launch[1:] >= launch[:-1]).all()):
+    if in_launch_order(launch):
         return launch, start, end  # already so (events.extract sorts them): no copies
     known = ~np.isnan(launch)
     order = launch[known].argsort(kind="stable")

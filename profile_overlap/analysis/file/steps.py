@@ -65,7 +65,7 @@ def device_windows(cpu_start: np.ndarray, cpu_end: np.ndarray, kernels: tuple[np
     first = np.full(cpu_start.size, np.inf)
     last = np.full(cpu_start.size, -np.inf)
     order = cpu_start.argsort(kind="stable")
-    if _in_order(launch) and not (np.isnan(cpu_start).any() or np.isnan(cpu_end).any()):
+    if in_launch_order(launch) and not (np.isnan(cpu_start).any() or np.isnan(cpu_end).any()):
         # Launches in order (events._by_launch): the kernels step_of_launch gives a step are one slice,
         # those launched from its start to its end or to the next step's start, whichever comes first.
         # No per-kernel temporaries (at 1 GB they were the peak of reading the file).
@@ -89,6 +89,6 @@ def device_windows(cpu_start: np.ndarray, cpu_end: np.ndarray, kernels: tuple[np
     return lo, hi
 
 
-def _in_order(launch: np.ndarray) -> bool:
-    """Whether the launches are known (no NaN) and ascending."""
+def in_launch_order(launch: np.ndarray) -> bool:
+    """Whether the launches are all known (no NaN) and ascending (events._by_launch gives them so)."""
     return not np.isnan(launch).any() and bool((launch[1:] >= launch[:-1]).all())

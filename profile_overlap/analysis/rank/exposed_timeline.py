@@ -53,17 +53,18 @@ def rank_exposure(result: TraceAnalysis) -> dict[int, dict[str, Any]]:
         exposed = r.times.exposed
         c = r.times.calls
         shown = {s.step for s in steps}
-        kind_phase = c.kind_phases
         calls = [
             [
-                *kind_phase[int(c.kind_phase[i])],
+                kind,
+                phase,
                 int(c.index[i]),
                 int(c.step[i]),
                 round(float(c.start_us[i]) - offset, 3),
                 round(float(c.end_us[i]) - offset, 3),
             ]
             for i in np.flatnonzero(np.isin(c.step, list(shown))).tolist()
-            if (*kind_phase[int(c.kind_phase[i])], int(c.index[i])) in top
+            for kind, phase in (c.kind_phases[int(c.kind_phase[i])],)
+            if (kind, phase, int(c.index[i])) in top
         ]
         out[r.rank] = {
             "wait": _spans(split.wait, windows, offset, gap),

@@ -234,8 +234,7 @@ class _Columns:
         try:
             self.arg_ext.append(ext)
         except OverflowError:
-            self.arg_ext = array("q", self.arg_ext)
-            self.arg_ext.append(ext)
+            _widen(self, "arg_ext").append(ext)
 
     def freeze(self, shared: _SharedArgs) -> Events:
         # Views of the arrays, not copies: a copy would double the peak for a moment.
@@ -268,9 +267,16 @@ def _append(owner: Any, attr: str, values: list[int]) -> None:
         a.extend(values)
     except OverflowError:
         del a[n:]  # extend() keeps what it appended before the value that did not fit
-        wide = array(_WIDER[a.typecode], a)
-        setattr(owner, attr, wide)
+        _widen(owner, attr)
         _append(owner, attr, values)
+
+
+def _widen(owner: Any, attr: str) -> array[int]:
+    """The int column `owner.attr` copied into the next wider type, in its place (returned)."""
+    a = getattr(owner, attr)
+    wide = array(_WIDER[a.typecode], a)
+    setattr(owner, attr, wide)
+    return wide
 
 
 def _view(a: array[int]) -> np.ndarray:
