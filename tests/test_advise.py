@@ -103,7 +103,7 @@ def test_advice_on_four_modes_is_ranked_and_every_flag_passes_the_runs_checks(en
     # The Overlap tab's run picker carries the top three; TensorBoard's text has every item.
     from profile_overlap.tb_plugin.plugin import describe_run
 
-    tab = describe_run(tmp_path, run_dir)["advice"]
+    tab = describe_run(tmp_path, run_dir).advice
     assert 1 <= len(tab) <= 3 and tab[0].startswith("1. ")
     events = b"".join(p.read_bytes() for p in run_dir.glob("*/events.out.tfevents.*"))
     assert b"summary/advice" in events

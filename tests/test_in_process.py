@@ -152,7 +152,7 @@ def test_the_overlap_tab_lists_a_recorded_run_and_serves_its_timeline_within_the
     run_dir = shutil.copytree(GOLDEN_RUN, tmp_path / "logdir" / "golden", ignore=shutil.ignore_patterns("expected"))
     assert find_runs(tmp_path / "logdir") == [run_dir]
     row = describe_run(tmp_path / "logdir", run_dir)
-    assert row["run"] == "golden" and row["modes"] == ["sequential", "split"] and row["has_timeline"] and row["error"] is None
+    assert row.run == "golden" and row.modes == ["sequential", "split"] and row.has_timeline and row.error is None
     replies = {mode: json.loads(body) for mode, body in timeline_replies(load_timeline(run_dir / TIMELINE_JSON), max_spans=3).items()}
     assert list(replies) == ["sequential", "split"]
     for reply in replies.values():

@@ -71,7 +71,7 @@ def test_the_overlap_tab_titles_each_mode_from_the_registry(tmp_path):
 
     run_dir = shutil.copytree(REPO / "tests" / "golden" / "run", tmp_path / "golden", ignore=shutil.ignore_patterns("expected"))
     row = describe_run(tmp_path, run_dir)
-    assert row["mode_titles"] == {"sequential": MODES["sequential"].title, "split": MODES["split"].title}
+    assert row.mode_titles == {"sequential": MODES["sequential"].title, "split": MODES["split"].title}
     assert registry.title(registry.TRACE_MODE).startswith("trace: ") and registry.title("zero3") == "zero3"
 
 

@@ -131,10 +131,18 @@ def read_states(job_dir: Path) -> dict[int, RankState]:
     return states
 
 
+class DoneMark(msgspec.Struct, frozen=True):
+    """A rank's done file: it ended its `session`-th profiling session (1, 2, ...; a job may stop and
+    start its profiler) with `traces` traces written in all."""
+
+    traces: int = 0
+    session: int = 1
+
+
 def mark_done(job_dir: Path, rank: int, *, traces: int, session: int) -> None:
-    """Rank `rank` ended its `session`-th profiling session (1, 2, ...; a job may stop and start its profiler)."""
+    """Rank `rank` ended its `session`-th profiling session."""
     done_path(job_dir, rank).parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(done_path(job_dir, rank), json.dumps({"traces": traces, "session": session}), durable=True)
+    write_text_atomic(done_path(job_dir, rank), msgspec.json.encode(DoneMark(traces, session)).decode(), durable=True)
 
 
 def record_drop(job_dir: Path, rank: int, *, name: str, step: int | None, reason: str) -> None:
@@ -193,9 +201,9 @@ def done_ranks(job_dir: Path, *, session: int = 1) -> set[int]:
     done = set()
     for path in (Path(job_dir) / STATE_DIR).glob("rank*.done"):
         try:
-            if json.loads(path.read_text()).get("session", 1) >= session:
+            if msgspec.json.decode(path.read_bytes(), type=DoneMark).session >= session:
                 done.add(int(path.name[4:-5]))
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, msgspec.DecodeError):
             continue
     return done
 

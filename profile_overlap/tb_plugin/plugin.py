@@ -38,7 +38,6 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import msgspec
 from tensorboard.backend import http_util
@@ -163,49 +162,62 @@ def find_runs(logdir: Path) -> list[Path]:
     return sorted(runs)
 
 
-def describe_run(logdir: Path, run_dir: Path) -> dict[str, Any]:
+class RunRow(msgspec.Struct, kw_only=True):
+    """One row of the run picker (the tab's /runs reply), read from the run's own files."""
+
+    run: str
+    """The run's folder, relative to the logdir."""
+    modes: list[str] = []
+    mode_titles: dict[str, str] = {}
+    """Each mode's title from the registry (core/modes.py)."""
+    world_size: int | None = None
+    status: str | None = None
+    """status.json's state; None without a readable one."""
+    has_timeline: bool = False
+    perfetto: bool = False
+    advice: list[str] = []
+    """The advice's first items, one line each (render/advice.item_line)."""
+    error: str | None = None
+    """Why the run cannot be shown, in one line (the tab lists it as broken)."""
+
+
+def describe_run(logdir: Path, run_dir: Path) -> RunRow:
     """One row of the run picker, read from the run's own files. A run whose metrics.json or
-    advice.json cannot be read has its one-line reason as "error" (the tab lists it as broken)."""
+    advice.json cannot be read has its one-line reason as `error`."""
     real_logdir = logdir.resolve()
     real_run = run_dir.resolve()
-    entry: dict[str, Any] = {
-        "run": run_dir.relative_to(logdir).as_posix(),
-        "modes": [],
-        "mode_titles": {},
-        "world_size": None,
-        "status": None,
-        "has_timeline": served(real_logdir, real_run / TIMELINE_JSON),
-        "perfetto": served(real_logdir, real_run / PERFETTO_TRACE),
-        "advice": [],
-        "error": None,
-    }
-    if has_control(entry["run"]):
-        entry["error"] = one_line(f"the folder's name {entry['run']!r} holds a control character: rename it")
-        return entry
+    row = RunRow(
+        run=run_dir.relative_to(logdir).as_posix(),
+        has_timeline=served(real_logdir, real_run / TIMELINE_JSON),
+        perfetto=served(real_logdir, real_run / PERFETTO_TRACE),
+    )
+    if has_control(row.run):
+        row.error = one_line(f"the folder's name {row.run!r} holds a control character: rename it")
+        return row
     try:
         path = regular_file(real_logdir, real_run / METRICS_JSON)
         if path is None:
             raise RequestError(f"{METRICS_JSON} is a dangling symlink")
         record = decode_metrics(read_regular(path), path=run_dir / METRICS_JSON)
-        entry["modes"] = list(record.modes)
-        entry["mode_titles"] = {mode: registry.title(mode) for mode in entry["modes"]}
-        entry["world_size"] = record.env.world_size
+        row.modes = list(record.modes)
+        row.mode_titles = {mode: registry.title(mode) for mode in row.modes}
+        row.world_size = record.env.world_size
     except RequestError as err:
-        entry["error"] = one_line(str(err))
+        row.error = one_line(str(err))
     except UserError as err:
-        entry["error"] = one_line(f"unreadable {METRICS_JSON}: {err}")
+        row.error = one_line(f"unreadable {METRICS_JSON}: {err}")
     try:
         path = regular_file(real_logdir, real_run / ADVICE_JSON)
         advice = decode_advice(read_regular(path), path=run_dir / ADVICE_JSON) if path else None
-        entry["advice"] = [item_line(n, i) for n, i in enumerate(advice.items[:SHOWN], 1)] if advice else []
+        row.advice = [item_line(n, i) for n, i in enumerate(advice.items[:SHOWN], 1)] if advice else []
     except (RequestError, UserError) as err:
-        entry["error"] = one_line(str(err))
+        row.error = one_line(str(err))
     try:
         path = regular_file(real_logdir, real_run / STATUS_JSON)
-        entry["status"] = msgspec.json.decode(read_regular(path), type=RunStatus).state if path else None
+        row.status = msgspec.json.decode(read_regular(path), type=RunStatus).state if path else None
     except (RequestError, msgspec.DecodeError, RecursionError):
         pass  # a run without a readable status.json shows without one
-    return entry
+    return row
 
 
 def merge_spans(spans: Sequence[TimelineSpan], *, max_spans: int) -> Sequence[TimelineSpan]:
@@ -303,7 +315,7 @@ class OverlapPlugin(base_plugin.TBPlugin):
         logdir = self._logdir()
         runs = [describe_run(logdir, d) for d in find_runs(logdir)] if logdir else []
         reply = {"logdir": str(logdir) if logdir else None, "runs": runs, "phases": list(registry.PHASES)}
-        return http_util.Respond(request, reply, "application/json")
+        return http_util.Respond(request, msgspec.json.encode(reply), "application/json")
 
     @wrappers.Request.application  # type: ignore[arg-type]  # werkzeug's stub takes functions of the request alone; it passes self through
     def _serve_metrics(self, request):
