@@ -23,13 +23,9 @@ from profile_overlap.core.errors import UserError
 from profile_overlap.record.advice import AdviceItem
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.interference_used import CALIBRATION, NONE, OPERATORS, UsedInterference, overall, used_interference
-from profile_overlap.tools.advise.verify import WARMUP_STEPS, change_config, run_block
+from profile_overlap.tools.advise.verify import PROFILE_STEPS, WARMUP_STEPS, change_config, run_block
 
 CALIBRATE_DIR = "calibrate"
-PROFILE_STEPS = 6
-"""Profiled steps of a calibration run (at least; the run's own when more): its figure rests on each
-operator's calls seen both ways, and with the 2 steps a run often profiles an operator of a DDP
-backward has one or two calls each way, so one descheduled call decides it."""
 
 
 @dataclass(frozen=True)

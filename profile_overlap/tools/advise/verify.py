@@ -4,8 +4,8 @@ Each round runs one block of `--steps` timed steps of the item's mode as configu
 the change (the next round starts with the change: the order alternates, as `run --repeats` rotates
 its modes), each as its own run under RUN_DIR/verify/<n>-<kind>/. The blocks pair up by round, and the
 measured gain's 95% interval is record/noise.py's paired bootstrap of the median difference, the
-interval `--repeats` gives the overlap yield. The changed side's first block is profiled, so the
-changed run's overlap is measured too.
+interval `--repeats` gives the overlap yield. The changed side's first block is profiled (PROFILE_STEPS
+steps, after its timed ones), so the changed run's overlap is measured too.
 """
 
 from __future__ import annotations
@@ -29,6 +29,12 @@ WARMUP_STEPS = 10
 """Untimed steps before each verification block (at least; the run's own when more): every block is a
 fresh process, and its first steps pay for start-up (gloo's threads, the allocator, lazy imports),
 which in one run with --repeats only the first block does."""
+PROFILE_STEPS = 6
+"""Profiled steps of a profiled verification block or calibration run (at least; the run's own when more):
+the figures rest on each operator's calls and each bucket's all_reduce seen over several steps, and with the
+2 steps a run often profiles, a DDP backward has one or two calls each way, so one descheduled call on a
+loaded machine decides it (a changed run's overlap measured 0.0 %). Profiled steps follow the timed ones:
+they do not change the block's step times."""
 
 
 def change_config(
@@ -79,13 +85,14 @@ def verify_item(run_dir: Path, cfg: RunConfig, env, item: AdviceItem, *, index: 
         n += 1
         folder = Path(run_dir) / VERIFY_DIR / f"{index}-{item.kind}-{n}"
     nproc = env.world_size
-    timeout_s = 60 + 30 * (cfg.steps + cfg.warmup_steps + cfg.profile_steps)
+    timeout_s = 60 + 30 * (cfg.steps + max(cfg.warmup_steps, WARMUP_STEPS) + max(cfg.profile_steps, PROFILE_STEPS))
     for r in range(repeats):
         order = (False, True) if r % 2 == 0 else (True, False)
         for is_changed in order:
             name = f"{'changed' if is_changed else 'original'}-{r + 1}"
             profile = is_changed and r == 0
-            config = change_config(cfg, item, changed=is_changed, profile=profile, out=folder, name=name)
+            steps = max(cfg.profile_steps, PROFILE_STEPS) if profile else None
+            config = change_config(cfg, item, changed=is_changed, profile=profile, out=folder, name=name, profile_steps=steps)
             run_block(config, nproc=nproc, timeout_s=timeout_s)
     return measured(folder, item, repeats=repeats)
 
