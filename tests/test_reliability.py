@@ -235,3 +235,32 @@ def test_a_run_recorded_outside_the_main_thread_is_still_marked_failed(tmp_path)
     assert len(raised) == 1 and isinstance(raised[0], UserError), raised
     status = _status(tmp_path)
     assert status["state"] == "failed" and "out of memory" in status["reason"], status
+
+
+def test_the_launchers_sigterm_during_the_failure_write_still_marks_the_run_failed(tmp_path, monkeypatch):
+    """In process: rank 1 dies, rank 0's collective fails, and while rank 0 records that, the launcher's
+    SIGTERM (sent the moment rank 1 died) lands inside the status write (under load, the subprocess
+    test above saw the run left 'running')."""
+    from profile_overlap.core import status as run_status
+    from profile_overlap.core.errors import UserError
+    from profile_overlap.run.job import _raise_terminated, failure_recorded
+
+    run_status.write(tmp_path, "running")
+    real_read = run_status.read
+
+    def read_as_sigterm_lands(run_dir):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handler runs at the next bytecode of the main thread: here
+        return real_read(run_dir)
+
+    monkeypatch.setattr(run_status, "read", read_as_sigterm_lands)
+    before = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        with pytest.raises(UserError, match="is marked failed"):
+            with failure_recorded(tmp_path):
+                raise RuntimeError("[/gloo/transport/tcp/pair.cc:534] Connection closed by peer")
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    monkeypatch.undo()
+    status = _status(tmp_path)
+    assert status["state"] == "failed" and "another rank crashed, hung or timed out" in status["reason"], status

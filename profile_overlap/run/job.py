@@ -202,6 +202,12 @@ def failure_recorded(run_dir: Path) -> Iterator[None]:
         yield
     except BaseException as err:
         ctrl_c.armed = False
+        if main_thread:
+            # The launcher SIGTERMs this rank the moment another one dies, often while a collective
+            # that failed for that reason is being recorded here: a Terminated raised inside the
+            # status write would leave the run marked running. The rank is ending either way
+            # (process_group ignores SIGTERM from here on too; the launcher SIGKILLs a rank that lingers).
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         interrupted = ctrl_c.seen or isinstance(err, KeyboardInterrupt)
         reason = _failure_reason(KeyboardInterrupt() if interrupted else err)
         run_status.write_if_running(run_dir, "interrupted" if interrupted else "failed", reason=reason)
