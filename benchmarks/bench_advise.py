@@ -30,6 +30,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from profile_overlap.tools.advise.verify import quoted_here
+
 TINY = ["--model", "transformer", "--layers", "2", "--dim", "64", "--heads", "4", "--seq-len", "16", "--batch", "4"]
 STEPS = ["--warmup-steps", "1", "--profile-steps", "2"]
 RUNS = {
@@ -62,16 +64,19 @@ def reevaluate(series: list[Path]) -> None:
                 shutil.copytree(src, copy, ignore=shutil.ignore_patterns("verify"))
                 po("advise", str(copy), "--calibrate")
                 now = {i["flag"]: i for i in json.loads((copy / "advice.json").read_text())["items"] if i["flag"]}
+                timed = {m: mode["step_time"]["median_ms"] for m, mode in json.loads((src / "metrics.json").read_text())["modes"].items()}
                 for item in json.loads((src / "advice.json").read_text())["items"]:
                     v, new = item["verification"], now.get(item["flag"])
                     if not v or new is None or new["predicted_gain_ms"] is None:
                         continue
                     low, high = v["gain_low_ms"], v["gain_high_ms"]
-                    hit = low <= new["predicted_gain_ms"] <= high
+                    # Quoted on the verification's original blocks, as advise --verify scores it (verify.quoted_here).
+                    here = quoted_here(new["predicted_gain_ms"], baseline_ms=v["baseline_ms"], timed_ms=timed.get(item["mode"]))
+                    hit = low <= here <= high
                     hits, then, total, got = hits + hit, then + v["hit"], total + 1, got + hit
                     print(
                         f"{folder.name} | {name} | `{item['flag']}` | {new['predicted_gain_ms']:.2f} [{new['gain_low_ms']:.2f}, "
-                        f"{new['gain_high_ms']:.2f}] | {item['predicted_gain_ms']:.2f} | "
+                        f"{new['gain_high_ms']:.2f}] ({here:.2f} on its baseline) | {item['predicted_gain_ms']:.2f} | "
                         f"{v['measured_gain_ms']:.2f} [{low:.2f}, {high:.2f}] | {hit} | {v['hit']}",
                         flush=True,
                     )
@@ -93,7 +98,10 @@ def main() -> None:
     if args.out is None:
         parser.error("--out is required (or --reevaluate SERIES_DIR ...)")
     print(f"load average at start: {os.getloadavg()[0]:.1f}", flush=True)
-    print("run | item | flag | predicted gain ms [interval] | measured gain ms [95%] | hit | sign agrees | overlap with the change")
+    print(
+        "run | item | flag | predicted gain ms [interval] (quoted on the verification's baseline ms) | "
+        "measured gain ms [95%] | hit | sign agrees | overlap with the change"
+    )
     hits = total = 0
     for name in args.runs.split(","):
         run_dir = args.out / name
@@ -110,7 +118,7 @@ def main() -> None:
                 hits, total = hits + v["hit"], total + 1
                 print(
                     f"{name} | {item['kind']} | `{item['flag']}` | {item['predicted_gain_ms']:.2f} "
-                    f"[{item['gain_low_ms']:.2f}, {item['gain_high_ms']:.2f}] | "
+                    f"[{item['gain_low_ms']:.2f}, {item['gain_high_ms']:.2f}] ({v['predicted_here_ms']:.2f} on {v['baseline_ms']:.2f}) | "
                     f"{v['measured_gain_ms']:.2f} [{v['gain_low_ms']:.2f}, {v['gain_high_ms']:.2f}] | {v['hit']} | {v['sign_agrees']} | "
                     f"{'–' if v['changed_overlap_pct'] is None else format(v['changed_overlap_pct'], '.1f') + ' %'}",
                     flush=True,

@@ -39,11 +39,14 @@ class Verification(msgspec.Struct, frozen=True):
     """95% interval of the gain: the paired bootstrap over rounds of the blocks' median differences."""
     gain_high_ms: float
     hit: bool
-    """The predicted gain lies inside [gain_low_ms, gain_high_ms]."""
+    """The predicted gain quoted on these blocks (predicted_here_ms) lies inside [gain_low_ms, gain_high_ms]."""
     sign_agrees: bool
     """The measured gain has the predicted sign, or its interval contains 0."""
     changed_overlap_pct: float | None = None
     """Overlap % of the changed run's profiled steps (None without traces)."""
+    predicted_here_ms: float | None = None
+    """The item's predicted gain quoted on these original blocks: predicted_gain_ms × baseline_ms / the
+    mode's timed median in the run (a gain is a share of its step; None in records from before it)."""
 
 
 class AdviceItem(msgspec.Struct, frozen=True):

@@ -28,6 +28,8 @@ def measured_text(i: AdviceItem) -> str:
     if v is None:
         return "not verified" if i.verifiable else "–"
     word = "hit" if v.hit else "miss"
+    if v.predicted_here_ms is not None:  # the prediction quoted on the verification's own original blocks
+        word += f": {ms(v.predicted_here_ms)} predicted on its {ms(v.baseline_ms)} step"
     return f"{ms(v.measured_gain_ms)} [{ms(v.gain_low_ms)}, {ms(v.gain_high_ms)}] ({word}, {v.repeats} blocks)"
 
 

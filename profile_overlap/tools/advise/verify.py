@@ -78,7 +78,8 @@ def _times(metrics) -> tuple[float, ...]:
     return tuple(mode.step_time.times_ms)
 
 
-def verify_item(run_dir: Path, cfg: RunConfig, env, item: AdviceItem, *, index: int, repeats: int) -> Verification:
+def verify_item(run_dir: Path, cfg: RunConfig, env, item: AdviceItem, *, index: int, repeats: int, timed_ms: float | None) -> Verification:
+    """`timed_ms`: the mode's timed median in the run, the step the item's gain is quoted on."""
     folder = Path(run_dir) / VERIFY_DIR / f"{index}-{item.kind}"
     n = 1
     while folder.exists():  # never overwrite an earlier verification
@@ -94,11 +95,20 @@ def verify_item(run_dir: Path, cfg: RunConfig, env, item: AdviceItem, *, index: 
             steps = max(cfg.profile_steps, PROFILE_STEPS) if profile else None
             config = change_config(cfg, item, changed=is_changed, profile=profile, out=folder, name=name, profile_steps=steps)
             run_block(config, nproc=nproc, timeout_s=timeout_s)
-    return measured(folder, item, repeats=repeats)
+    return measured(folder, item, repeats=repeats, timed_ms=timed_ms)
 
 
-def measured(folder: Path, item: AdviceItem, *, repeats: int) -> Verification:
-    """The verification of `item` from the runs in `folder` (original-1.., changed-1..), as verify_item left them."""
+def quoted_here(predicted_ms: float, *, baseline_ms: float, timed_ms: float | None) -> float:
+    """A predicted gain quoted on a verification's original blocks: × baseline / the run's timed median.
+    The prediction is a share of the step (the replay's, quoted on the timed step); fresh processes on a
+    shared machine run the same configuration 9 to 29 % faster or slower than the run did (bench_advise's
+    series 10 and 11), and the gain they measure is a share of their own step."""
+    return predicted_ms * baseline_ms / timed_ms if timed_ms and timed_ms > 0 else predicted_ms
+
+
+def measured(folder: Path, item: AdviceItem, *, repeats: int, timed_ms: float | None) -> Verification:
+    """The verification of `item` from the runs in `folder` (original-1.., changed-1..), as verify_item left
+    them; `timed_ms`: the mode's timed median in the run."""
     base = [_times(load_metrics(folder / f"original-{r}" / METRICS_JSON)) for r in range(1, repeats + 1)]
     first = load_metrics(folder / "changed-1" / METRICS_JSON)
     changed = [_times(first)] + [_times(load_metrics(folder / f"changed-{r}" / METRICS_JSON)) for r in range(2, repeats + 1)]
@@ -108,7 +118,7 @@ def measured(folder: Path, item: AdviceItem, *, repeats: int) -> Verification:
     assert interval is not None  # 2 or more rounds (--repeats is at least 2)
     b, c = noise.pooled_median(base), noise.pooled_median(changed)
     gain = b - c
-    predicted = item.predicted_gain_ms or 0.0
+    predicted = quoted_here(item.predicted_gain_ms or 0.0, baseline_ms=b, timed_ms=timed_ms)
     return Verification(
         run_dir=str(folder),
         repeats=repeats,
@@ -120,6 +130,7 @@ def measured(folder: Path, item: AdviceItem, *, repeats: int) -> Verification:
         hit=interval.contains(predicted),
         sign_agrees=interval.contains(0.0) or (gain > 0) == (predicted > 0),
         changed_overlap_pct=overlap,
+        predicted_here_ms=predicted,
     )
 
 
@@ -140,6 +151,8 @@ def verify(advice: Advice, *, repeats: int, items: int = 1) -> Advice:
         raise UserError(f"{advice.source}: no advice item has a flag to verify (the items are causes no run flag changes)")
     out = list(advice.items)
     for k in todo:
-        v = verify_item(Path(advice.source), run.metrics.config, run.metrics.env, out[k], index=k + 1, repeats=repeats)
+        mode = run.metrics.modes.get(out[k].mode)
+        timed_ms = mode.step_time.median_ms if mode is not None else None
+        v = verify_item(Path(advice.source), run.metrics.config, run.metrics.env, out[k], index=k + 1, repeats=repeats, timed_ms=timed_ms)
         out[k] = msgspec.structs.replace(out[k], verification=v)
     return msgspec.structs.replace(advice, items=tuple(out))
