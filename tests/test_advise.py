@@ -3,10 +3,13 @@ advice valid, bad input, and (--verify) the change run against the run in altern
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shutil
+from pathlib import Path
 
+import msgspec
 import pytest
 
 from profile_overlap.run.config import Config
@@ -168,3 +171,35 @@ def test_profiled_steps_unlike_the_timed_ones_get_a_note_and_a_wider_interval(en
     assert any(n.startswith("ddp: its replayed gains are quoted on its timed steps") for n in advice["notes"])
     assert (a["gain_high_ms"] - a["gain_low_ms"]) / 2 >= 1.5 * abs(a["predicted_gain_ms"])
     assert after[("fsdp2-reshard", "fsdp2")] == before[("fsdp2-reshard", "fsdp2")]
+
+
+def test_a_verification_scores_the_prediction_on_its_own_original_blocks(tmp_path):
+    """The run timed split at 25 ms and predicted a 2.5 ms gain (a tenth of its step); the verification's
+    fresh processes ran split at about 20.5 ms and measured a tenth of that. The prediction, quoted on the
+    verification's blocks, is a hit; the same 2.5 ms against a run timed as fast as the blocks is a miss."""
+    from profile_overlap.record.advice import AdviceItem
+    from profile_overlap.render.advice import measured_text
+    from profile_overlap.render.numbers import ms
+    from profile_overlap.tools.advise.verify import measured
+
+    golden = json.loads((Path(__file__).parent / "golden" / "run" / "metrics.json").read_text())
+    golden["modes"] = {"split": golden["modes"]["split"]}
+    for r, scale in enumerate((1.0, 1.02, 0.98), start=1):
+        for side, factor in (("original", 1.0), ("changed", 0.9)):
+            times = [t * scale * factor for t in (20.0, 20.5, 21.0)]
+            metrics = copy.deepcopy(golden)
+            st = metrics["modes"]["split"]["step_time"]
+            st.update(times_ms=times, median_ms=times[1], mean_ms=sum(times) / 3, min_ms=times[0], max_ms=times[2])
+            st.update(p10_ms=times[0], p90_ms=times[2])
+            (tmp_path / f"{side}-{r}").mkdir()
+            (tmp_path / f"{side}-{r}" / "metrics.json").write_text(json.dumps(metrics))
+    item = AdviceItem(kind="split-prefetch", mode="split", cause="", change="", flag="--split-prefetch 1", code=None,
+                      baseline_ms=25.0, predicted_ms=22.5, predicted_gain_ms=2.5, gain_low_ms=2.0, gain_high_ms=3.0,
+                      worth_it=True, verifiable=True)  # fmt: skip
+    v = measured(tmp_path, item, repeats=3, timed_ms=25.0)
+    assert v.baseline_ms == pytest.approx(20.5, rel=0.03) and v.predicted_here_ms == pytest.approx(v.baseline_ms / 10)
+    assert v.gain_low_ms <= v.measured_gain_ms <= v.gain_high_ms < 2.5
+    assert v.hit and v.sign_agrees
+    assert not measured(tmp_path, item, repeats=3, timed_ms=v.baseline_ms).hit  # quoted as it was: 2.5 ms, above the interval
+    text = measured_text(msgspec.structs.replace(item, verification=v))
+    assert f"(hit: {ms(v.predicted_here_ms)} predicted on its {ms(v.baseline_ms)} step, 3 blocks)" in text, text
