@@ -201,5 +201,10 @@ def test_a_verification_scores_the_prediction_on_its_own_original_blocks(tmp_pat
     assert v.gain_low_ms <= v.measured_gain_ms <= v.gain_high_ms < 2.5
     assert v.hit and v.sign_agrees
     assert not measured(tmp_path, item, repeats=3, timed_ms=v.baseline_ms).hit  # quoted as it was: 2.5 ms, above the interval
+    # A replay that changes nothing predicts no change (float residue is not "faster"): a measured gain
+    # whose interval excludes 0 is then a wrong sign, and an interval holding 0 a right one.
+    nothing = msgspec.structs.replace(item, predicted_gain_ms=1.9e-14)
+    assert not measured(tmp_path, nothing, repeats=3, timed_ms=25.0).sign_agrees
+    assert not measured(tmp_path, msgspec.structs.replace(item, predicted_gain_ms=-1.0), repeats=3, timed_ms=25.0).sign_agrees
     text = measured_text(msgspec.structs.replace(item, verification=v))
     assert f"(hit: {ms(v.predicted_here_ms)} predicted on its {ms(v.baseline_ms)} step, 3 blocks)" in text, text

@@ -29,6 +29,9 @@ WARMUP_STEPS = 10
 """Untimed steps before each verification block (at least; the run's own when more): every block is a
 fresh process, and its first steps pay for start-up (gloo's threads, the allocator, lazy imports),
 which in one run with --repeats only the first block does."""
+NO_CHANGE_MS = 1e-9
+"""A predicted gain under this (a replay that changes nothing leaves float residue, 1e-14 ms) predicts no
+change and has no sign: its sign agrees only when the measured interval holds 0."""
 PROFILE_STEPS = 6
 """Profiled steps of a profiled verification block or calibration run (at least; the run's own when more):
 the figures rest on each operator's calls and each bucket's all_reduce seen over several steps, and with the
@@ -128,7 +131,7 @@ def measured(folder: Path, item: AdviceItem, *, repeats: int, timed_ms: float | 
         gain_low_ms=interval.low,
         gain_high_ms=interval.high,
         hit=interval.contains(predicted),
-        sign_agrees=interval.contains(0.0) or (gain > 0) == (predicted > 0),
+        sign_agrees=interval.contains(0.0) or (abs(predicted) >= NO_CHANGE_MS and (gain > 0) == (predicted > 0)),
         changed_overlap_pct=overlap,
         predicted_here_ms=predicted,
     )
