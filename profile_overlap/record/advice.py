@@ -41,7 +41,8 @@ class Verification(msgspec.Struct, frozen=True):
     hit: bool
     """The predicted gain quoted on these blocks (predicted_here_ms) lies inside [gain_low_ms, gain_high_ms]."""
     sign_agrees: bool
-    """The measured gain has the predicted sign, or its interval contains 0."""
+    """The measured gain has the predicted sign, or its interval contains 0 (a predicted gain under 1e-9 ms
+    predicts no change: it agrees only when the interval contains 0)."""
     changed_overlap_pct: float | None = None
     """Overlap % of the changed run's profiled steps (None without traces)."""
     predicted_here_ms: float | None = None
