@@ -3,7 +3,7 @@
 A mode that overlaps nothing (DDP with one bucket, launched at the end of the backward) has no
 operator seen both beside communication and alone, so its own trace measures no interference and the
 replay would charge none: a change that puts communication under compute (smaller buckets) would be
-predicted to hide it for free. Per such mode, `calibrate` runs one profiled run (PROFILE_STEPS profiled steps) of the mode's best
+predicted to hide it for free. Per such mode, `calibrate` runs one profiled run (verify.PROFILE_STEPS profiled steps) of the mode's best
 replayed change that adds overlap (the item with the highest predicted gain that is not
 `less_overlap`), as `advise --verify` runs its changed side (RUN_DIR/calibrate/<mode>-<kind>), and
 takes that run's per-operator interference (record/interference_used.py), per phase, as what the
@@ -23,7 +23,7 @@ from profile_overlap.core.errors import UserError
 from profile_overlap.record.advice import AdviceItem
 from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.interference_used import CALIBRATION, NONE, OPERATORS, UsedInterference, overall, used_interference
-from profile_overlap.tools.advise.verify import PROFILE_STEPS, WARMUP_STEPS, change_config, run_block
+from profile_overlap.tools.advise.verify import block_timeout_s, change_config, run_block
 
 CALIBRATE_DIR = "calibrate"
 
@@ -58,9 +58,8 @@ def _measure(run: Run, mode: str, item: AdviceItem, own: Sequence[UsedInterferen
     assert item.flag is not None
     cfg, env = run.metrics.config, run.metrics.env
     folder = _fresh(run.dir / CALIBRATE_DIR / f"{mode}-{item.kind}")
-    steps = max(cfg.profile_steps, PROFILE_STEPS)
-    config = change_config(cfg, item, changed=True, profile=True, out=folder.parent, name=folder.name, profile_steps=steps)
-    run_block(config, nproc=env.world_size, timeout_s=60 + 30 * (cfg.steps + max(cfg.warmup_steps, WARMUP_STEPS) + steps))
+    config = change_config(cfg, item, changed=True, profile=True, out=folder.parent, name=folder.name)
+    run_block(config, nproc=env.world_size, timeout_s=block_timeout_s(cfg))
     measured = load_run(folder).metrics.modes.get(mode)
     if measured is None or measured.analysis is None:
         raise UserError(f"the calibration run {folder} has no analysed traces of {mode}: rerun advise with --calibrate")

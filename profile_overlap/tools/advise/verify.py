@@ -21,6 +21,7 @@ from profile_overlap.core.files import METRICS_JSON
 from profile_overlap.record import noise
 from profile_overlap.record.advice import Advice, AdviceItem, Verification
 from profile_overlap.record.config import RunConfig
+from profile_overlap.record.folder import Run, load_run
 from profile_overlap.record.load import load_metrics
 from profile_overlap.record.summary import summary_of
 
@@ -40,17 +41,21 @@ loaded machine decides it (a changed run's overlap measured 0.0 %). Profiled ste
 they do not change the block's step times."""
 
 
-def change_config(
-    cfg: RunConfig, item: AdviceItem, *, changed: bool, profile: bool, out: Path, name: str, profile_steps: int | None = None
-):
-    """The Config of one block of `item`'s mode, with its change or without; `profile_steps`: the run's own when None."""
+def change_config(cfg: RunConfig, item: AdviceItem, *, changed: bool, profile: bool, out: Path, name: str):
+    """The Config of one block of `item`'s mode, with its change or without (profiled: PROFILE_STEPS steps,
+    or the run's own count when more)."""
     from profile_overlap.tools.advise.candidates import rerun_config
 
     change = _change(item) if changed else {}
     run = {"repeats": 1, "profile": profile, "out": str(out), "name": name, "warmup_steps": max(cfg.warmup_steps, WARMUP_STEPS)}
-    if profile_steps is not None:
-        run["profile_steps"] = profile_steps
+    if profile:
+        run["profile_steps"] = max(cfg.profile_steps, PROFILE_STEPS)
     return rerun_config(cfg, item.mode, {**change, **run})
+
+
+def block_timeout_s(cfg: RunConfig) -> float:
+    """How long one block (change_config's) may take: start-up, then 30 s a step of any kind."""
+    return 60 + 30 * (cfg.steps + max(cfg.warmup_steps, WARMUP_STEPS) + max(cfg.profile_steps, PROFILE_STEPS))
 
 
 def _change(item: AdviceItem) -> dict:
@@ -81,24 +86,21 @@ def _times(metrics) -> tuple[float, ...]:
     return tuple(mode.step_time.times_ms)
 
 
-def verify_item(run_dir: Path, cfg: RunConfig, env, item: AdviceItem, *, index: int, repeats: int, timed_ms: float | None) -> Verification:
-    """`timed_ms`: the mode's timed median in the run, the step the item's gain is quoted on."""
-    folder = Path(run_dir) / VERIFY_DIR / f"{index}-{item.kind}"
+def verify_item(run: Run, item: AdviceItem, *, index: int, repeats: int) -> Verification:
+    folder = run.dir / VERIFY_DIR / f"{index}-{item.kind}"
     n = 1
     while folder.exists():  # never overwrite an earlier verification
         n += 1
-        folder = Path(run_dir) / VERIFY_DIR / f"{index}-{item.kind}-{n}"
-    nproc = env.world_size
-    timeout_s = 60 + 30 * (cfg.steps + max(cfg.warmup_steps, WARMUP_STEPS) + max(cfg.profile_steps, PROFILE_STEPS))
+        folder = run.dir / VERIFY_DIR / f"{index}-{item.kind}-{n}"
+    cfg = run.metrics.config
     for r in range(repeats):
         order = (False, True) if r % 2 == 0 else (True, False)
         for is_changed in order:
             name = f"{'changed' if is_changed else 'original'}-{r + 1}"
-            profile = is_changed and r == 0
-            steps = max(cfg.profile_steps, PROFILE_STEPS) if profile else None
-            config = change_config(cfg, item, changed=is_changed, profile=profile, out=folder, name=name, profile_steps=steps)
-            run_block(config, nproc=nproc, timeout_s=timeout_s)
-    return measured(folder, item, repeats=repeats, timed_ms=timed_ms)
+            config = change_config(cfg, item, changed=is_changed, profile=is_changed and r == 0, out=folder, name=name)
+            run_block(config, nproc=run.metrics.env.world_size, timeout_s=block_timeout_s(cfg))
+    mode = run.metrics.modes.get(item.mode)  # the step the item's gain is quoted on: the mode's timed median
+    return measured(folder, item, repeats=repeats, timed_ms=mode.step_time.median_ms if mode is not None else None)
 
 
 def quoted_here(predicted_ms: float, *, baseline_ms: float, timed_ms: float | None) -> float:
@@ -144,8 +146,6 @@ def verify(advice: Advice, *, repeats: int, items: int = 1) -> Advice:
             f"{advice.source} is a job: --verify runs our runs only; change the code line, rerun the job and "
             "compare the two with `profile_overlap report --compare`"
         )
-    from profile_overlap.record.folder import load_run
-
     run = load_run(Path(advice.source))
     if (run.metrics.env.num_nodes or 1) > 1:
         raise UserError("--verify reruns on this machine: the run used several nodes; rerun its advice there by hand")
@@ -154,8 +154,6 @@ def verify(advice: Advice, *, repeats: int, items: int = 1) -> Advice:
         raise UserError(f"{advice.source}: no advice item has a flag to verify (the items are causes no run flag changes)")
     out = list(advice.items)
     for k in todo:
-        mode = run.metrics.modes.get(out[k].mode)
-        timed_ms = mode.step_time.median_ms if mode is not None else None
-        v = verify_item(Path(advice.source), run.metrics.config, run.metrics.env, out[k], index=k + 1, repeats=repeats, timed_ms=timed_ms)
+        v = verify_item(run, out[k], index=k + 1, repeats=repeats)
         out[k] = msgspec.structs.replace(out[k], verification=v)
     return msgspec.structs.replace(advice, items=tuple(out))
