@@ -160,19 +160,19 @@ def test_one_call_size_leaves_latency_and_bandwidth_apart_so_the_call_cost_has_t
     assert (fit.source, fit.latency_us, fit.us_per_mib) == (FIT, pytest.approx(2.0), pytest.approx(2.0))
 
 
-def test_two_buckets_where_the_call_cost_is_unknown_are_predicted_at_the_lower_reading_and_not_advised():
+def test_two_buckets_where_the_call_cost_is_unknown_are_predicted_midway_between_the_two_readings():
     """Two 1 MiB buckets. All bandwidth: each all_reduce 3 µs, the first [6, 9) beside B0 [6, 10), the
     second [10, 13), Adam to 14: 3 µs faster. All latency: each 6 µs, [6, 12) and [12, 18), Adam to 19:
-    2 µs slower. The item quotes the lower, -2 µs, with both in its range: slower, not advised."""
+    2 µs slower. Either reading can hold, so the item quotes the middle, 0.5 µs, with both ends in its range."""
     r, params, cfg = _one_bucket_ddp()
     assert r.step_us == pytest.approx(17.0)
     costs = advise_replay.call_costs(_measured((2 * MIB, 6.0)))
     (c,) = [c for c in advise_replay.ddp(r, params, cfg, costs) if c.kind == "ddp-bucket"]
     assert c.flag == "--bucket-cap-mb 1"
     assert c.gain_range_us == pytest.approx((-2.0, 3.0))
-    assert c.gain_us == pytest.approx(-2.0)
+    assert c.gain_us == pytest.approx(0.5)
     assert c.call_cost == costs
-    assert "all latency" in c.change and "the gain is the lower" in c.change
+    assert "all latency" in c.change and "the gain is midway between them" in c.change
     # With the cost fitted from calls of two sizes the one reading stands alone.
     (fit,) = advise_replay.call_costs(_measured((MIB, 3.0), (2 * MIB, 6.0)))
     (c,) = [c for c in advise_replay.ddp(r, params, cfg, (fit,)) if c.kind == "ddp-bucket"]

@@ -31,11 +31,12 @@ def test_profiled_steps_like_the_timed_ones_leave_the_gain_as_replayed():
 
 
 def test_the_fit_error_and_the_call_costs_higher_reading_are_quoted_on_the_timed_step_too():
-    c = _candidate(4_000.0, fit_error_us=2_000.0, gain_range_us=(4_000.0, 10_000.0))
+    c = _candidate(7_000.0, fit_error_us=2_000.0, gain_range_us=(4_000.0, 10_000.0))  # the gain midway between the readings
     q = quote(c, error_pct=0.0, profiled_ms=40.0, timed_ms=20.0, noise=0.0)
     gain, low, high = q.gain, q.low, q.high
-    assert gain == pytest.approx(2.0)
-    spread = 1.0 * 2.0 + 1.0  # p · |gain| + k · fit error
+    assert gain == pytest.approx(3.5)
+    spread = 1.0 * 3.5 + 1.0  # p · |gain| + k · fit error
+    # From the lower reading's gain - the spread to the higher one's + it, each on the timed step.
     assert low == pytest.approx(2.0 - spread) and high == pytest.approx(5.0 + spread)
 
 

@@ -134,10 +134,10 @@ def quote(c: replay.Candidate, *, error_pct: float, profiled_ms: float | None, t
     drift = abs(profiled_ms / timed_ms - 1) if profiled_ms and timed_ms else 0.0
     gain = k * c.gain_us / 1e3
     spread = (error_pct / 100 + drift) * abs(gain) + noise + k * c.fit_error_us / 1e3
-    high = gain + spread
+    low, high = gain - spread, gain + spread
     if c.gain_range_us is not None:  # the call cost's two readings: the interval spans both replays
-        high = k * c.gain_range_us[1] / 1e3 + spread
-    return Quote(gain, gain - spread, high, noise)
+        low, high = k * c.gain_range_us[0] / 1e3 - spread, k * c.gain_range_us[1] / 1e3 + spread
+    return Quote(gain, low, high, noise)
 
 
 def cause_items(name: str, m: ModeMetrics, summary) -> list[AdviceItem]:

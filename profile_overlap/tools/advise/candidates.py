@@ -50,8 +50,8 @@ class Candidate:
     """The change takes communication out from under compute (fewer DDP buckets, a forward that
     waits for more all_gathers): a gain says the overlap it removes costs more than it hides."""
     call_cost: tuple[CallCost, ...] = ()
-    """The per-call costs its new calls were replayed with (`call_costs`); gain_us is the lower of
-    their replays' gains when there are two."""
+    """The per-call costs its new calls were replayed with (`call_costs`); with two, gain_us is
+    midway between their replays' gains."""
     gain_range_us: tuple[float, float] | None = None
     """With two readings of the call cost: the lower and the higher of their replays' gains."""
 
@@ -202,15 +202,19 @@ def cost_words(costs: tuple[CallCost, ...]) -> str:
     by_byte, by_call = costs
     return (
         f"the run's {by_byte.kind}s have one size: each new call replayed at {by_byte.us_per_mib / 1e3:.3g} ms/MiB "
-        f"(all bandwidth) and at {by_call.latency_us / 1e3:.3g} ms whatever its size (all latency); the gain is the lower"
+        f"(all bandwidth) and at {by_call.latency_us / 1e3:.3g} ms whatever its size (all latency); the gain is midway between them"
     )
 
 
 def _rebucket_gain(r: Replayed, buckets: tuple[tuple[int, int], ...], costs: tuple[CallCost, ...]) -> dict:
-    """The Candidate fields of a rebucketing: its gain under each reading of the call cost (the lower
-    one as gain_us, both as gain_range_us when there are two)."""
+    """The Candidate fields of a rebucketing: its gain under each reading of the call cost (with two,
+    the middle of their replays' gains as gain_us and both as gain_range_us: either reading can hold)."""
     gains = [_gain(r, model.rebucket(r.graph, buckets, c.us)) for c in costs]
-    return {"gain_us": min(gains), "call_cost": costs, "gain_range_us": (min(gains), max(gains)) if len(gains) > 1 else None}
+    return {
+        "gain_us": (min(gains) + max(gains)) / 2,
+        "call_cost": costs,
+        "gain_range_us": (min(gains), max(gains)) if len(gains) > 1 else None,
+    }
 
 
 def fit_residual(measured: dict[str, whatif.Measured], kind: str, mode: str, cost: Callable[[int], float]) -> float:
