@@ -86,7 +86,7 @@ class AdviceItem(msgspec.Struct, frozen=True):
     call_cost: tuple[CallCost, ...] | None = None
     """Items that change the number of calls (ddp buckets): the per-call cost the replay charged
     their new calls (definitions: `advice_call_cost`), one reading, or the two a single call size
-    leaves open (the gain is midway between their replays'); None for the others and in records before it."""
+    leaves open (the gain is the middle of their replays' gains); None for the others and in records before it."""
     less_overlap: bool = False
     """The change takes communication out from under compute (fewer DDP buckets, a forward that waits
     for more all_gathers); False for the others and in records before it."""
