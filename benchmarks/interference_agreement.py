@@ -3,11 +3,25 @@
 split traces with this checkout's code) and the run's split vs split-blocking `interference_pct` of the
 phase (from metrics.json), each with its 95% interval, and whether the intervals overlap; then the count.
 
-    PYTHONPATH=$PWD python benchmarks/interference_agreement.py /work/notes/i36runs/cmp1 ...
+    PYTHONPATH=$PWD python benchmarks/interference_agreement.py [--reanalyze] /work/notes/i36runs/cmp1 ...
 
-A folder may be a run folder (metrics.json in it) or hold run folders.
+A folder may be a run folder (metrics.json in it) or hold run folders. `--reanalyze`: the split vs
+split-blocking figure recomputed, by the run's own summary code, from both modes' traces analysed with
+this checkout's code (to score a change of the analysis on stored runs), not read from metrics.json.
 
-Measured (2026-12-02, 2 shared cores, torch 2.13 CPU, gloo; runs in /work/notes/i36runs: cmp1/cmp4
+Measured (2026-12-04, 2 shared cores, torch 2.13 CPU, gloo; six compare runs made for it: 4 ranks
+default twice, 4 ranks `--profile-steps 6` twice, 2 ranks twice). Before gloo's reduce_scatter finish
+inside our waits (`aten::chunk`, `aten::copy_`) was left out of compute (`--reanalyze` on the old
+code): 49 of 58 agree, the figures a median 60.7 points apart, the same sign in 44 of 58. After (as the
+runs wrote it): 55 of 58, 52.2 points apart, the same sign in 44 of 58. Of the three apart, the split's
+optimizer on one rank reads -28% per operator (faster beside communication) against +59% split vs
+split-blocking: that rank's alone calls there come from one or two stretches of calls (a unit's update
+while no collective of its rank was in flight), so their mean is one moment of the host. Resampling
+such stretches instead of calls (tried: 1 to 3 of them per phase and rank, so the interval collapses
+to no width) does not give an honest interval either. A forward with 14 pairs reads -92% (one alone
+call descheduled) and a backward -1% against +88%.
+
+Earlier (2026-12-02, 2 shared cores, torch 2.13 CPU, gloo; runs in /work/notes/i36runs: cmp1/cmp4
 4 ranks default, cmp2/cmp5 4 ranks `--profile-steps 6`, cmp3/cmp6 2 ranks). Medians of each
 operator's calls (before): 15 of 29 and 14 of 30 agree, the optimizer 0 of 20 (per-operator −2% to
 −36%, split vs split-blocking +45% to +211%); ratio of means (now): 22 of 29 and 27 of 30, the
@@ -22,18 +36,23 @@ and of the same sign in 40 of 59 cases (25 with medians).
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from profile_overlap.analysis.file.events import extract
 from profile_overlap.analysis.folder import analyze_dir, trace_paths
+from profile_overlap.analysis.options import IN_STEPS
 from profile_overlap.analysis.read.trace import load_trace
 from profile_overlap.analysis.record import analysis_record
-from profile_overlap.core.modes import PHASES
+from profile_overlap.core.modes import PHASES, YIELD_BASELINE, YIELD_MODE
+from profile_overlap.record.analysis import AnalysisRecord
+from profile_overlap.record.load import load_metrics
+from profile_overlap.record.metrics import PhaseInterference
+from profile_overlap.record.summary import interference, summarize_mode
 
 
 def _runs(folder: Path) -> list[Path]:
@@ -91,10 +110,24 @@ Case = tuple[float, float, float]
 """(per-operator figure, split vs split-blocking figure, per-operator interval width), %."""
 
 
-def agreement(run: Path, cases: list[Case]) -> tuple[int, int, list[str]]:
-    metrics = json.loads((run / "metrics.json").read_text())
-    split = {row["phase"]: row for row in metrics["summary"].get("interference", [])}
-    record = analysis_record(analyze_dir(run / "split"), replay=False)
+def _run_figure(run: Path, record: AnalysisRecord, *, reanalyze: bool) -> dict[str, PhaseInterference]:
+    """The run's split vs split-blocking interference per phase: as its metrics.json holds it, or
+    (`reanalyze`) recomputed by the run's own summary code from both modes' traces analysed with
+    this checkout's code, as the run would have measured them."""
+    metrics = load_metrics(run / "metrics.json")
+    if reanalyze:
+        redone = {YIELD_MODE: record, YIELD_BASELINE: analysis_record(analyze_dir(run / YIELD_BASELINE, IN_STEPS), replay=False)}
+        modes = {n: msgspec.structs.replace(m, analysis=redone[n]) if n in redone else m for n, m in metrics.modes.items()}
+        metrics = msgspec.structs.replace(metrics, modes=modes)
+        rows = interference({n: summarize_mode(m) for n, m in metrics.modes.items()}, metrics)
+    else:
+        rows = metrics.summary.interference if metrics.summary is not None else ()
+    return {row.phase: row for row in rows}
+
+
+def agreement(run: Path, cases: list[Case], *, reanalyze: bool = False) -> tuple[int, int, list[str]]:
+    record = analysis_record(analyze_dir(run / YIELD_MODE, IN_STEPS), replay=False)
+    split = _run_figure(run, record, reanalyze=reanalyze)
     ours, theirs = _calls(run / "split"), _calls(run / "split-blocking")
     lines = [f"{run}"]
     agree = total = 0
@@ -103,18 +136,18 @@ def agreement(run: Path, cases: list[Case]) -> tuple[int, int, list[str]]:
     for rank, r in sorted(record.interference.ranks.items(), key=lambda x: int(x[0])):
         for phase in PHASES:
             op, sp = r.phases.get(phase), split.get(phase)
-            if op is None or sp is None or op.slowdown_pct is None or sp.get("pct") is None or sp.get("low_pct") is None:
+            if op is None or sp is None or op.slowdown_pct is None or sp.pct is None or sp.low_pct is None or sp.high_pct is None:
                 continue
             assert op.low_pct is not None and op.high_pct is not None
-            gap = _gap((op.low_pct, op.high_pct), (sp["low_pct"], sp["high_pct"]))
+            gap = _gap((op.low_pct, op.high_pct), (sp.low_pct, sp.high_pct))
             total += 1
-            cases.append((op.slowdown_pct, sp["pct"], op.high_pct - op.low_pct))
+            cases.append((op.slowdown_pct, sp.pct, op.high_pct - op.low_pct))
             agree += gap == 0
-            verdict = "agree" if gap == 0 else f"apart by {gap:.1f} pt (figures {sp['pct'] - op.slowdown_pct:+.1f} pt)"
+            verdict = "agree" if gap == 0 else f"apart by {gap:.1f} pt (figures {sp.pct - op.slowdown_pct:+.1f} pt)"
             common, only = same_operators(ours.get((int(rank), phase), {}), theirs.get((int(rank), phase), {}))
             lines.append(
                 f"  rank {rank} {phase:9s} per-operator {_fmt(op.slowdown_pct, op.low_pct, op.high_pct)} ({op.pairs:4d} pairs)"
-                f"   split vs split-blocking {_fmt(sp['pct'], sp['low_pct'], sp['high_pct'])}"
+                f"   split vs split-blocking {_fmt(sp.pct, sp.low_pct, sp.high_pct)}"
                 f"   {verdict}; split vs split-blocking over the same operators {'–' if common is None else f'{common:+.1f}'}"
                 f" ({only:.0f}% of split's time in operators split-blocking did not run there)"
             )
@@ -123,14 +156,16 @@ def agreement(run: Path, cases: list[Case]) -> tuple[int, int, list[str]]:
 
 
 def main(argv: list[str]) -> int:
+    reanalyze = "--reanalyze" in argv
+    argv = [a for a in argv if a != "--reanalyze"]
     if not argv:
-        print("usage: interference_agreement.py RUN_FOLDER...", file=sys.stderr)
+        print("usage: interference_agreement.py [--reanalyze] RUN_FOLDER...", file=sys.stderr)
         return 2
     agree = total = 0
     cases: list[Case] = []
     for arg in argv:
         for run in _runs(Path(arg)):
-            a, t, lines = agreement(run, cases)
+            a, t, lines = agreement(run, cases, reanalyze=reanalyze)
             agree, total = agree + a, total + t
             print("\n".join(lines))
     print(f"all: {agree} of {total} (phase, rank) cases agree")

@@ -34,13 +34,14 @@ import torch.distributed as dist
 from torch import nn
 from torch.profiler import record_function
 
-from profile_overlap.analysis.read.classify import SCHEDULE_OPTIMIZER_RANGE
+from profile_overlap.analysis.read.classify import SCHEDULE_OPTIMIZER_RANGE, SCHEDULE_WAIT_RANGES
 from profile_overlap.core.modes import MODES, PHASES
 from profile_overlap.run import models
 from profile_overlap.run.config import Config
 
 # torch 2.13 renamed all_gather_into_tensor / reduce_scatter_tensor to *_single (same semantics);
 # older releases only have the old names.
+WAIT_REDUCE_SCATTER, WAIT_ALL_GATHER = SCHEDULE_WAIT_RANGES
 all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
@@ -331,7 +332,7 @@ def _install_split_hooks(state: State, *, blocking: bool) -> None:
             handle = reduce_scatter(state, state.shard_grads[unit.index], bucket, step=state.step, layer=unit.index, async_op=True)
         state.ready.append(unit.index)
         if blocking:
-            with record_function("split/wait_reduce_scatter"):
+            with record_function(WAIT_REDUCE_SCATTER):
                 handle.wait()
         state.pending_rs[unit.index] = (handle, bucket)  # the bucket must outlive the collective
 
@@ -352,7 +353,7 @@ def _install_split_hooks(state: State, *, blocking: bool) -> None:
             ahead = range(unit.index, unit.index + state.config.workload.split_prefetch + 1)
             handles = [h for h in (state.pending_ag.pop(k, None) for k in ahead) if h is not None]
             if handles:
-                with record_function("split/wait_all_gather"):
+                with record_function(WAIT_ALL_GATHER):
                     for handle in handles:
                         handle.wait()
 
@@ -371,7 +372,7 @@ def split_step(state: State, step: int) -> None:
         for unit in state.units:  # forward order: the next forward pass needs unit 0 first
             handle, _bucket = state.pending_rs.pop(unit.index)
             if not blocking:
-                with record_function("split/wait_reduce_scatter"):
+                with record_function(WAIT_REDUCE_SCATTER):
                     handle.wait()
             shard_grad = state.shard_grads[unit.index]
             _apply_fault(state, shard_grad, step=step, layer=unit.index)
@@ -381,7 +382,7 @@ def split_step(state: State, step: int) -> None:
             with record_function("split/all_gather"):
                 handle = all_gather_single(unit.flat, unit.shard, async_op=True)
             if blocking:
-                with record_function("split/wait_all_gather"):
+                with record_function(WAIT_ALL_GATHER):
                     handle.wait()
             else:
                 state.pending_ag[unit.index] = handle

@@ -32,6 +32,7 @@ from profile_overlap.analysis.read.classify import (
     LIBRARY_OP_PREFIXES,
     MEMORY_KERNEL_RE,
     PROFILER_STEP_RE,
+    SCHEDULE_WAIT_RANGES,
     SYNC_KERNEL_RE,
     collective_kind,
     p2p_direction,
@@ -410,6 +411,8 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> _CpuEvent
     on_main = (cpu.tid == main) & (cpu.cat == CPU_OP)
     compute_mask = on_main & ~is_c10d & ~is_functional & ~is_frame
     functional_rows = np.flatnonzero(on_main & is_functional)
+    is_wait = np.array([n in SCHEDULE_WAIT_RANGES for n in cpu.names] or [False])[cpu.name]
+    wait_rows = np.flatnonzero(is_wait & (cpu.tid == main))
     c10d_rows = np.flatnonzero(on_main & is_c10d)
     c10d_rows = c10d_rows[cpu.ts[c10d_rows].argsort(kind="stable")]
     gloo_rows = is_gloo.nonzero()[0]
@@ -446,10 +449,11 @@ def _cpu_events(trace: Trace, labeller: Labeller, main: int | None) -> _CpuEvent
         cpu.ts[compute_rows],
         labeller.label(cpu.ts[compute_rows], tids[compute_rows], own_names[compute_rows]),
     )
-    # Operators inside a c10d op are not compute. Drop them per event (for the timeline); the
-    # measured union subtracts the c10d union exactly (`finish_rank`).
+    # Operators inside a c10d op, or inside our schedules' waits (the collective finishing), are not
+    # compute. Drop them per event (for the timeline); the measured union subtracts the c10d union
+    # exactly (`finish_rank`).
     p2p_main = gloo_rows[p2p_rows]
-    outside = np.concatenate([c10d_rows, functional_rows, p2p_main])
+    outside = np.concatenate([c10d_rows, functional_rows, p2p_main, wait_rows])
     exclude = iv.union(cpu.ts[outside], end[outside])
     kept = ~iv.covers(exclude, compute.start)
     compute, compute_rows = compute.take(kept), compute_rows[kept]

@@ -69,6 +69,11 @@ FSDP2, DDP, TORCH_OPTIM, SCHEDULES = "FSDP2", "DDP", "torch.optim", "profile_ove
 SCHEDULE_OPTIMIZER_RANGE = "profile_overlap::optimizer_step"
 """The range our schedules (run/pipelines.py) open around their optimizer step, as torch.optim
 opens `Optimizer.step#<Class>.step` around its own."""
+SCHEDULE_WAIT_RANGES = ("split/wait_reduce_scatter", "split/wait_all_gather")
+"""The ranges our schedules open around a wait for a collective, on the training thread. What runs
+inside one is the collective finishing, not compute: gloo's reduce_scatter is an all_reduce whose
+wait keeps this rank's chunk on the waiting thread (`aten::chunk`, then `aten::copy_` into the
+output), in backward in split-blocking and in the optimizer in split."""
 ENGINE_RANGES = (
     ("FSDP::root_pre_forward", "forward", FSDP2),
     ("FSDP::pre_forward", "forward", FSDP2),
