@@ -380,12 +380,13 @@ def split_step(state: State, step: int) -> None:
                 shard_grad.mul_(scale)
                 adam_(unit.shard, shard_grad, state.exp_avg[unit.index], state.exp_avg_sq[unit.index], step=state.adam_step, lr=state.lr)
             with record_function("split/all_gather"):
-                handle = all_gather_single(unit.flat, unit.shard, async_op=True)
+                gather = all_gather_single(unit.flat, unit.shard, async_op=True)
+            assert gather is not None  # async_op=True: its Work (torch 2.14 types the result Work | None)
             if blocking:
                 with record_function(WAIT_ALL_GATHER):
-                    handle.wait()
+                    gather.wait()
             else:
-                state.pending_ag[unit.index] = handle
+                state.pending_ag[unit.index] = gather
 
 
 PIPELINES: dict[str, Callable[[State, int], None]] = {  # every mode of core.modes.MODES without an engine
