@@ -22,6 +22,8 @@ to no width) does not give an honest interval either. A forward with 14 pairs re
 call descheduled) and a backward -1% against +88%. At the level the run's figure is measured, a phase
 over all ranks (each rank's per-operator terms of the phase added, as the top level adds them): 16
 of 17 agree; the one apart is that forward (-57% [-71, -43] over 56 pairs against +78% [+34, +123]).
+Four more runs with `--profile-steps 6`: 35 of 36 and 11 of 12; ten runs in all, 90 of 94 and 27 of 29
+(benchmarks/README.md, "Six compare runs, 4 December").
 
 Earlier (2026-12-02, 2 shared cores, torch 2.13 CPU, gloo; runs in /work/notes/i36runs: cmp1/cmp4
 4 ranks default, cmp2/cmp5 4 ranks `--profile-steps 6`, cmp3/cmp6 2 ranks). Medians of each
