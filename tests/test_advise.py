@@ -7,6 +7,8 @@ import copy
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
@@ -111,6 +113,22 @@ def test_advice_on_four_modes_is_ranked_and_every_flag_passes_the_runs_checks(en
     events = b"".join(p.read_bytes() for p in run_dir.glob("*/events.out.tfevents.*"))
     assert b"summary/advice" in events
     assert "What to change" in proc.stdout and len([ln for ln in proc.stdout.splitlines() if re.match(r"\d+\. ", ln)]) <= 3
+
+
+def test_advise_reads_the_model_s_unit_sizes_from_the_record_and_never_imports_torch(ddp_run_2, tmp_path):
+    """A run records its model's parameters' bytes unit by unit, so advise does not build the model
+    (building it imports torch: 3.8 s a command against 2.5 s without); a record without them still gets the same sizes."""
+    from profile_overlap.record.folder import load_run
+    from profile_overlap.tools.advise import candidates
+
+    run_dir = shutil.copytree(ddp_run_2[0], tmp_path / "run")  # advise writes its advice into the folder
+    metrics = load_run(run_dir).metrics
+    assert len(metrics.unit_param_bytes) == 4  # the tiny transformer: embedding, two blocks, head
+    assert candidates.unit_params(metrics.config, metrics.unit_param_bytes) == candidates.unit_params(metrics.config)
+    code = "import sys; from profile_overlap.cli.main import main; rc = main(['advise', sys.argv[1]]); print(rc, 'torch' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, cwd=REPO)
+    assert proc.stdout.split()[-2:] == ["0", "False"], proc.stderr[-2000:]
+    assert "What to change" in (run_dir / "report.md").read_text()
 
 
 @pytest.mark.slow

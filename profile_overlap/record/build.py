@@ -21,8 +21,10 @@ def build_record(
     checks: tuple[CheckResult, ...] = (),
     rounds: tuple[tuple[str, ...], ...] = (),
     job: JobFacts | None = None,
+    unit_param_bytes: tuple[tuple[int, ...], ...] = (),
 ) -> RunMetrics:
-    """`modes` in the run's order; `job`: what a record from traces alone covers (None for a run)."""
+    """`modes` in the run's order; `job`: what a record from traces alone covers (None for a run);
+    `unit_param_bytes`: the run's model's parameters' bytes, unit by unit (a run of ours only)."""
     return with_summary(
         RunMetrics(
             schema_version=SCHEMA_VERSION,
@@ -34,5 +36,6 @@ def build_record(
             speedup=speedup(modes),
             rounds=rounds,
             job=job,
+            unit_param_bytes=unit_param_bytes,
         )
     )

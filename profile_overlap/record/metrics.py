@@ -375,6 +375,9 @@ class RunMetrics(msgspec.Struct, frozen=True, kw_only=True):
     """The order the modes ran their blocks of timed steps in, one tuple per round (--repeats)."""
     job: JobFacts | None = None
     """What a record built from traces alone covers; None for a run of ours."""
+    unit_param_bytes: tuple[tuple[int, ...], ...] = ()
+    """Bytes of each of the model's parameters, unit by unit, each unit's in `parameters()` order
+    (definitions: `unit_param_bytes`); () for traces alone and in records before it."""
 
     @property
     def passed(self) -> bool:

@@ -42,7 +42,7 @@ from profile_overlap.record.metrics import (
     StepTimes,
 )
 from profile_overlap.render import console, outputs
-from profile_overlap.run import engines, pipelines
+from profile_overlap.run import engines, models, pipelines
 from profile_overlap.run.config import DTYPE_BYTES, Config
 from profile_overlap.run.dtypes import torch_dtype
 from profile_overlap.run.environment import env_json, environment
@@ -298,6 +298,7 @@ def run_in_folder(config: Config, *, backend: str, device: torch.device, run_dir
         modes=modes,
         checks=tuple(cross),
         rounds=tuple(order) if config.schedule.repeats > 1 else (tuple(m for m in config.workload.modes if modes[m].step_time.times_ms),),
+        unit_param_bytes=models.unit_param_bytes(config),
     )
     if rank == 0:
         failed = [c for c in metrics.all_checks() if not c.passed]

@@ -124,6 +124,16 @@ def build_model(config, *, dtype: torch.dtype, device: torch.device) -> MLP | Tr
     return model.to(device=device, dtype=dtype)
 
 
+def unit_param_bytes(config) -> tuple[tuple[int, ...], ...]:
+    """Bytes of each parameter of the run's model, unit by unit (`units()`), each unit's in
+    `parameters()` order (DDP's bucket order), in the run's dtype: built on the meta device, so
+    nothing is allocated. The record keeps it (RunMetrics.unit_param_bytes) for `advise`."""
+    from profile_overlap.run.dtypes import torch_dtype
+
+    net = build_model(config, dtype=torch_dtype(config.workload.dtype), device=torch.device("meta"))
+    return tuple(tuple(p.numel() * p.element_size() for p in unit.parameters()) for unit in net.units())
+
+
 def batch(config, *, rank: int, step: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """This rank's batch of step `step`, drawn on `device` by a generator on that device seeded with
     (seed, rank, step): the same data in every mode, and on a GPU no host work and no host-to-device

@@ -207,7 +207,7 @@ def replay_items(
         if m in measured:
             measured[m] = dataclasses.replace(measured[m], interference=used)
     world = metrics.env.world_size
-    params = replay.unit_params(cfg)
+    params = replay.unit_params(cfg, metrics.unit_param_bytes)
     units = replay.units_of(params, whatif.find_units(measured, []))
     if not units.measured_cuts:
         notes.append("per-unit compute split by the units' bytes (no split or split-blocking traces to cut the backward at)")

@@ -79,16 +79,15 @@ def rerun_config(cfg: RunConfig, mode: str, change: Mapping[str, object]) -> Con
     return from_record(cfg, **values)
 
 
-def unit_params(cfg: RunConfig) -> list[tuple[int, int]]:
-    """(unit, nbytes) per parameter of the run's model, in model.parameters() order (DDP's buckets)."""
-    import torch
+def unit_params(cfg: RunConfig, recorded: tuple[tuple[int, ...], ...] = ()) -> list[tuple[int, int]]:
+    """(unit, nbytes) per parameter of the run's model, in model.parameters() order (DDP's buckets):
+    from the record (RunMetrics.unit_param_bytes), else, for a record before it, from the model built
+    on the meta device (which imports torch: about 1.3 s of the command)."""
+    if not recorded:
+        from profile_overlap.run import models
 
-    from profile_overlap.run import models
-    from profile_overlap.run.dtypes import torch_dtype
-
-    config = from_record(cfg)
-    net = models.build_model(config, dtype=torch_dtype(config.workload.dtype), device=torch.device("meta"))
-    return [(u, p.numel() * p.element_size()) for u, unit in enumerate(net.units()) for p in unit.parameters()]
+        recorded = models.unit_param_bytes(from_record(cfg))
+    return [(u, nbytes) for u, unit in enumerate(recorded) for nbytes in unit]
 
 
 def group_units(units: whatif.Units, size: int) -> whatif.Units:
