@@ -39,9 +39,9 @@ from profile_overlap.core.modes import MODES, PHASES
 from profile_overlap.run import models
 from profile_overlap.run.config import Config
 
+WAIT_REDUCE_SCATTER, WAIT_ALL_GATHER = SCHEDULE_WAIT_RANGES
 # torch 2.13 renamed all_gather_into_tensor / reduce_scatter_tensor to *_single (same semantics);
 # older releases only have the old names.
-WAIT_REDUCE_SCATTER, WAIT_ALL_GATHER = SCHEDULE_WAIT_RANGES
 all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
