@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -55,12 +56,18 @@ class TraceAnalysis:
     """The integrity checks of these traces (analysis/integrity/world.py)."""
     causes: Explained | None = None
     """Why communication is exposed (analysis/world/causes.py); None only in analyses built by hand."""
-    heatmap: Heatmap | None = None
-    """The rank x time heatmap of the median step (analysis/world/heatmap.py); None without steps or causes."""
     dimensions: dict[str, Dimension] = field(default_factory=dict)
     """Each dimension's numbers per rank (analysis/rank/dimensions.py); empty only in analyses built by hand."""
     pipeline: Pipeline | None = None
     """The pipeline stages and their bubble (analysis/rank/pipeline.py); None without send/recv."""
+
+    @cached_property
+    def heatmap(self) -> Heatmap | None:
+        """The rank x time heatmap of the median step (analysis/world/heatmap.py); None without steps
+        or causes. Worked out when first read: only the drawings use it (the run's report and the
+        Overlap tab), not `analyze`'s console or --json, where it was a tenth of the 1,024-rank
+        command's serial time."""
+        return heatmap(list(self.ranks), self.causes.splits, self.clocks) if self.causes is not None else None
 
     @property
     def exposed(self) -> Exposed | None:
@@ -133,7 +140,6 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False,
         clocks=clocks,
         integrity=integrity,
         causes=causes,
-        heatmap=heatmap(ranks, causes.splits, clocks) if causes is not None else None,
         dimensions=job_dimensions(
             [(r.rank, r.dimensions, r.instances) for r in ranks], [f for f, _ in per_call], [ok for _, ok in per_call]
         ),
