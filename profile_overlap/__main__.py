@@ -1,8 +1,6 @@
 """`python -m profile_overlap [COMMAND] ...`: see profile_overlap/cli/main.py."""
 
-import sys
-
-from profile_overlap.cli.main import main
+from profile_overlap.cli.main import exit_with
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with()

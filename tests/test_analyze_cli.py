@@ -31,6 +31,9 @@ def test_tables_and_json_schema(tmp_path):
     out = tmp_path / "sub" / "overlap.json"
     p = analyze(TRACE_FILTER, "--json", out)
     assert p.returncode == 0, p.stderr
+    # The last line reaches the pipe: the command exits without the interpreter's teardown
+    # (cli/main.py exit_with), after flushing what it printed.
+    assert p.stdout.rstrip().splitlines()[-1] == f"wrote {out}, overlap.ranks.csv and overlap.steps.csv"
     for title in ("Overlap per rank", "Collectives per rank", "Profiler steps", "Wait vs transfer"):
         assert title in p.stdout
     assert "14.95" in p.stdout and "19.93" in p.stdout  # overlap % of rank 0 and 1

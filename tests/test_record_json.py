@@ -85,3 +85,17 @@ def test_analyze_json_encodes_the_structs_without_turning_them_into_dicts_or_pyt
     assert main(["analyze", str(traces), "--json", str(out)]) == 0
     monkeypatch.undo()
     assert out.read_bytes() == python_json(to_json(analyze_dir(traces)))
+
+
+def test_analyze_without_its_timelines_writes_the_same_record_and_a_timeline_of_it_is_refused(tmp_path):
+    """`analyze` without --tensorboard does not draw the ranks' timeline spans (AnalysisOptions.timeline):
+    nothing it prints or writes changes, and a timeline.json cannot be made from that analysis by mistake."""
+    folder = DATA / "gloo_2rank"
+    drawn = analyze_dir(folder, max_workers=1)
+    bare = analyze_dir(folder, AnalysisOptions(timeline=False), max_workers=1)
+    assert all(len(r.timeline) > 0 for r in drawn.ranks) and all(r.timeline is None for r in bare.ranks)
+    as_written = [b"".join(record_module.record_json(a, record_module.analysis_record(a, replay=False))) for a in (drawn, bare)]
+    assert as_written[0] == as_written[1]
+    assert record_module.timeline_of({"split": drawn}).modes["split"].ranks[0].spans
+    with pytest.raises(AssertionError, match="without their spans"):
+        record_module.timeline_of({"split": bare})

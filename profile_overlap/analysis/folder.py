@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import numpy.ma  # noqa: F401 - np.unique imports it on its first call (10 ms): imported here, before the workers fork, not once in each
+
 from profile_overlap.analysis.file.events import extract
 from profile_overlap.analysis.options import DEFAULT, AnalysisOptions
 from profile_overlap.analysis.rank.per_rank import RankAnalysis, finish_rank

@@ -102,6 +102,7 @@ def timeline_of(analyses: Mapping[str, TraceAnalysis | None]) -> Timeline:
                     )
                 )
                 continue
+            assert r.timeline is not None, "a timeline of ranks analysed without their spans (AnalysisOptions.timeline)"
             # The causes' geometry (wait, transfer, critical, calls) converted once from its lists.
             drawn = msgspec.convert({"rank": r.rank, **exposure.get(r.rank, {})}, TimelineRank)
             ranks.append(

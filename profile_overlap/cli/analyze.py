@@ -90,7 +90,8 @@ def main(args: argparse.Namespace) -> int:
 
     from profile_overlap.analysis import cluster
 
-    options = AnalysisOptions(hta_compat=args.hta_compat, steps=args.steps, skip_bad=args.skip_bad)
+    # Without --tensorboard nothing draws the ranks' timelines: they are not made.
+    options = AnalysisOptions(hta_compat=args.hta_compat, steps=args.steps, skip_bad=args.skip_bad, timeline=bool(args.tensorboard))
     if cluster.launched_by_torchrun():
         # Spread over the torchrun job's ranks: rank 0 prints and writes, the others stay quiet.
         leader = cluster.is_leader()

@@ -71,8 +71,9 @@ class RankAnalysis:
     collectives: tuple[CollectiveStats, ...]
     instances: Instances
     """Its collective calls in time order, numbered for cross-rank matching (columns; iterates as CollectiveInstance)."""
-    timeline: TimelineColumns
-    """Its timeline spans (analysis/rank/spans.py; columns, iterates as TimelineSpan)."""
+    timeline: TimelineColumns | None
+    """Its timeline spans (analysis/rank/spans.py; columns, iterates as TimelineSpan); None when
+    analysed without them (AnalysisOptions.timeline)."""
     facts: RankFacts
     """What the integrity checks rest on (analysis/file/facts.py)."""
     times: RankTimes
@@ -246,7 +247,9 @@ def finish_rank(
             {kind: (x.start, x.end, x.label) for kind, x in (("comm", comm), ("compute", compute))},
             pooled.labels,
             table,
-        ),
+        )
+        if options.timeline
+        else None,
         phases=_sum_phases(step_metrics),
         phase_collectives=_phase_collectives(calls, phase, phase_start, phase_end),
         phase_windows=_phase_spans(phase, phase_start, phase_end, table),
