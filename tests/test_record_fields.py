@@ -11,7 +11,7 @@ import pytest
 from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.analysis.record import analysis_record, console_facts
 from profile_overlap.record.analysis import CollectiveRecord, PhaseRecord, ReplayCallRecord, ReplayStepRecord, StepRecord
-from profile_overlap.record.fields import column, from_fields
+from profile_overlap.record.fields import converter, from_fields
 
 from conftest import DATA
 
@@ -98,9 +98,9 @@ def test_a_record_struct_the_analysis_made_with_its_numbers_as_measured_is_round
     assert from_fields(StepRecord, Step(1, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, None, (measured,)), exact=True).phases == (measured,)
 
 
-def test_a_column_is_converted_as_from_fields_converts_each_of_its_values():
+def test_a_fields_converter_converts_as_from_fields_converts_the_field():
     shares = [1 / 3, 2.0005, 0.0004999, 123456.78951, -0.0]
     per_struct = [from_fields(ReplayCallRecord, kind="all_reduce", nbytes=8, phase="backward", share_us=x).share_us for x in shares]
-    assert column(ReplayCallRecord, "share_us", shares) == per_struct == [0.333, 2.001, 0.0, 123456.79, -0.0]
-    assert column(ReplayCallRecord, "share_us", shares, exact=True) == shares
-    assert column(ReplayCallRecord, "kind", ["all_reduce"]) == ["all_reduce"]  # nothing to convert
+    assert list(map(converter(ReplayCallRecord, "share_us"), shares)) == per_struct == [0.333, 2.001, 0.0, 123456.79, -0.0]
+    assert list(map(converter(ReplayCallRecord, "share_us", exact=True), shares)) == shares
+    assert converter(ReplayCallRecord, "kind")("all_reduce") == "all_reduce"  # nothing to convert

@@ -28,7 +28,7 @@ from profile_overlap.record.analysis import (
     builtin,
 )
 from profile_overlap.record.build import build_record
-from profile_overlap.record.fields import column, from_fields
+from profile_overlap.record.fields import converter, from_fields
 from profile_overlap.record.integrity import IntegrityRecord
 from profile_overlap.record.metrics import FOLDER, FOLDER_MODE, Env, JobFacts, ModeMetrics, RankEnv, RunMetrics, StepTimes
 from profile_overlap.record.timeline import (
@@ -170,10 +170,10 @@ def _replay(s: ReplayStep) -> ReplayStepRecord:
     names = (*PHASES, OTHER)
     # Built from the columns (share_us rounded as the record declares), not through from_fields per
     # call: 43,008 calls at 1,024 ranks.
-    shares = column(ReplayCallRecord, "share_us", c.share_us.tolist())
+    share_us = converter(ReplayCallRecord, "share_us")
     calls = tuple(
-        ReplayCallRecord(kind=c.kinds[k], nbytes=None if nb < 0 else nb, phase=names[p], share_us=share)
-        for k, nb, p, share in zip(c.kind.tolist(), c.nbytes.tolist(), c.phase.tolist(), shares)
+        ReplayCallRecord(kind=c.kinds[k], nbytes=None if nb < 0 else nb, phase=names[p], share_us=share_us(share))
+        for k, nb, p, share in zip(c.kind.tolist(), c.nbytes.tolist(), c.phase.tolist(), c.share_us.tolist())
     )
     return msgspec.structs.replace(from_fields(ReplayStepRecord, s, phase_us=dict(zip(PHASES, s.phase_us)), calls=()), calls=calls)
 
