@@ -136,15 +136,26 @@ def test_operators_of_other_shapes_are_not_paired(tmp_path):
 
 
 def test_too_few_pairs_give_no_figure_and_analyze_says_so(tmp_path, capsys):
-    # One rank, two steps: step 0's calls before its first launch are left out, so 2 x 3 pairs.
-    folder = interference_traces.write(tmp_path / "t", slowdown=0.25, style="cpu", steps=2, ranks=1)
+    # One rank, three steps: step 0's alone calls come before its first launch and are left out, so
+    # each of the 3 operators runs twice alone and 3 times beside communication: 3 x 3 pairs.
+    folder = interference_traces.write(tmp_path / "t", slowdown=0.25, style="cpu", steps=3, ranks=1)
     x = _interference(folder)
-    assert x["pairs"] == 2 * 3 and x["slowdown_pct"] is None and x["low_pct"] is None
+    assert x["pairs"] == 3 * 3 and x["slowdown_pct"] is None and x["low_pct"] is None
     assert main(["analyze", str(folder)]) == 0
     assert (
-        "Interference (compute with communication in flight vs alone, same operators): too few pairs (6 of the 10 needed)"
+        "Interference (compute with communication in flight vs alone, same operators): too few pairs (9 of the 10 needed)"
         in capsys.readouterr().out
     )
+
+
+def test_an_operator_seen_only_once_alone_is_not_paired(tmp_path):
+    """Two steps: each operator runs alone once (step 1) and beside communication twice. One call's
+    mean has no interval (the bootstrap redraws the same call), so a lone call, descheduled for
+    milliseconds on a busy host, would set its operator's figure and an interval of no width around it."""
+    folder = interference_traces.write(tmp_path / "t", slowdown=0.25, style="cpu", steps=2, ranks=1)
+    x = _interference(folder)
+    assert x["pairs"] == 0 and x["slowdown_pct"] is None
+    assert all(p["pairs"] == 0 for r in x["ranks"].values() for p in r["phases"].values())
 
 
 def test_analyze_prints_the_interference_in_one_line(tmp_path, capsys):
