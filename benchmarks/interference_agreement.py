@@ -23,7 +23,9 @@ call descheduled) and a backward -1% against +88%. At the level the run's figure
 over all ranks (each rank's per-operator terms of the phase added, as the top level adds them): 16
 of 17 agree; the one apart is that forward (-57% [-71, -43] over 56 pairs against +78% [+34, +123]).
 Four more runs with `--profile-steps 6`: 35 of 36 and 11 of 12; ten runs in all, 90 of 94 and 27 of 29
-(benchmarks/README.md, "Six compare runs, 4 December").
+(benchmarks/README.md, "Six compare runs, 4 December"). Since an operator counts only when it ran at
+least twice each way (MIN_CALLS_EACH_WAY; that forward's -92% came from one alone call, with an interval
+of no width): 75 of 78 and 25 of 27 on the same ten runs, the forwards of 2 profiled steps now too few pairs.
 
 Earlier (2026-12-02, 2 shared cores, torch 2.13 CPU, gloo; runs in /work/notes/i36runs: cmp1/cmp4
 4 ranks default, cmp2/cmp5 4 ranks `--profile-steps 6`, cmp3/cmp6 2 ranks). Medians of each
