@@ -184,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
 QUICK_EXIT_COMMANDS = frozenset({"analyze"})
 """Commands that end with os._exit once their output is flushed: they leave nothing to finalize (no
 atexit hook, thread, child or open file of theirs), and the interpreter's teardown of the ~460
-modules they import (numpy, msgspec, rich, our own) takes 30-35 ms, 1% of `analyze` at 1,024 ranks
-and a tenth of it on a small trace."""
+modules they import (numpy, msgspec, rich, our own) takes 30-35 ms: 1% of `analyze` at 1,024 ranks,
+a tenth of it on a small trace."""
 
 
 def exit_with(argv: list[str] | None = None) -> NoReturn:
