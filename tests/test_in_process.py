@@ -45,6 +45,21 @@ def test_analyze_prints_the_overlap_and_writes_the_record_and_the_tab_data(tmp_p
     assert (tab / TIMELINE_JSON).is_file()
 
 
+def test_analyze_gives_back_the_garbage_collector_as_it_found_it_even_when_it_fails(tmp_path, capsys):
+    """The command pauses Python's cyclic garbage collector while it runs (cli/analyze.py main); a
+    program that calls it keeps its collector, whether the command succeeded or failed."""
+    import gc
+
+    assert gc.isenabled()
+    assert main(["analyze", str(GLOO)]) == 0 and gc.isenabled()
+    assert main(["analyze", str(tmp_path)]) == 2 and gc.isenabled()
+    gc.disable()
+    try:
+        assert main(["analyze", str(GLOO)]) == 0 and not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_analyze_of_an_empty_folder_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["analyze", str(tmp_path)]) == 2
     assert str(tmp_path) in one_line(capsys.readouterr().err)

@@ -14,6 +14,7 @@ the files are spread over the job's ranks (analysis/cluster.py) and rank 0 print
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from pathlib import Path
@@ -78,6 +79,21 @@ def parse_steps(text: str) -> tuple[int | None, int | None]:
 
 
 def main(args: argparse.Namespace) -> int:
+    """The command, with Python's cyclic garbage collector paused: the analysis builds about a million
+    objects that all live to the end (the ranks' results, the record), and each of the collector's
+    passes walked them to find no cycle (80 ms of the parent's 0.9 s at 1,024 ranks). The workers, forked
+    from here, run paused too: a file's analysis leaves no cycle behind (gc.collect() finds none after
+    512 files), and the 1 GB trace peaks the same (183 MiB against 181)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _analyze(args)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _analyze(args: argparse.Namespace) -> int:
     from profile_overlap.analysis.folder import analyze_dir
     from profile_overlap.analysis.options import AnalysisOptions
     from profile_overlap.analysis.record import analysis_record, console_facts, record_json
