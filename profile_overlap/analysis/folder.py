@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import numpy.ma  # noqa: F401 - np.unique imports it on its first call (10 ms): imported here, before the workers fork, not once in each
-
 from profile_overlap.analysis.file.events import extract
 from profile_overlap.analysis.options import DEFAULT, AnalysisOptions
 from profile_overlap.analysis.rank.per_rank import RankAnalysis, finish_rank
@@ -200,7 +198,10 @@ def analyze_dir(
     # memory does not grow with the traces.
     total_bytes = sum(p.stat().st_size for p in paths)
     if len(paths) > 1 and workers > 1 and total_bytes > PARALLEL_MIN_BYTES:
-        # fork: the workers start with this process's imports, not a fresh interpreter each.
+        # fork: the workers start with this process's imports, not a fresh interpreter each; numpy.ma
+        # among them, which np.unique's first call imports (8 ms), here once rather than in each worker.
+        import numpy.ma  # noqa: F401
+
         with ProcessPoolExecutor(max_workers=workers, mp_context=_FORK) as pool:
             results = list(pool.map(read, [str(p) for p in paths], chunksize=max(1, len(paths) // (8 * workers))))
     else:

@@ -67,7 +67,7 @@ class TraceAnalysis:
         or causes. Worked out when first read: only the drawings use it (the run's report and the
         Overlap tab), not `analyze`'s console or --json, where it was a tenth of the 1,024-rank
         command's serial time."""
-        return heatmap(list(self.ranks), self.causes.splits, self.clocks) if self.causes is not None else None
+        return heatmap(self.ranks, self.causes.splits, self.clocks) if self.causes is not None else None
 
     @property
     def exposed(self) -> Exposed | None:
