@@ -7,6 +7,7 @@ import json
 from types import FunctionType, ModuleType, SimpleNamespace
 
 import numpy as np
+import pytest
 from synthetic import write_large_trace
 
 from profile_overlap.analysis.file.call_columns import UNKNOWN, Calls, collective_stats, number_calls
@@ -17,7 +18,7 @@ from profile_overlap.analysis.rank.per_rank import finish_rank
 from profile_overlap.analysis.read.trace import load_trace
 from profile_overlap.analysis.record import to_json
 from profile_overlap.analysis.world.clocks import ClockAlignment
-from profile_overlap.analysis.world.cross_rank import _call_keys, _last_arrivals
+from profile_overlap.analysis.world.cross_rank import _call_keys, _last_arrivals, combine
 from profile_overlap.cli.main import main
 
 
@@ -133,3 +134,18 @@ def test_analyze_json_writes_every_replayed_call_as_the_record_has_it(tmp_path, 
     assert written == to_json(analyze_dir(traces))
     calls = [c for r in written["ranks"] for s in r["replay"] for c in s["calls"]]
     assert len(calls) > 100 and {c["kind"] for c in calls} == {"all_reduce"}
+
+
+def test_a_rank_measured_from_files_handed_over_is_the_same_and_frees_their_intervals(tmp_path):
+    path = tmp_path / "rank0.pt.trace.json"
+    write_large_trace(path, target_bytes=3_000_000, rank=0, world_size=2, layers_per_step=20)
+    kept = finish_rank([extract(load_trace(path))])
+    f = extract(load_trace(path))
+    handed = finish_rank([f], release=True)
+    as_json = [to_json(combine([r], source=str(tmp_path), hta_compat=False, duplicates=())) for r in (handed, kept)]
+    assert as_json[0] == as_json[1]
+    assert handed.timeline == kept.timeline and handed.timeline is not None
+    for name in ("comm", "compute", "operators"):
+        with pytest.raises(AttributeError):
+            getattr(f, name)
+    assert len(f.calls) == len(kept.instances)  # what the caller still reads is there

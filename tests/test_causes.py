@@ -272,3 +272,15 @@ def test_a_job_cycle_gets_wait_and_transfer_scalars_on_its_global_step(tmp_path)
     acc.Reload()
     assert [(e.step, round(e.value, 6)) for e in acc.Scalars("exposed/wait_ms")] == [(40, 0.025)]
     assert exposed_scalars(analyse(LATE[:1]).exposed, num_steps=1, step=40) == []  # one rank: no split
+
+
+def test_the_top_calls_group_codes_as_np_unique_would():
+    from profile_overlap.analysis.world.causes import _unique
+
+    rng = np.random.default_rng(3)
+    for bound, size in ((10, 1000), (5000, 100), (1, 5), (64, 0)):
+        key = rng.integers(0, bound, size)
+        codes, inverse = _unique(key, bound)
+        want_codes, want_inverse = np.unique(key, return_inverse=True)
+        assert np.array_equal(codes, want_codes) and np.array_equal(inverse, want_inverse.reshape(-1))
+        assert codes.dtype == want_codes.dtype and inverse.dtype == want_inverse.dtype

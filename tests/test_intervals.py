@@ -134,3 +134,22 @@ def test_small_union_and_intersect_are_the_numpy_ones_to_the_bit():
         b = _numpy_only(iv.union, t, t + rng.integers(1, 3, m))
         for x, y in ((a, b), (b, a)):
             assert _bits(iv.intersect(x, y), _numpy_only(iv.intersect, x, y)), (x, y)
+
+
+def _difference_by_every_end(a, b):
+    """a − b the long way: cut at every end of both, keep the pieces a covers and b does not."""
+    points = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
+    mid = (points[:-1] + points[1:]) / 2
+    keep = iv.covers(a, mid) & ~iv.covers(b, mid)
+    return iv.union(points[:-1][keep], points[1:][keep])
+
+
+def test_difference_is_the_union_cut_at_every_end_of_both_to_the_bit():
+    # Integer grids make shared and touching ends common; 40+ intervals take numpy's path.
+    rng = np.random.default_rng(7)
+    for size in (3, 40, 400):
+        for _ in range(50):
+            a = iv.union(*np.sort(rng.integers(0, 4 * size, (2, size)), axis=0).astype(float))
+            b = iv.union(*np.sort(rng.integers(0, 4 * size, (2, size)), axis=0).astype(float))
+            got, want = iv.difference(a, b), _difference_by_every_end(a, b)
+            assert all(np.array_equal(x, y) for x, y in zip(got, want)), (a, b)

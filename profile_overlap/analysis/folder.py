@@ -79,7 +79,7 @@ def read_file(path: str, options: AnalysisOptions = DEFAULT) -> FileResult | Use
     except UserError as err:
         return _bare(err)
     try:
-        alone: RankAnalysis | UserError = finish_rank([f], options)
+        alone: RankAnalysis | UserError = finish_rank([f], options, release=True)
     except UserError as err:
         alone = _bare(err)
     return FileResult(path=f.path, rank=f.rank, t_min=f.t_min, t_max=f.t_max, alone=alone)
@@ -172,7 +172,7 @@ def finish(
             else:
                 # Successive spans of one rank: read them again, together (rare; one process).
                 events = [extract(load_trace(Path(f.path))) for f in group]
-                ranks.append(finish_rank(events, options))
+                ranks.append(finish_rank(events, options, release=True))
         except UserError as err:
             bad(str(err))
     if not ranks:

@@ -197,13 +197,15 @@ def clip(u: Union, lo: float, hi: float) -> Union:
 
 
 def difference(a: Union, b: Union) -> Union:
-    """The part of union `a` not covered by union `b`."""
+    """The part of union `a` not covered by union `b`: `a` intersected with the gaps of `b` (the
+    unbounded ones before and after it included). The pieces are those of `a` cut at `b`'s ends,
+    and a union's canonical form is unique, so this is the same union as any other way of cutting;
+    it takes about half the memory of sorting every end of both (a rank's exposed time at 1 GB of
+    trace was the analysis's peak)."""
     if a[0].size == 0 or b[0].size == 0:
         return a
-    points = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
-    mid = (points[:-1] + points[1:]) / 2
-    keep = covers(a, mid) & ~covers(b, mid)
-    return union(points[:-1][keep], points[1:][keep])
+    gaps = np.concatenate(([-np.inf], b[1])), np.concatenate((b[0], [np.inf]))
+    return intersect(a, gaps)
 
 
 def covers(u: Union, t: np.ndarray) -> np.ndarray:

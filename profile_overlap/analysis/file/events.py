@@ -22,7 +22,7 @@ from profile_overlap.analysis.file.gloo_groups import infer_groups
 from profile_overlap.analysis.file.gloo_match import match_gloo_pools, match_gloo_work, merge_p2p_ops
 from profile_overlap.analysis.file.phases import PhaseWindows, phase_windows
 from profile_overlap.analysis.file.steps import device_windows
-from profile_overlap.analysis.rank.interference import NO_OPERATORS, Operators, cpu_operators, gpu_operators, seen_done
+from profile_overlap.analysis.rank.interference import Operators, cpu_operators, gpu_operators, seen_done
 from profile_overlap.analysis.read.classify import (
     AUTOGRAD_FRAME_RE,
     C10D_PREFIX,
@@ -89,7 +89,7 @@ class FileEvents:
     t_max: float
     facts: FileFacts
     """What the integrity checks need beyond the metrics (analysis/file/facts.py)."""
-    operators: Operators = NO_OPERATORS
+    operators: Operators
     """The leaf compute calls and which operator each is (analysis/rank/interference.py)."""
     groups: tuple[ProcessGroupInfo, ...] = ()
     """The process groups the trace declares (pg_config), in creation order."""
@@ -97,6 +97,13 @@ class FileEvents:
     """How the calls' process groups were found, in words (the integrity check says it per rank)."""
     fsdp: FsdpRecord | None = None
     """FSDP2's work on the training thread (analysis/file/fsdp_units.py): CPU traces with FSDP:: ranges only."""
+
+    def release_intervals(self) -> None:
+        """Free the comm and compute intervals and the operators, for a caller that is done with
+        them (`finish_rank(..., release=True)`, past their last reader: at 1 GB of trace 23 MB
+        beside the rank's call columns). Reading one of them afterwards raises AttributeError."""
+        for name in ("comm", "compute", "operators"):
+            object.__delattr__(self, name)
 
     def comm_and_compute(self) -> tuple[iv.Union, iv.Union]:
         """The union of communication and of compute, `exclude` taken out of compute (one file's

@@ -151,9 +151,12 @@ def _measure(comm: iv.Union, compute: iv.Union) -> _Overlap:
 def finish_rank(
     files: Sequence[FileEvents],
     options: AnalysisOptions = DEFAULT,
+    *,
+    release: bool = False,
 ) -> RankAnalysis:
     """Measure one rank from its file(s). Several files of one rank must be successive profiler
-    spans of the same worker (disjoint in time); their events are pooled."""
+    spans of the same worker (disjoint in time); their events are pooled. release: the caller is
+    done with the files; their intervals are freed once read (`FileEvents.release_intervals`)."""
     assert files
     files = sorted(files, key=lambda f: f.t_min)
     rank, notes = rank_of(files)
@@ -213,6 +216,20 @@ def finish_rank(
     kept = set(table.num.tolist())
     replay = tuple(s for f in files for s in replay_steps(f, file_busy) if s.step in kept)
     del file_busy
+    timeline = (
+        timeline_columns(
+            {kind: (x.start, x.end, x.label) for kind, x in (("comm", comm), ("compute", compute))},
+            pooled.labels,
+            table,
+        )
+        if options.timeline
+        else None
+    )
+    # Past their last reader: the intervals are not alive beside the per-call columns below (peak memory).
+    del comm, compute, pooled
+    if release:
+        for f in files:
+            f.release_intervals()
     times = rank_times(
         all_calls,
         every_call,
@@ -243,13 +260,7 @@ def finish_rank(
         steps=tuple(step_metrics),
         collectives=collective_stats(instances),
         instances=instances,
-        timeline=timeline_columns(
-            {kind: (x.start, x.end, x.label) for kind, x in (("comm", comm), ("compute", compute))},
-            pooled.labels,
-            table,
-        )
-        if options.timeline
-        else None,
+        timeline=timeline,
         phases=_sum_phases(step_metrics),
         phase_collectives=_phase_collectives(calls, phase, phase_start, phase_end),
         phase_windows=_phase_spans(phase, phase_start, phase_end, table),

@@ -11,6 +11,7 @@ clock; a peer's start moves onto it by the two offsets.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -177,10 +178,25 @@ def explain(ranks: Sequence[RankAnalysis], clocks: ClockAlignment) -> Explained 
     return Explained(exposed=exposed, splits=tuple(splits), path=pieces, check=check)
 
 
+def _unique(key: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(key, return_inverse=True) of keys in [0, bound): by a table of the bound's size
+    when it is not much larger than the keys (a step's (kind, phase, index) codes are few), which
+    takes a fraction of the sort's memory."""
+    if bound > 4 * key.size:
+        codes, inverse = np.unique(key, return_inverse=True)
+        return codes, inverse.reshape(-1)
+    present = np.zeros(bound, dtype=bool)
+    present[key] = True
+    position = np.cumsum(present)
+    position -= 1
+    return present.nonzero()[0], position[key]
+
+
 def _top_calls(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], *, known_split: bool) -> tuple[ExposedCall, ...]:
     """Calls inside steps, one row per (kind, phase, index in the step), by exposed time."""
     names: dict[tuple[str, str], int] = {}
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("name", "index", "exposed", "wait", "slack", "late", "row")}
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("name", "index", "exposed", "wait", "slack", "late", "call")}
+    first_row = [0]  # where each rank's rows start in the columns
     for r, split in zip(ranks, splits):
         c = r.times.calls
         exposed = split.call_wait_us + split.call_transfer_us
@@ -192,16 +208,19 @@ def _top_calls(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], *, kn
         cols["wait"].append(split.call_wait_us[sel])
         cols["slack"].append(split.slack_us[sel])
         cols["late"].append(split.late_rank[sel])
-        cols["row"].append(np.stack([np.full(sel.size, len(cols["row"])), sel], axis=1))
+        cols["call"].append(sel)
+        first_row.append(first_row[-1] + sel.size)
     col = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in cols.items()}  # one rank's as they are (not copied)
     if not col["name"].size:
         return ()
     # The (name, index) pairs as one int64 code in the same order as the rows of
     # np.unique(axis=0) (both are >= 0: calls inside steps), which sorts them much faster.
     span = int(col["index"].max()) + 1
-    codes, inverse = np.unique(col["name"] * span + col["index"], return_inverse=True)
+    key = col["name"] * span
+    key += col["index"]
+    codes, inverse = _unique(key, len(names) * span)
+    del key
     groups = np.stack([codes // span, codes % span], axis=1)
-    inverse = inverse.reshape(-1)
     exposed = np.bincount(inverse, weights=col["exposed"], minlength=len(groups))
     wait = np.bincount(inverse, weights=col["wait"], minlength=len(groups))
     kind_phase = {code: pair for pair, code in names.items()}
@@ -212,11 +231,12 @@ def _top_calls(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], *, kn
         slacks = col["slack"][members]
         slacks = slacks[np.isfinite(slacks)]
         slack = float(np.median(slacks)) if slacks.size else None
-        first = col["row"][members[0]]
-        calls = ranks[int(first[0])].times.calls
-        sized = int(calls.nbytes[int(first[1])])
+        row = int(members[0])
+        calls = ranks[bisect_right(first_row, row) - 1].times.calls
+        call = int(col["call"][row])
+        sized = int(calls.nbytes[call])
         nbytes = sized if sized >= 0 else None  # UNKNOWN: the trace does not size it
-        group = int(calls.group_size[int(first[1])])
+        group = int(calls.group_size[call])
         needed = busbw_gbps(kind, nbytes, slack, group if group >= 0 else None) if slack and nbytes else None
         late: dict[int, float] = defaultdict(float)
         for m in members[(col["wait"][members] > 0) & (col["late"][members] >= 0)].tolist():
