@@ -75,7 +75,7 @@ class FileResult:
 def read_file(path: str, options: AnalysisOptions = DEFAULT) -> FileResult | UserError:
     """Read, classify and measure one file (run in worker processes, or on a torchrun rank)."""
     try:
-        f = extract(load_trace(Path(path)))
+        f = extract(load_trace(Path(path)), release=True)
     except UserError as err:
         return _bare(err)
     try:
@@ -171,7 +171,7 @@ def finish(
                 ranks.append(alone)
             else:
                 # Successive spans of one rank: read them again, together (rare; one process).
-                events = [extract(load_trace(Path(f.path))) for f in group]
+                events = [extract(load_trace(Path(f.path)), release=True) for f in group]
                 ranks.append(finish_rank(events, options, release=True))
         except UserError as err:
             bad(str(err))

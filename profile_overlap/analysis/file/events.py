@@ -16,7 +16,7 @@ import numpy as np
 
 from profile_overlap.analysis.file.call_columns import RECV, SEND, UNKNOWN, Calls
 from profile_overlap.analysis.file.collectives import collective_nbytes
-from profile_overlap.analysis.file.facts import FileFacts, cpu_unclassified, file_facts
+from profile_overlap.analysis.file.facts import NO_KERNELS, FileFacts, cpu_unclassified, file_facts, kernel_facts
 from profile_overlap.analysis.file.fsdp_units import fsdp_busy
 from profile_overlap.analysis.file.gloo_groups import infer_groups
 from profile_overlap.analysis.file.gloo_match import match_gloo_pools, match_gloo_work, merge_p2p_ops
@@ -120,6 +120,8 @@ class _GpuEvents:
     comm_rows: np.ndarray
     compute_rows: np.ndarray
     comm_tid: np.ndarray
+    comm_dur: np.ndarray
+    """The comm kernels' own durations (the calls' `dur_us`; end - start need not be them to the bit)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,8 +153,10 @@ def main_tid(trace: Trace) -> int | None:
     return cpu.tids.index(trace.pid) if trace.pid in cpu.tids else None
 
 
-def extract(trace: Trace) -> FileEvents:
-    """Classify one trace's events into comm and compute intervals, steps and collective calls."""
+def extract(trace: Trace, *, release: bool = False) -> FileEvents:
+    """Classify one trace's events into comm and compute intervals, steps and collective calls.
+    release: the caller is done with the trace; its kernels' times and launches are freed once read
+    (`Events.release`: at 1 GB of trace 18 MB beside the calls being built)."""
     cpu, kernels = trace.cpu, trace.kernels
     main = main_tid(trace)
     labeller = Labeller(trace)
@@ -173,15 +177,21 @@ def extract(trace: Trace) -> FileEvents:
         device = "cuda"
         gpu = _gpu_events(trace, labeller)
         comm, compute, comm_rows, compute_rows, comm_tid = gpu.comm, gpu.compute, gpu.comm_rows, gpu.compute_rows, gpu.comm_tid
+        comm_dur = gpu.comm_dur
         del gpu  # so that `del comm_tid` below frees it
+        kernels_known = kernel_facts(kernels, comm_rows=comm_rows, compute_rows=compute_rows)
+        if release:  # past their last reader: what follows reads the kernels' names, ids and args only
+            kernels.release("ts", "dur", "tid", "cat")
+            trace.release_launches()
         kernel_times = _by_launch(comm, compute)
         # The windows before the calls, and the calls once these 24 bytes a kernel are freed (peak memory).
         phases = phase_windows(trace, main, steps, kernel_times)
         step_start, step_end = device_windows(step_cpu_start, step_cpu_end, kernel_times)
         del kernel_times
-        calls = _gpu_calls(trace, comm_rows, comm.launch, comm_tid, labeller)
-        del comm_tid
+        calls = _gpu_calls(trace, comm_rows, comm, comm_dur, comm_tid, labeller)
+        del comm_rows, comm_tid, comm_dur
         operators = gpu_operators(kernels, compute_rows, compute.start, compute.end)
+        del compute_rows
         exclude = iv.EMPTY
         unclassified = np.zeros(0, dtype=np.int64)
         named = int(sum(1 for pg in calls.pg.tolist() if calls.pgs[pg] != "default"))
@@ -191,8 +201,8 @@ def extract(trace: Trace) -> FileEvents:
         c = _cpu_events(trace, labeller, main)
         comm, compute, calls, exclude, compute_rows, group_method = c.comm, c.compute, c.calls, c.exclude, c.compute_rows, c.group_method
         operators = cpu_operators(cpu, compute_rows, seen_done(cpu, main))
-        compute_rows = np.zeros(0, dtype=np.int64)
-        comm_rows = np.zeros(0, dtype=np.int64)
+        del compute_rows
+        kernels_known = NO_KERNELS
         unclassified = cpu_unclassified(trace, main, iv.union(comm.start, comm.end))
         # One process without a process group (a one-rank job profiled with the trace handler) has
         # nothing to communicate: its steps still have compute and phases, and zero communication.
@@ -235,8 +245,7 @@ def extract(trace: Trace) -> FileEvents:
         t_max=t_max,
         facts=file_facts(
             trace,
-            comm_rows=comm_rows,
-            compute_rows=compute_rows,
+            kernels=kernels_known,
             comm_dur=comm.end - comm.start,
             compute_dur=compute.end - compute.start,
             unclassified_rows=unclassified,
@@ -283,15 +292,18 @@ def _gpu_events(trace: Trace, labeller: Labeller) -> _GpuEvents:
     comm_rows, compute_rows = (m.nonzero()[0].astype(np.int32) for m in (comm_mask, compute_mask))
     del comm_mask, compute_mask
     comm, compute = (EventIntervals(k.ts[r], k.ts[r] + k.dur[r], launch[r], labels[r]) for r in (comm_rows, compute_rows))
-    return _GpuEvents(comm, compute, comm_rows, compute_rows, launch_tid[comm_rows])
+    return _GpuEvents(comm, compute, comm_rows, compute_rows, launch_tid[comm_rows], k.dur[comm_rows])
 
 
-def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: np.ndarray, labeller: Labeller) -> Calls:
+def _gpu_calls(trace: Trace, rows: np.ndarray, comm: EventIntervals, dur: np.ndarray, launch_tid: np.ndarray, labeller: Labeller) -> Calls:
     """One call per NCCL kernel. Kind and size from the kernel's own args (recent PyTorch), else
     from the CPU collective op it belongs to, linked through `External id` or, failing that,
     the collective op open on the launching thread at launch time. Links are used for sizes
-    and kinds only, never to decide what is communication. launch, launch_tid: per call (of `rows`)."""
+    and kinds only, never to decide what is communication. comm: the comm kernels (`_gpu_events`),
+    rows: their kernel rows, dur: their own durations, launch_tid: their launching threads. Reads no
+    kernel times."""
     k, cpu = trace.kernels, trace.cpu
+    launch = comm.launch
     # Columns, not dicts: a 1 GB trace has hundreds of thousands of collective ops.
     arg_rows, ext = cpu.args.rows(), cpu.args.external_ids
     ext_keys, ext_rows = ext[ext >= 0], arg_rows[ext >= 0]
@@ -380,8 +392,8 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, launch: np.ndarray, launch_tid: n
         kind=kinds,
         pg=pgs,
         nbytes=nbytes_col,
-        dur_us=k.dur[rows],
-        start_us=k.ts[rows],
+        dur_us=dur,
+        start_us=comm.start,
         launch_us=launch,
         group_size=group_col,
         issued_us=np.full(n, np.nan),

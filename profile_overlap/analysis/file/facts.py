@@ -127,61 +127,85 @@ def _stream_overlaps(k: Events, comm_rows: np.ndarray, compute_rows: np.ndarray)
     return count, worst
 
 
+@dataclass(frozen=True)
+class KernelFacts:
+    """The facts that only the kernels' own columns give (`kernel_facts`), read before `extract`
+    frees those columns: the rest of FileFacts needs the classified events and the calls."""
+
+    first_us: float | None = None
+    """The earliest kernel start (None without kernels), and the latest kernel end."""
+    last_us: float | None = None
+    comm_streams: tuple[str, ...] = ()
+    compute_streams: tuple[str, ...] = ()
+    default_stream_comm: int = 0
+    stream_overlaps: int = 0
+    stream_overlap_max_us: float = 0.0
+    comm_like: Named = ()
+    ignored: Named = ()
+
+
+NO_KERNELS = KernelFacts()
+
+
+def kernel_facts(k: Events, *, comm_rows: np.ndarray, compute_rows: np.ndarray) -> KernelFacts:
+    """comm_rows / compute_rows: the kernel rows of each class."""
+    if not len(k):
+        return NO_KERNELS
+    stream_of = np.array([t.removeprefix("stream ").strip() for t in k.tids])
+    # By stream code, not per kernel: a string per kernel costs more than the kernel's columns.
+    overlaps, overlap_max = _stream_overlaps(k, comm_rows, compute_rows)
+    like = np.array([bool(COMM_LIKE_RE.search(n)) for n in k.names])
+    other = np.ones(len(k), dtype=bool)
+    other[comm_rows] = False
+    other[compute_rows] = False
+    return KernelFacts(
+        first_us=float(k.ts.min()),
+        last_us=float((k.ts + k.dur).max()),
+        comm_streams=tuple(sorted(set(stream_of[np.unique(k.tid[comm_rows])].tolist()), key=_stream_key)),
+        compute_streams=tuple(sorted(set(stream_of[np.unique(k.tid[compute_rows])].tolist()), key=_stream_key)),
+        default_stream_comm=int(np.isin(stream_of, list(DEFAULT_STREAMS))[k.tid[comm_rows]].sum()),
+        stream_overlaps=overlaps,
+        stream_overlap_max_us=overlap_max,
+        comm_like=_named(k.names, k.name, k.dur, compute_rows[like[k.name[compute_rows]]]),
+        ignored=_named(k.names, k.name, k.dur, other.nonzero()[0]),
+    )
+
+
 def file_facts(
     trace: Trace,
     *,
-    comm_rows: np.ndarray,
-    compute_rows: np.ndarray,
+    kernels: KernelFacts,
     comm_dur: np.ndarray,
     compute_dur: np.ndarray,
     unclassified_rows: np.ndarray,
     calls: Calls,
 ) -> FileFacts:
-    """comm_rows / compute_rows: kernel rows (GPU) of each class, empty arrays on CPU;
-    unclassified_rows: CPU rows counted as neither; comm_dur / compute_dur: durations of the
-    classified events (either device)."""
-    k, cpu = trace.kernels, trace.cpu
-    starts = [a.min() for a in (k.ts, cpu.ts) if a.size]
-    ends = [(a + d).max() for a, d in ((k.ts, k.dur), (cpu.ts, cpu.dur)) if a.size]
+    """kernels: `kernel_facts` of the trace's kernels; unclassified_rows: CPU rows counted as
+    neither; comm_dur / compute_dur: durations of the classified events (either device). Reads the
+    trace's CPU events only (its kernels' times may be freed by now)."""
+    cpu = trace.cpu
+    starts = [a for a in (kernels.first_us, float(cpu.ts.min()) if len(cpu) else None) if a is not None]
+    ends = [a for a in (kernels.last_us, float((cpu.ts + cpu.dur).max()) if len(cpu) else None) if a is not None]
     collective_codes = [i for i, n in enumerate(cpu.names) if n.startswith((*COLLECTIVE_OP_PREFIXES, RECORD_PARAM_COMMS))]
     collective_ops = int(coded_in(cpu.name, collective_codes, len(cpu.names)).sum()) if collective_codes else 0
-    comm_streams = compute_streams = ()
-    default_comm = overlaps = 0
-    overlap_max = 0.0
-    comm_like: Named = ()
-    ignored: Named = ()
-    if len(k):
-        stream_of = np.array([t.removeprefix("stream ").strip() for t in k.tids])
-        # By stream code, not per kernel: a string per kernel costs more than the kernel's columns.
-        comm_streams = tuple(sorted(set(stream_of[np.unique(k.tid[comm_rows])].tolist()), key=_stream_key))
-        compute_streams = tuple(sorted(set(stream_of[np.unique(k.tid[compute_rows])].tolist()), key=_stream_key))
-        default_comm = int(np.isin(stream_of, list(DEFAULT_STREAMS))[k.tid[comm_rows]].sum())
-        overlaps, overlap_max = _stream_overlaps(k, comm_rows, compute_rows)
-        like = np.array([bool(COMM_LIKE_RE.search(n)) for n in k.names])
-        comm_like = _named(k.names, k.name, k.dur, compute_rows[like[k.name[compute_rows]]])
-        other = np.ones(len(k), dtype=bool)
-        other[comm_rows] = False
-        other[compute_rows] = False
-        ignored = _named(k.names, k.name, k.dur, other.nonzero()[0])
-        del other
     return FileFacts(
-        first_event_us=float(min(starts)) if starts else 0.0,
-        last_event_us=float(max(ends)) if ends else 0.0,
+        first_event_us=min(starts) if starts else 0.0,
+        last_event_us=max(ends) if ends else 0.0,
         unclassified=_named(cpu.names, cpu.name, cpu.dur, unclassified_rows),
         unclassified_us=float(cpu.dur[unclassified_rows].sum()),
-        comm_like=comm_like,
+        comm_like=kernels.comm_like,
         collective_ops=collective_ops,
         comm_events=int(comm_dur.size),
         no_group_calls=int((calls.pg == calls.pgs.index("default")).sum()) if "default" in calls.pgs else 0,
         declared_groups=len(trace.pg_sizes),
-        comm_streams=comm_streams,
-        compute_streams=compute_streams,
-        default_stream_comm=default_comm,
-        stream_overlaps=overlaps,
-        stream_overlap_max_us=overlap_max,
+        comm_streams=kernels.comm_streams,
+        compute_streams=kernels.compute_streams,
+        default_stream_comm=kernels.default_stream_comm,
+        stream_overlaps=kernels.stream_overlaps,
+        stream_overlap_max_us=kernels.stream_overlap_max_us,
         negative=int((comm_dur < 0).sum() + (compute_dur < 0).sum()),
         zero=int((comm_dur == 0).sum() + (compute_dur == 0).sum()),
-        ignored=ignored,
+        ignored=kernels.ignored,
     )
 
 

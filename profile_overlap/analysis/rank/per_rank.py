@@ -377,4 +377,4 @@ def _phase_spans(
 
 def analyze_rank(paths: Sequence[Path], options: AnalysisOptions = DEFAULT) -> RankAnalysis:
     """One rank's trace file(s) -> its metrics."""
-    return finish_rank([extract(load_trace(Path(p))) for p in paths], options)
+    return finish_rank([extract(load_trace(Path(p)), release=True) for p in paths], options, release=True)

@@ -134,10 +134,16 @@ class Events:
     shapes: tuple[str, ...] = ()
 
     def __len__(self) -> int:
-        return int(self.ts.size)
+        return int(self.name.size)  # not ts: a reader may have released it
 
     def name_of(self, row: int | np.integer) -> str:
         return self.names[int(self.name[row])]
+
+    def release(self, *columns: str) -> None:
+        """Free these columns, for a reader that is done with them (`extract(trace, release=True)`,
+        peak memory). Reading one of them afterwards raises AttributeError."""
+        for name in columns:
+            object.__delattr__(self, name)
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,11 @@ class Trace:
     """Per kernel, the start (NaN: unknown) and thread code (into cpu.tids, -1: unknown; int16 when the
     codes fit, like `Events.tid`) of the runtime call that launched it (cudaLaunchKernel ...), linked
     by `correlation` when the file is read (`_launches`); the runtime events themselves are not kept."""
+
+    def release_launches(self) -> None:
+        """Free `launch` and `launch_tid` (as Events.release does for its columns)."""
+        for name in ("launch", "launch_tid"):
+            object.__delattr__(self, name)
 
 
 CPU_OP, USER_ANNOTATION, GPU_USER_ANNOTATION = 0, 1, 2
