@@ -153,3 +153,21 @@ def test_difference_is_the_union_cut_at_every_end_of_both_to_the_bit():
             b = iv.union(*np.sort(rng.integers(0, 4 * size, (2, size)), axis=0).astype(float))
             got, want = iv.difference(a, b), _difference_by_every_end(a, b)
             assert all(np.array_equal(x, y) for x, y in zip(got, want)), (a, b)
+
+
+def test_intersection_length_is_the_length_of_the_intersection_to_the_bit():
+    # Many short intervals, so that both unions have hundreds of pieces: on a grid (shared starts
+    # and ends), and at random fractions (a sum that depends on its order).
+    rng = np.random.default_rng(11)
+    for size in (3, 40, 400, 4000):
+        for grid in (True, False):
+            for _ in range(20):
+                start = rng.integers(0, 8 * size, (2, size)).astype(float)
+                span = rng.integers(0, 6, (2, size)).astype(float)
+                if not grid:
+                    start += rng.random((2, size))
+                    span *= rng.random((2, size))
+                a, b = (iv.union(start[k], start[k] + span[k]) for k in (0, 1))
+                assert iv.intersection_length(a, b) == iv.length(iv.intersect(a, b)), (a, b)
+                assert iv.intersection_length(b, a) == iv.length(iv.intersect(b, a)), (a, b)
+    assert iv.intersection_length(iv.EMPTY, u((0, 1))) == 0.0

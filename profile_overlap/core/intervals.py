@@ -176,8 +176,40 @@ def intersect(a: Union, b: Union) -> Union:
 
 
 def intersection_length(a: Union, b: Union) -> float:
-    """|a ∩ b| for two unions."""
-    return length(intersect(a, b))
+    """|a ∩ b| for two unions: `length(intersect(a, b))` to the bit, the pieces' lengths summed in
+    the same order (by start, ties as `intersect`'s stable sort puts them), without the pieces' ends
+    and the sort (at 1 GB of trace a rank's comm x compute, then the peak of `finish_rank`)."""
+    if a[0].size == 0 or b[0].size == 0:
+        return 0.0
+    if a[0].size + b[0].size <= SMALL:
+        return length(intersect(a, b))
+    starts, lengths = [], []
+    for (x_s, x_e), (y_s, y_e), x_is_a in ((a, b, True), (b, a, False)):  # as `intersect`
+        j = y_s.searchsorted(x_s, side="right")
+        j -= 1
+        ok = j >= 0
+        np.maximum(j, 0, out=j)
+        inside = y_e[j] > x_s
+        inside &= ok
+        if not x_is_a:
+            inside &= y_s[j] != x_s
+        start = x_s[inside]
+        piece = np.minimum(x_e[inside], y_e[j[inside]])
+        del j, ok, inside
+        piece -= start
+        starts.append(start)
+        lengths.append(piece)
+    # Where the stable sort of (a's pieces, b's pieces) by start puts each of b's: after every piece
+    # of a starting at or before it, and after b's earlier pieces (both sides are in start order).
+    at_b = starts[0].searchsorted(starts[1], side="right")
+    at_b += np.arange(at_b.size)
+    del starts
+    merged = np.empty(lengths[0].size + lengths[1].size)
+    is_a = np.ones(merged.size, dtype=bool)
+    is_a[at_b] = False
+    merged[at_b] = lengths[1]
+    merged[is_a] = lengths[0]
+    return float(np.sum(merged))
 
 
 def clip(u: Union, lo: float, hi: float) -> Union:

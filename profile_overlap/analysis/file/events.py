@@ -16,7 +16,7 @@ import numpy as np
 
 from profile_overlap.analysis.file.call_columns import RECV, SEND, UNKNOWN, Calls
 from profile_overlap.analysis.file.collectives import collective_nbytes
-from profile_overlap.analysis.file.facts import NO_KERNELS, FileFacts, cpu_unclassified, file_facts, kernel_facts
+from profile_overlap.analysis.file.facts import NO_KERNELS, FileFacts, cpu_facts, cpu_unclassified, file_facts, kernel_facts
 from profile_overlap.analysis.file.fsdp_units import fsdp_busy
 from profile_overlap.analysis.file.gloo_groups import infer_groups
 from profile_overlap.analysis.file.gloo_match import match_gloo_pools, match_gloo_work, merge_p2p_ops
@@ -155,8 +155,9 @@ def main_tid(trace: Trace) -> int | None:
 
 def extract(trace: Trace, *, release: bool = False) -> FileEvents:
     """Classify one trace's events into comm and compute intervals, steps and collective calls.
-    release: the caller is done with the trace; its kernels' times and launches are freed once read
-    (`Events.release`: at 1 GB of trace 18 MB beside the calls being built)."""
+    release: the caller is done with the trace; on GPU its kernels' times and launches, then the CPU
+    events' times, threads and shapes, are freed once read (`Events.release`: at 1 GB of trace 18 MB
+    beside the kernels in launch order, 44 MB beside the calls being built)."""
     cpu, kernels = trace.cpu, trace.kernels
     main = main_tid(trace)
     labeller = Labeller(trace)
@@ -175,25 +176,33 @@ def extract(trace: Trace, *, release: bool = False) -> FileEvents:
     step_cpu_end = np.array([e for _, _, e in steps], dtype=np.float64)
     if len(kernels):
         device = "cuda"
+        if release:  # each column freed past its last reader (peak memory): the CPU operators' shapes are cpu_operators'
+            cpu.release("shape")
         gpu = _gpu_events(trace, labeller)
+        if release:
+            trace.release_launches()
         comm, compute, comm_rows, compute_rows, comm_tid = gpu.comm, gpu.compute, gpu.comm_rows, gpu.compute_rows, gpu.comm_tid
         comm_dur = gpu.comm_dur
         del gpu  # so that `del comm_tid` below frees it
         kernels_known = kernel_facts(kernels, comm_rows=comm_rows, compute_rows=compute_rows)
-        if release:  # past their last reader: what follows reads the kernels' names, ids and args only
+        # The calls' phase hints now, so that the labeller's per-annotation columns go before the
+        # kernels are put in launch order (peak memory).
+        hints = labeller.hints(comm.launch, comm_tid)
+        labels = tuple(labeller.labels)
+        del labeller
+        if release:  # what follows reads the kernels' names, ids and args only
             kernels.release("ts", "dur", "tid", "cat")
-            trace.release_launches()
         kernel_times = _by_launch(comm, compute)
         # The windows before the calls, and the calls once these 24 bytes a kernel are freed (peak memory).
         phases = phase_windows(trace, main, steps, kernel_times)
         step_start, step_end = device_windows(step_cpu_start, step_cpu_end, kernel_times)
         del kernel_times
-        calls = _gpu_calls(trace, comm_rows, comm, comm_dur, comm_tid, labeller)
-        del comm_rows, comm_tid, comm_dur
+        cpu_known = cpu_facts(cpu, np.zeros(0, dtype=np.int64))  # a GPU trace's CPU events all have a class
+        calls = _gpu_calls(trace, comm_rows, comm, comm_dur, comm_tid, hints, release=release)
+        del comm_rows, comm_tid, comm_dur, hints
         operators = gpu_operators(kernels, compute_rows, compute.start, compute.end)
         del compute_rows
         exclude = iv.EMPTY
-        unclassified = np.zeros(0, dtype=np.int64)
         named = int(sum(1 for pg in calls.pg.tolist() if calls.pgs[pg] != "default"))
         group_method = f"the calls' arguments: {named} of {len(calls)} call(s) name their group"
     else:
@@ -203,7 +212,7 @@ def extract(trace: Trace, *, release: bool = False) -> FileEvents:
         operators = cpu_operators(cpu, compute_rows, seen_done(cpu, main))
         del compute_rows
         kernels_known = NO_KERNELS
-        unclassified = cpu_unclassified(trace, main, iv.union(comm.start, comm.end))
+        cpu_known = cpu_facts(cpu, cpu_unclassified(trace, main, iv.union(comm.start, comm.end)))
         # One process without a process group (a one-rank job profiled with the trace handler) has
         # nothing to communicate: its steps still have compute and phases, and zero communication.
         solo = trace.world_size in (None, 1) and trace.backend is None and bool(steps)
@@ -215,8 +224,8 @@ def extract(trace: Trace, *, release: bool = False) -> FileEvents:
             )
         phases = phase_windows(trace, main, steps)
         step_start, step_end = step_cpu_start, step_cpu_end
-    labels = tuple(labeller.labels)
-    del labeller  # its per-annotation columns: not needed past the calls
+        labels = tuple(labeller.labels)
+        del labeller  # its per-annotation columns: not needed past the calls
     t_min, t_max = _bounds(comm.start, comm.end, compute.start, compute.end, step_cpu_start, step_cpu_end, step_start, step_end)
     fsdp = None
     if device == "cpu" and main is not None:
@@ -246,9 +255,9 @@ def extract(trace: Trace, *, release: bool = False) -> FileEvents:
         facts=file_facts(
             trace,
             kernels=kernels_known,
+            cpu=cpu_known,
             comm_dur=comm.end - comm.start,
             compute_dur=compute.end - compute.start,
-            unclassified_rows=unclassified,
             calls=calls,
         ),
         operators=operators,
@@ -259,11 +268,18 @@ def extract(trace: Trace, *, release: bool = False) -> FileEvents:
 
 
 def _by_launch(*parts: EventIntervals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(launch, start, end) of the kernels with a known launch, in launch order (ties: the parts' order), sorted once."""
+    """(launch, start, end) of the kernels with a known launch, in launch order (ties: the parts' order), sorted once.
+    One stable sort of every launch puts the unknown (NaN) last, the rest as sorting the known alone
+    would; the order is int32 and each column is built and ordered in turn (at 1 GB of trace the
+    peak of `extract`)."""
     launch = np.concatenate([p.launch for p in parts])
-    order = np.flatnonzero(~np.isnan(launch))
-    order = order[launch[order].argsort(kind="stable")]
-    return launch[order], np.concatenate([p.start for p in parts])[order], np.concatenate([p.end for p in parts])[order]
+    order = launch.argsort(kind="stable").astype(np.int32)
+    order = order[: launch.size - int(np.isnan(launch).sum())]
+    out = [launch[order]]
+    del launch
+    for column in ("start", "end"):
+        out.append(np.concatenate([getattr(p, column) for p in parts])[order])
+    return out[0], out[1], out[2]
 
 
 def _bounds(*times: np.ndarray) -> tuple[float, float]:
@@ -295,13 +311,23 @@ def _gpu_events(trace: Trace, labeller: Labeller) -> _GpuEvents:
     return _GpuEvents(comm, compute, comm_rows, compute_rows, launch_tid[comm_rows], k.dur[comm_rows])
 
 
-def _gpu_calls(trace: Trace, rows: np.ndarray, comm: EventIntervals, dur: np.ndarray, launch_tid: np.ndarray, labeller: Labeller) -> Calls:
+def _gpu_calls(
+    trace: Trace,
+    rows: np.ndarray,
+    comm: EventIntervals,
+    dur: np.ndarray,
+    launch_tid: np.ndarray,
+    hints: list[str | None],
+    *,
+    release: bool = False,
+) -> Calls:
     """One call per NCCL kernel. Kind and size from the kernel's own args (recent PyTorch), else
     from the CPU collective op it belongs to, linked through `External id` or, failing that,
     the collective op open on the launching thread at launch time. Links are used for sizes
     and kinds only, never to decide what is communication. comm: the comm kernels (`_gpu_events`),
-    rows: their kernel rows, dur: their own durations, launch_tid: their launching threads. Reads no
-    kernel times."""
+    rows: their kernel rows, dur: their own durations, launch_tid: their launching threads, hints:
+    their phase hints (`Labeller.hints`). Reads no kernel times; with release, frees the CPU events'
+    times, threads and categories once the ops a kernel can be launched inside are found."""
     k, cpu = trace.kernels, trace.cpu
     launch = comm.launch
     # Columns, not dicts: a 1 GB trace has hundreds of thousands of collective ops.
@@ -323,6 +349,9 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, comm: EventIntervals, dur: np.nda
     ops = arg_rows[is_op]
     ops = ops[np.lexsort((cpu.ts[ops], cpu.tid[ops]))]
     op_tid, op_ts = cpu.tid[ops], cpu.ts[ops]
+    op_end = op_ts + cpu.dur[ops]
+    if release:  # past their last reader: the loop below reads the CPU events' names and args only
+        cpu.release("ts", "dur", "tid", "cat")
     segment = {int(t): (int(a), int(b)) for t, a, b in zip(*np.unique(op_tid, return_index=True, return_counts=True))}
 
     def enclosing_op(i: int) -> int | None:
@@ -333,12 +362,10 @@ def _gpu_calls(trace: Trace, rows: np.ndarray, comm: EventIntervals, dur: np.nda
         j = int(op_ts[a : a + count].searchsorted(launch[i], side="right")) - 1
         if j < 0:
             return None
-        r = int(ops[a + j])
-        return r if cpu.ts[r] + cpu.dur[r] >= launch[i] else None
+        return int(ops[a + j]) if op_end[a + j] >= launch[i] else None
 
     n = rows.size
     kinds, pgs = [], []
-    hints = labeller.hints(launch, launch_tid)
     memo: dict[tuple[int, int, int, int], tuple[str, int | None, str, int | None, str | None]] = {}
     nbytes_col = np.full(n, UNKNOWN, dtype=np.int64)
     group_col = np.full(n, UNKNOWN, dtype=np.int64)

@@ -109,22 +109,29 @@ def _stream_overlaps(k: Events, comm_rows: np.ndarray, compute_rows: np.ndarray)
     if comm_rows.size + compute_rows.size < 2:
         return count, worst
     for code in np.union1d(np.unique(k.tid[comm_rows]), np.unique(k.tid[compute_rows])).tolist():
-        rows = np.concatenate([comm_rows[k.tid[comm_rows] == code], compute_rows[k.tid[compute_rows] == code]])
-        start = k.ts[rows]
+        # In a function: one stream's temporaries are gone before the next stream's rows are taken.
+        n, most = _overlaps_on(k, np.concatenate([comm_rows[k.tid[comm_rows] == code], compute_rows[k.tid[compute_rows] == code]]))
+        count += n
+        worst = max(worst, most) if n else worst
+    return count, worst
+
+
+def _overlaps_on(k: Events, rows: np.ndarray) -> tuple[int, float]:
+    """Of one stream's kernels (rows): how many start before an earlier one ended, and the largest overlap."""
+    start = k.ts[rows]
+    if not (start[1:] >= start[:-1]).all():  # a stream's kernels are mostly in start order already
         order = start.argsort(kind="stable")  # ties in the rows' order, as a lexsort by (stream, start)
         rows, start = rows[order], start[order]
         del order
-        end = k.dur[rows]
-        del rows
-        end += start
-        np.maximum.accumulate(end, out=end)  # the running maximum of the ends
-        over = end[:-1]
-        over -= start[1:]  # in place: the ends are not needed past this
-        hit = over > STREAM_OVERLAP_TOLERANCE_US
-        if hit.any():
-            count += int(hit.sum())
-            worst = max(worst, float(over[hit].max()))
-    return count, worst
+    end = k.dur[rows]
+    del rows
+    end += start
+    np.maximum.accumulate(end, out=end)  # the running maximum of the ends
+    over = end[:-1]
+    over -= start[1:]  # in place: the ends are not needed past this
+    del start
+    hit = over > STREAM_OVERLAP_TOLERANCE_US
+    return (int(hit.sum()), float(over[hit].max())) if hit.any() else (0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -147,6 +154,11 @@ class KernelFacts:
 NO_KERNELS = KernelFacts()
 
 
+def _max_end(e: Events, block: int = 1 << 16) -> float:
+    """The latest end (ts + dur) of the events, a block at a time (not a copy of every end)."""
+    return float(np.max([(e.ts[a : a + block] + e.dur[a : a + block]).max() for a in range(0, len(e), block)]))
+
+
 def kernel_facts(k: Events, *, comm_rows: np.ndarray, compute_rows: np.ndarray) -> KernelFacts:
     """comm_rows / compute_rows: the kernel rows of each class."""
     if not len(k):
@@ -160,7 +172,7 @@ def kernel_facts(k: Events, *, comm_rows: np.ndarray, compute_rows: np.ndarray) 
     other[compute_rows] = False
     return KernelFacts(
         first_us=float(k.ts.min()),
-        last_us=float((k.ts + k.dur).max()),
+        last_us=_max_end(k),
         comm_streams=tuple(sorted(set(stream_of[np.unique(k.tid[comm_rows])].tolist()), key=_stream_key)),
         compute_streams=tuple(sorted(set(stream_of[np.unique(k.tid[compute_rows])].tolist()), key=_stream_key)),
         default_stream_comm=int(np.isin(stream_of, list(DEFAULT_STREAMS))[k.tid[comm_rows]].sum()),
@@ -171,30 +183,54 @@ def kernel_facts(k: Events, *, comm_rows: np.ndarray, compute_rows: np.ndarray) 
     )
 
 
+@dataclass(frozen=True)
+class CpuFacts:
+    """The facts that the CPU events' own columns give (`cpu_facts`), read before `extract` frees
+    the columns of a GPU trace (`Events.release`)."""
+
+    first_us: float | None = None
+    """The earliest CPU event's start (None without CPU events), and the latest one's end."""
+    last_us: float | None = None
+    unclassified: Named = ()
+    unclassified_us: float = 0.0
+    collective_ops: int = 0
+
+
+def cpu_facts(cpu: Events, unclassified_rows: np.ndarray) -> CpuFacts:
+    """unclassified_rows: the CPU rows counted as neither communication, compute nor ignored (none on GPU)."""
+    if not len(cpu):
+        return CpuFacts()
+    collective_codes = [i for i, n in enumerate(cpu.names) if n.startswith((*COLLECTIVE_OP_PREFIXES, RECORD_PARAM_COMMS))]
+    return CpuFacts(
+        first_us=float(cpu.ts.min()),
+        last_us=_max_end(cpu),
+        unclassified=_named(cpu.names, cpu.name, cpu.dur, unclassified_rows),
+        unclassified_us=float(cpu.dur[unclassified_rows].sum()),
+        collective_ops=int(coded_in(cpu.name, collective_codes, len(cpu.names)).sum()) if collective_codes else 0,
+    )
+
+
 def file_facts(
     trace: Trace,
     *,
     kernels: KernelFacts,
+    cpu: CpuFacts,
     comm_dur: np.ndarray,
     compute_dur: np.ndarray,
-    unclassified_rows: np.ndarray,
     calls: Calls,
 ) -> FileFacts:
-    """kernels: `kernel_facts` of the trace's kernels; unclassified_rows: CPU rows counted as
-    neither; comm_dur / compute_dur: durations of the classified events (either device). Reads the
-    trace's CPU events only (its kernels' times may be freed by now)."""
-    cpu = trace.cpu
-    starts = [a for a in (kernels.first_us, float(cpu.ts.min()) if len(cpu) else None) if a is not None]
-    ends = [a for a in (kernels.last_us, float((cpu.ts + cpu.dur).max()) if len(cpu) else None) if a is not None]
-    collective_codes = [i for i, n in enumerate(cpu.names) if n.startswith((*COLLECTIVE_OP_PREFIXES, RECORD_PARAM_COMMS))]
-    collective_ops = int(coded_in(cpu.name, collective_codes, len(cpu.names)).sum()) if collective_codes else 0
+    """kernels, cpu: `kernel_facts` and `cpu_facts` of the trace's events; comm_dur / compute_dur:
+    durations of the classified events (either device). Reads none of the trace's events (their
+    columns may be freed by now)."""
+    starts = [a for a in (kernels.first_us, cpu.first_us) if a is not None]
+    ends = [a for a in (kernels.last_us, cpu.last_us) if a is not None]
     return FileFacts(
         first_event_us=min(starts) if starts else 0.0,
         last_event_us=max(ends) if ends else 0.0,
-        unclassified=_named(cpu.names, cpu.name, cpu.dur, unclassified_rows),
-        unclassified_us=float(cpu.dur[unclassified_rows].sum()),
+        unclassified=cpu.unclassified,
+        unclassified_us=cpu.unclassified_us,
         comm_like=kernels.comm_like,
-        collective_ops=collective_ops,
+        collective_ops=cpu.collective_ops,
         comm_events=int(comm_dur.size),
         no_group_calls=int((calls.pg == calls.pgs.index("default")).sum()) if "default" in calls.pgs else 0,
         declared_groups=len(trace.pg_sizes),

@@ -161,12 +161,24 @@ def _index_in_step(
     index = np.full(step.size, -1, dtype=np.int64)
     inside = np.flatnonzero(step >= 0)
     if inside.size:
-        order = inside[np.lexsort((inside, name[inside], step[inside]))]
-        key_s, key_n = step[order], name[order]
+        # In (step, code) order, ties in time order: one stable sort of one key (0 <= code < len(codes)),
+        # the temporaries freed as they go (at 1 GB of trace, 305,200 calls, the peak of `rank_times`).
+        key = step[inside]
+        key *= len(codes)
+        key += name[inside]
+        order = key.argsort(kind="stable")
+        key = key[order]
+        order = inside[order]
+        del inside
         new = np.ones(order.size, dtype=bool)
-        new[1:] = (key_s[1:] != key_s[:-1]) | (key_n[1:] != key_n[:-1])
-        first = np.maximum.accumulate(np.where(new, np.arange(order.size), 0))
-        index[order] = np.arange(order.size) - first
+        new[1:] = key[1:] != key[:-1]
+        del key
+        pos = np.arange(order.size)
+        first = np.where(new, pos, 0)
+        del new
+        np.maximum.accumulate(first, out=first)
+        pos -= first
+        index[order] = pos
     return name, tuple(codes), index
 
 
@@ -177,10 +189,17 @@ def first_wait(compute: iv.Union, t: np.ndarray) -> np.ndarray:
     s, e = compute
     if s.size == 0:
         return np.full(np.shape(t), -np.inf)
-    j = s.searchsorted(t, side="left") - 1
-    jj = np.maximum(j, 0)
-    covered = (j >= 0) & (e[jj] >= t)
-    return np.where(covered, np.nan, np.where(j >= 0, e[jj], -np.inf))
+    j = s.searchsorted(t, side="left")
+    j -= 1
+    after = j >= 0  # some compute interval starts before t
+    np.maximum(j, 0, out=j)
+    out = e[j]  # the end of the last one
+    del j
+    covered = out >= t
+    covered &= after
+    out[~after] = -np.inf
+    out[covered] = np.nan
+    return out
 
 
 def _call_phases(t: np.ndarray, hint: np.ndarray, hint_names: tuple[str, ...], phases: tuple[iv.Union, ...]) -> tuple[str, ...]:
@@ -220,12 +239,27 @@ class RankSplit(ArrayEq):
     """Issue → first wait (NaN when unknown)."""
 
 
-def cumulative(u: iv.Union, t: np.ndarray) -> np.ndarray:
-    """|u ∩ (−∞, t)| for each time in t."""
+COVER_BLOCK = 1 << 16
+"""Pairs `covered_length` measures at once (its temporaries are this many times, not every call's)."""
+
+
+def _before(u: iv.Union) -> np.ndarray:
+    """|u ∩ (−∞, s[j])| for each start s[j] of the union, then its whole length (built in place)."""
+    s, e = u
+    before = np.empty(s.size + 1)
+    before[0] = 0.0
+    np.subtract(e, s, out=before[1:])
+    np.cumsum(before[1:], out=before[1:])
+    return before
+
+
+def cumulative(u: iv.Union, t: np.ndarray, *, before: np.ndarray | None = None) -> np.ndarray:
+    """|u ∩ (−∞, t)| for each time in t. before: `_before(u)`, when the caller has it."""
     s, e = u
     if s.size == 0:
         return np.zeros(np.shape(t))
-    before = np.concatenate([[0.0], np.cumsum(e - s)])
+    if before is None:
+        before = _before(u)
     # In place: at 1 GB of trace t is every call's start (305,200), and each temporary 2.4 MB.
     j = s.searchsorted(t, side="right")
     j -= 1
@@ -240,9 +274,16 @@ def cumulative(u: iv.Union, t: np.ndarray) -> np.ndarray:
 
 
 def covered_length(u: iv.Union, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """|u ∩ [lo, hi)| for each pair (0 where hi <= lo)."""
-    lo = np.asarray(lo, dtype=np.float64)
-    covered = cumulative(u, np.maximum(hi, lo))
-    covered -= cumulative(u, lo)
-    np.maximum(covered, 0.0, out=covered)
-    return covered
+    """|u ∩ [lo, hi)| for each pair (lo, hi: 1-D, of one length; 0 where hi <= lo), COVER_BLOCK pairs at a time."""
+    lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+    if u[0].size == 0:
+        return np.zeros(lo.shape)
+    before = _before(u)
+    out = np.empty(lo.size)
+    for a in range(0, lo.size, COVER_BLOCK):
+        block_lo, block_hi = lo[a : a + COVER_BLOCK], hi[a : a + COVER_BLOCK]
+        covered = cumulative(u, np.maximum(block_hi, block_lo), before=before)
+        covered -= cumulative(u, block_lo, before=before)
+        np.maximum(covered, 0.0, out=covered)
+        out[a : a + COVER_BLOCK] = covered
+    return out
