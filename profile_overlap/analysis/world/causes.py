@@ -243,10 +243,16 @@ def _top_calls(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], *, kn
     del row_wait
     wait = np.bincount(inverse, weights=all_wait, minlength=len(groups))
 
+    joined: dict[str, np.ndarray] = {}
+
     def of_rows(rows: np.ndarray, column: str) -> np.ndarray:
-        """The split's column (RankSplit) at these rows, rank by rank."""
-        at = first_row.searchsorted(rows, side="right") - 1
-        return np.concatenate([getattr(splits[k], column)[sels[k][rows[at == k] - first_row[k]]] for k in np.unique(at).tolist()])
+        """The split's column (RankSplit) at these rows: one rank's read in place, several ranks'
+        joined once (a gather per rank and group would cost more than the copy)."""
+        if len(ranks) == 1:
+            return np.asarray(getattr(splits[0], column)[sels[0][rows]])
+        if column not in joined:
+            joined[column] = np.concatenate([getattr(split, column)[sel] for split, sel in zip(splits, sels)])
+        return np.asarray(joined[column][rows])
 
     kind_phase = {code: pair for pair, code in names.items()}
     out = []
