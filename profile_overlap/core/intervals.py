@@ -155,36 +155,21 @@ def intersect(a: Union, b: Union) -> Union:
         lists = a_s.tolist(), a_e.tolist(), b_s.tolist(), b_e.tolist()
         if _canonical(*lists[:2]) and _canonical(*lists[2:]):
             return _small_intersect(*lists)
-    # Each piece of the intersection starts at a start of one union that lies inside the other.
-    # For every start of `a`, the interval of `b` that could contain it is the last one starting
-    # at or before it; likewise the other way round. Within disjoint unions this finds every piece.
-    pieces_s, pieces_e = [], []
-    for (x_s, x_e), (y_s, y_e), x_is_a in ((a, b, True), (b, a, False)):
-        j = y_s.searchsorted(x_s, side="right") - 1
-        ok = j >= 0
-        j = np.where(ok, j, 0)
-        inside = ok & (y_e[j] > x_s)
-        if not x_is_a:
-            # When both start together the piece was already found from `a`'s side.
-            inside &= y_s[j] != x_s
-        pieces_s.append(x_s[inside])
-        pieces_e.append(np.minimum(x_e[inside], y_e[j[inside]]))
-    s = np.concatenate(pieces_s)
-    e = np.concatenate(pieces_e)
+    (a_start, a_end), (b_start, b_end) = _pieces(a, b)
+    s = np.concatenate((a_start, b_start))
+    e = np.concatenate((a_end, b_end))
     order = s.argsort(kind="stable")
     return s[order], e[order]
 
 
-def intersection_length(a: Union, b: Union) -> float:
-    """|a ∩ b| for two unions: `length(intersect(a, b))` to the bit, the pieces' lengths summed in
-    the same order (by start, ties as `intersect`'s stable sort puts them), without the pieces' ends
-    and the sort (at 1 GB of trace a rank's comm x compute, then the peak of `finish_rank`)."""
-    if a[0].size == 0 or b[0].size == 0:
-        return 0.0
-    if a[0].size + b[0].size <= SMALL:
-        return length(intersect(a, b))
-    starts, lengths = [], []
-    for (x_s, x_e), (y_s, y_e), x_is_a in ((a, b, True), (b, a, False)):  # as `intersect`
+def _pieces(a: Union, b: Union) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """The pieces of a ∩ b (non-empty unions) as (starts, ends): those starting at a start of `a`,
+    then those starting at a start of `b`, each in start order."""
+    # Each piece of the intersection starts at a start of one union that lies inside the other.
+    # For every start of `a`, the interval of `b` that could contain it is the last one starting
+    # at or before it; likewise the other way round. Within disjoint unions this finds every piece.
+    found = []
+    for (x_s, x_e), (y_s, y_e), x_is_a in ((a, b, True), (b, a, False)):
         j = y_s.searchsorted(x_s, side="right")
         j -= 1
         ok = j >= 0
@@ -192,23 +177,33 @@ def intersection_length(a: Union, b: Union) -> float:
         inside = y_e[j] > x_s
         inside &= ok
         if not x_is_a:
+            # When both start together the piece was already found from `a`'s side.
             inside &= y_s[j] != x_s
-        start = x_s[inside]
-        piece = np.minimum(x_e[inside], y_e[j[inside]])
-        del j, ok, inside
-        piece -= start
-        starts.append(start)
-        lengths.append(piece)
+        found.append((x_s[inside], np.minimum(x_e[inside], y_e[j[inside]])))
+    return found[0], found[1]
+
+
+def intersection_length(a: Union, b: Union) -> float:
+    """|a ∩ b| for two unions: `length(intersect(a, b))` to the bit, the pieces' lengths summed in
+    the same order (by start, ties as `intersect`'s stable sort puts them), without sorting the
+    pieces (at 1 GB of trace a rank's comm x compute, then the peak of `finish_rank`)."""
+    if a[0].size == 0 or b[0].size == 0:
+        return 0.0
+    if a[0].size + b[0].size <= SMALL:
+        return length(intersect(a, b))
+    (a_start, a_len), (b_start, b_len) = _pieces(a, b)
+    a_len -= a_start  # the ends become lengths, in place
+    b_len -= b_start
     # Where the stable sort of (a's pieces, b's pieces) by start puts each of b's: after every piece
     # of a starting at or before it, and after b's earlier pieces (both sides are in start order).
-    at_b = starts[0].searchsorted(starts[1], side="right")
+    at_b = a_start.searchsorted(b_start, side="right")
     at_b += np.arange(at_b.size)
-    del starts
-    merged = np.empty(lengths[0].size + lengths[1].size)
+    del a_start, b_start
+    merged = np.empty(a_len.size + b_len.size)
     is_a = np.ones(merged.size, dtype=bool)
     is_a[at_b] = False
-    merged[at_b] = lengths[1]
-    merged[is_a] = lengths[0]
+    merged[at_b] = b_len
+    merged[is_a] = a_len
     return float(np.sum(merged))
 
 

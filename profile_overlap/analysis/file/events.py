@@ -197,7 +197,7 @@ def extract(trace: Trace, *, release: bool = False) -> FileEvents:
         phases = phase_windows(trace, main, steps, kernel_times)
         step_start, step_end = device_windows(step_cpu_start, step_cpu_end, kernel_times)
         del kernel_times
-        cpu_known = cpu_facts(cpu, np.zeros(0, dtype=np.int64))  # a GPU trace's CPU events all have a class
+        cpu_known = cpu_facts(cpu)
         calls = _gpu_calls(trace, comm_rows, comm, comm_dur, comm_tid, hints, release=release)
         del comm_rows, comm_tid, comm_dur, hints
         operators = gpu_operators(kernels, compute_rows, compute.start, compute.end)

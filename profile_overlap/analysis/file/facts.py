@@ -196,8 +196,11 @@ class CpuFacts:
     collective_ops: int = 0
 
 
-def cpu_facts(cpu: Events, unclassified_rows: np.ndarray) -> CpuFacts:
-    """unclassified_rows: the CPU rows counted as neither communication, compute nor ignored (none on GPU)."""
+def cpu_facts(cpu: Events, unclassified_rows: np.ndarray | None = None) -> CpuFacts:
+    """unclassified_rows: the CPU rows counted as neither communication, compute nor ignored (none,
+    the default, on GPU: every CPU event there has a class)."""
+    if unclassified_rows is None:
+        unclassified_rows = np.zeros(0, dtype=np.int64)
     if not len(cpu):
         return CpuFacts()
     collective_codes = [i for i, n in enumerate(cpu.names) if n.startswith((*COLLECTIVE_OP_PREFIXES, RECORD_PARAM_COMMS))]

@@ -9,8 +9,8 @@ from profile_overlap.analysis.read.classify import AUTOGRAD_FRAME_RE, PROFILER_S
 from profile_overlap.analysis.read.trace import CPU_OP, USER_ANNOTATION, Trace
 from profile_overlap.core import intervals as iv
 
-HINTS_BLOCK = 1 << 16
-"""Events that `Labeller.hints` walks up their labels at once."""
+BLOCK = 1 << 16
+"""Events that `Labeller.label` and `Labeller.hints` walk up their labels at once."""
 
 
 class Labeller:
@@ -49,12 +49,12 @@ class Labeller:
         """Per event, classify.phase_hint of the labels open on its thread at its time (t: times,
         NaN for unknown; tid: thread codes, -1 for none): the phase of the innermost open engine
         range, else "backward" inside autograd's frames, else None. Per thread, the events walk up
-        their enclosing labels together, HINTS_BLOCK events at a time (at 1 GB of trace, 305,200 calls on
+        their enclosing labels together, BLOCK events at a time (at 1 GB of trace, 305,200 calls on
         one thread, the whole at once held 27 MB of temporaries)."""
         t, tid = np.asarray(t, dtype=np.float64), np.asarray(tid)
         out: list[str | None] = []
-        for lo in range(0, t.size, HINTS_BLOCK):
-            out += self._hints(t[lo : lo + HINTS_BLOCK], tid[lo : lo + HINTS_BLOCK].astype(np.int64))
+        for lo in range(0, t.size, BLOCK):
+            out += self._hints(t[lo : lo + BLOCK], tid[lo : lo + BLOCK].astype(np.int64))
         return out
 
     def _hints(self, t: np.ndarray, tid: np.ndarray) -> list[str | None]:
@@ -98,10 +98,10 @@ class Labeller:
 
     def label(self, t: np.ndarray, tid: np.ndarray, fallback: np.ndarray) -> np.ndarray:
         """t: event times; tid: thread codes (-1: none); fallback: label codes to use otherwise.
-        HINTS_BLOCK events at a time (at 1 GB of trace, 610,400 kernels: 15 MB of temporaries at once)."""
+        BLOCK events at a time (at 1 GB of trace, 610,400 kernels: 15 MB of temporaries at once)."""
         out = fallback.astype(np.int32, copy=True)
-        for lo in range(0, out.size, HINTS_BLOCK):
-            self._label(t[lo : lo + HINTS_BLOCK], tid[lo : lo + HINTS_BLOCK], out[lo : lo + HINTS_BLOCK])
+        for lo in range(0, out.size, BLOCK):
+            self._label(t[lo : lo + BLOCK], tid[lo : lo + BLOCK], out[lo : lo + BLOCK])
         return out
 
     def _label(self, t: np.ndarray, tid: np.ndarray, out: np.ndarray) -> None:
