@@ -171,3 +171,21 @@ def test_intersection_length_is_the_length_of_the_intersection_to_the_bit():
                 assert iv.intersection_length(a, b) == iv.length(iv.intersect(a, b)), (a, b)
                 assert iv.intersection_length(b, a) == iv.length(iv.intersect(b, a)), (a, b)
     assert iv.intersection_length(iv.EMPTY, u((0, 1))) == 0.0
+
+
+def test_intersect_in_blocks_finds_the_pieces_of_one_pass_to_the_bit(monkeypatch):
+    # A block smaller than either union, one that divides neither size, and one larger than both:
+    # the same pieces in the same order, so intersect and intersection_length do not change.
+    rng = np.random.default_rng(5)
+    cases = []
+    for size in (40, 400, 1000):
+        start = rng.integers(0, 8 * size, (2, size)).astype(float) + rng.random((2, size))
+        span = rng.integers(0, 6, (2, size)) * rng.random((2, size))
+        cases.append(tuple(iv.union(start[k], start[k] + span[k]) for k in (0, 1)))
+    monkeypatch.setattr(iv, "PIECES_BLOCK", 1 << 20)
+    whole = [(iv.intersect(a, b), iv.intersection_length(a, b), iv.intersect(b, a)) for a, b in cases]
+    for block in (1, 7, 64):
+        monkeypatch.setattr(iv, "PIECES_BLOCK", block)
+        for (a, b), (ab, length, ba) in zip(cases, whole):
+            assert _bits(iv.intersect(a, b), ab) and _bits(iv.intersect(b, a), ba), block
+            assert iv.intersection_length(a, b) == length, block

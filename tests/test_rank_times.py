@@ -16,7 +16,12 @@ def test_each_call_is_numbered_among_its_steps_calls_of_its_kind_and_phase_in_ti
         step = rng.integers(-1, 5, n).astype(np.int64)
         kinds = tuple(rng.choice(["all_reduce", "all_gather", "reduce_scatter"], n).tolist())
         phases = tuple(rng.choice(["forward", "backward", "other"], n).tolist())
-        code, pairs, index = _index_in_step(step, kinds, phases)
+        kind_names, phase_names = ("all_gather", "reduce_scatter", "all_reduce"), ("other", "forward", "backward")
+        kind = np.array([kind_names.index(k) for k in kinds], dtype=np.int32)
+        phase = np.array([phase_names.index(p) for p in phases], dtype=np.int64)
+        code, pairs, index = _index_in_step(step, kind, kind_names, phase, phase_names)
+        # The codes number the (kind, phase) pairs in the order the calls first meet them.
+        assert pairs == tuple(dict.fromkeys(zip(kinds, phases)))
         seen: dict[tuple[int, str, str], int] = {}
         for i in range(n):
             assert pairs[code[i]] == (kinds[i], phases[i])
@@ -69,3 +74,30 @@ def test_covered_length_in_blocks_is_the_whole_at_once_to_the_bit():
     whole = cumulative(u, np.maximum(hi, lo)) - cumulative(u, lo)
     np.maximum(whole, 0.0, out=whole)
     assert np.array_equal(covered_length(u, lo, hi), whole)
+
+
+def test_a_calls_phase_is_the_first_window_holding_its_issue_else_its_hint_else_other():
+    from profile_overlap.analysis.rank.rank_times import _call_phases
+    from profile_overlap.core.modes import PHASES
+
+    windows = {"forward": iv.union([0.0], [10.0]), "backward": iv.union([5.0, 20.0], [15.0, 30.0])}
+    phases = tuple(windows.get(name, iv.EMPTY) for name in PHASES)
+    t = np.array([1.0, 6.0, 12.0, 25.0, 40.0, 41.0, 42.0, 43.0])
+    # Hints: -1 none, 0 "" (unnamed), 1 "optimizer", 2 "forward" (a hint named like a window).
+    hint = np.array([1, -1, 2, 1, -1, 0, 1, 2], dtype=np.int32)
+    code, names = _call_phases(t, hint, ("", "optimizer", "forward"), phases)
+    assert names[: len(PHASES)] == PHASES and len(set(names)) == len(names)
+    got = [names[c] for c in code.tolist()]
+    assert got == ["forward", "forward", "backward", "backward", "other", "other", "optimizer", "forward"]
+
+
+def test_codes_number_the_values_in_the_order_the_calls_first_meet_them():
+    from profile_overlap.analysis.rank.rank_times import FEW_VALUES, _codes_in_order
+
+    rng = np.random.default_rng(9)
+    for n, size in ((0, 4), (1, 4), (500, 6), (5000, FEW_VALUES * 4)):  # the last takes np.unique's path
+        value = rng.integers(0, size, n)
+        code, met = _codes_in_order(value, size)
+        seen: dict[int, int] = {}
+        want = [seen.setdefault(v, len(seen)) for v in value.tolist()]
+        assert code.tolist() == want and met == list(seen) and code.dtype == np.int64

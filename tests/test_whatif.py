@@ -147,6 +147,27 @@ def test_calls_in_flight_together_share_the_time():
     assert stream_shares(np.array([0.0, 10.0]), np.array([4.0, 12.0])).tolist() == [4.0, 2.0]  # one stream: the durations
 
 
+def test_each_calls_share_is_every_stretch_of_it_divided_by_the_calls_in_flight_then():
+    import numpy as np
+
+    from profile_overlap.analysis.file.replay import stream_shares
+    from profile_overlap.core import intervals as iv
+
+    rng = np.random.default_rng(4)
+    for n in (1, 3, 40, 300):
+        starts = rng.integers(0, 2 * n, n).astype(float) + rng.random(n) * (n % 2)
+        ends = starts + rng.integers(0, 6, n) * rng.random(n)
+        edges = sorted(set(starts.tolist()) | set(ends.tolist()))
+        want = np.zeros(n)
+        for lo, hi in zip(edges, edges[1:]):  # the definition, stretch by stretch
+            flying = (starts <= lo) & (ends >= hi)
+            if flying.any():
+                want[flying] += (hi - lo) / flying.sum()
+        got = stream_shares(starts, ends)
+        assert np.allclose(got, want, rtol=1e-12, atol=1e-9), n
+        assert abs(got.sum() - sum(hi - lo for lo, hi in zip(*(x.tolist() for x in iv.union(starts, ends))))) < 1e-6
+
+
 @pytest.mark.parametrize(
     ("speedups", "expected"),
     [

@@ -81,12 +81,37 @@ def stream_shares(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     calls on one stream never overlap, and there a share is the duration)."""
     if starts.size == 0:
         return np.zeros(0)
-    edges = np.unique(np.concatenate([starts, ends]))
-    mids = (edges[:-1] + edges[1:]) / 2
-    in_flight = np.searchsorted(np.sort(starts), mids, side="right") - np.searchsorted(np.sort(ends), mids, side="right")
-    per_us = np.where(in_flight > 0, np.diff(edges) / np.maximum(in_flight, 1), 0.0)
-    cum = np.concatenate([[0.0], per_us.cumsum()])
-    out: np.ndarray = cum[edges.searchsorted(ends)] - cum[edges.searchsorted(starts)]
+    # As np.unique(np.concatenate([starts, ends])), the mids of the edges, the calls in flight at each
+    # and the time per call there, the same numbers to the bit, one temporary at a time and in place
+    # where one can be reused (at 1 GB of trace 305,200 calls, where finish_rank peaked).
+    edges = np.concatenate([starts, ends])
+    edges.sort()
+    if np.isnan(edges[-1]):  # NaNs sort last; np.unique keeps one
+        edges = np.unique(edges)
+    else:
+        distinct = np.empty(edges.size, dtype=bool)
+        distinct[0] = True
+        np.not_equal(edges[1:], edges[:-1], out=distinct[1:])
+        edges = edges[distinct]
+        del distinct
+    mids = edges[:-1] + edges[1:]
+    mids /= 2
+    in_flight = np.searchsorted(np.sort(starts), mids, side="right")
+    in_flight -= np.searchsorted(np.sort(ends), mids, side="right")
+    del mids
+    busy = in_flight > 0
+    np.maximum(in_flight, 1, out=in_flight)
+    per_us = np.diff(edges)
+    per_us /= in_flight
+    del in_flight
+    per_us[~busy] = 0.0
+    del busy
+    cum = np.empty(per_us.size + 1)
+    cum[0] = 0.0
+    np.cumsum(per_us, out=cum[1:])
+    del per_us
+    out: np.ndarray = cum[edges.searchsorted(ends)]
+    out -= cum[edges.searchsorted(starts)]
     return out
 
 

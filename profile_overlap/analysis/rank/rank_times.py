@@ -100,12 +100,13 @@ def rank_times(
     order = calls.start_us.argsort(kind="stable")
     start = instances.start_us
     end = start + instances.dur_us
+    wait_from = first_wait(compute, end)  # here, while few of the columns below are alive beside its temporaries
     if device == "cuda":  # the runtime call that launched the kernel (NaN without launch events)
         issue = calls.launch_us[order]
     else:  # the c10d op on the calling thread (NaN when no op was matched to the gloo work)
         issue = calls.issued_us[order]
     phases = tuple(iv.union(phase_start[phase == i], phase_end[phase == i]) for i in range(len(PHASES)))
-    names = _call_phases(calls.issue_or_start()[order], calls.hint[order], calls.hints, phases)
+    phase_code, phase_names = _call_phases(calls.issue_or_start()[order], calls.hint[order], calls.hints, phases)
     del order
 
     # The step whose window holds each call's start.
@@ -116,15 +117,20 @@ def rank_times(
         inside = (start >= s_lo[j]) & (start < s_hi[j])
         step = np.where(inside, s_num[j], -1)
         step_end_us = np.where(inside, s_hi[j], np.nan)
+        del j, inside
     else:  # no step windows: the whole trace is one window, with no end to count slack to
         step, step_end_us = np.zeros(start.size, dtype=np.int64), np.full(start.size, np.nan)
 
-    kinds = tuple(instances.kinds[k] for k in instances.kind.tolist())
-    kind_phase, kind_phases, index = _index_in_step(step, kinds, names)
-    del kinds, names  # a name per call: not alive beside first_wait's temporaries
-    group_of: dict[tuple[str, str], int] = {}
-    pairs = zip(instances.pg.tolist(), instances.kind.tolist())
-    group = np.fromiter((group_of.setdefault((instances.pgs[g], instances.kinds[k]), len(group_of)) for g, k in pairs), np.int64, n)
+    kind_phase, kind_phases, index = _index_in_step(step, instances.kind, instances.kinds, phase_code, phase_names)
+    del phase_code
+    # Each call's (group, kind) numbered in the order the calls first meet them.
+    width = max(len(instances.kinds), 1)
+    pair = instances.pg.astype(np.int64)
+    pair *= width
+    pair += instances.kind
+    group, met = _codes_in_order(pair, len(instances.pgs) * width)
+    del pair
+    group_of = [(instances.pgs[v // width], instances.kinds[v % width]) for v in met]
 
     return RankTimes(
         compute=compute,
@@ -145,41 +151,68 @@ def rank_times(
             step=step,
             step_end_us=step_end_us,
             index=index,
-            first_wait_us=first_wait(compute, end),
+            first_wait_us=wait_from,
         ),
         issue_known=bool(np.isfinite(issue).all()),
     )
 
 
 def _index_in_step(
-    step: np.ndarray, kinds: tuple[str, ...], phases: tuple[str, ...]
+    step: np.ndarray, kind: np.ndarray, kind_names: tuple[str, ...], phase: np.ndarray, phase_names: tuple[str, ...]
 ) -> tuple[np.ndarray, tuple[tuple[str, str], ...], np.ndarray]:
-    """(code of each call's (kind, phase), the (kind, phase) of each code, each call's index among
-    the calls of its step, kind and phase in time order (-1 outside steps))."""
-    codes: dict[tuple[str, str], int] = {}
-    name = np.fromiter((codes.setdefault(kp, len(codes)) for kp in zip(kinds, phases)), np.int64, len(kinds))
-    index = np.full(step.size, -1, dtype=np.int64)
-    inside = np.flatnonzero(step >= 0)
-    if inside.size:
-        # In (step, code) order, ties in time order: one stable sort of one key (0 <= code < len(codes)),
-        # the temporaries freed as they go (at 1 GB of trace, 305,200 calls, the peak of `rank_times`).
-        key = step[inside]
-        key *= len(codes)
-        key += name[inside]
-        order = key.argsort(kind="stable")
-        key = key[order]
-        order = inside[order]
-        del inside
-        new = np.ones(order.size, dtype=bool)
-        new[1:] = key[1:] != key[:-1]
-        del key
-        pos = np.arange(order.size)
-        first = np.where(new, pos, 0)
-        del new
-        np.maximum.accumulate(first, out=first)
-        pos -= first
-        index[order] = pos
+    """(code of each call's (kind, phase), the (kind, phase) of each code in the order the calls first
+    meet them, each call's index among the calls of its step, kind and phase in time order (-1 outside
+    steps)). kind, phase: each call's code in kind_names, phase_names (each without repeats)."""
+    # Codes, not a pair of names per call: at 1 GB of trace 305,200 calls, where rank_times peaks.
+    width = max(len(phase_names), 1)
+    pair = kind.astype(np.int64)
+    pair *= width
+    pair += phase
+    name, met = _codes_in_order(pair, len(kind_names) * width)
+    del pair
+    codes = [(kind_names[v // width], phase_names[v % width]) for v in met]
+    # In (step, code) order, ties in time order: one stable sort of one key (0 <= code < len(codes); -1
+    # for the calls outside steps, sorted first and numbered -1 after), each temporary's buffer reused
+    # (at 1 GB of trace, 305,200 calls, the peak of `rank_times`).
+    outside = step < 0
+    key = step * len(codes)
+    key += name
+    key[outside] = -1
+    order = key.argsort(kind="stable")
+    index = key[order]  # the keys in order, then the position of each run's first call, then the index
+    del key
+    new = np.ones(order.size, dtype=bool)
+    new[1:] = index[1:] != index[:-1]
+    pos = np.arange(order.size)
+    np.multiply(new, pos, out=index)
+    del new
+    np.maximum.accumulate(index, out=index)
+    pos -= index
+    index[order] = pos
+    del pos, order
+    index[outside] = -1
     return name, tuple(codes), index
+
+
+FEW_VALUES = 64
+"""Up to this many distinct values, `_codes_in_order` finds each one's first element by a pass over
+them all (no sort, no temporary the size of the column); above, by np.unique."""
+
+
+def _codes_in_order(value: np.ndarray, size: int) -> tuple[np.ndarray, list[int]]:
+    """(each element's code, the value of each code) for integers in [0, size): the codes number the
+    distinct values in the order the elements first meet them, as a dict's setdefault would."""
+    if not value.size:
+        return np.zeros(0, dtype=np.int64), []
+    values = np.flatnonzero(np.bincount(value, minlength=size))
+    if values.size <= FEW_VALUES:
+        met = sorted(values.tolist(), key=lambda v: int(np.argmax(value == v)))
+    else:
+        distinct, first = np.unique(value, return_index=True)
+        met = distinct[np.argsort(first)].tolist()
+    lookup = np.zeros(size, dtype=np.int64)
+    lookup[met] = np.arange(len(met))
+    return lookup[value], met
 
 
 def first_wait(compute: iv.Union, t: np.ndarray) -> np.ndarray:
@@ -202,20 +235,24 @@ def first_wait(compute: iv.Union, t: np.ndarray) -> np.ndarray:
     return out
 
 
-def _call_phases(t: np.ndarray, hint: np.ndarray, hint_names: tuple[str, ...], phases: tuple[iv.Union, ...]) -> tuple[str, ...]:
-    """The phase window holding each call's issue as `phase_collectives` attributes it (CPU: its c10d
-    op; GPU: its kernel's start, in the device-side windows); else its engine labels' phase
-    (CollectiveCall.phase_hint); else "other". t: each call's issue, else its start
-    (Calls.issue_or_start); hint: its code in hint_names (Calls.hint, -1: none)."""
-    hints = (*(h or OTHER for h in hint_names), OTHER)  # code -1 (no hint) -> OTHER
-    out = [hints[h] for h in hint.tolist()]
+def _call_phases(
+    t: np.ndarray, hint: np.ndarray, hint_names: tuple[str, ...], phases: tuple[iv.Union, ...]
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """(each call's code in names, names): the phase window holding each call's issue as
+    `phase_collectives` attributes it (CPU: its c10d op; GPU: its kernel's start, in the device-side
+    windows); else its engine labels' phase (CollectiveCall.phase_hint); else "other". t: each call's
+    issue, else its start (Calls.issue_or_start); hint: its code in hint_names (Calls.hint, -1: none).
+    names: PHASES first (in that order), then "other" and the hints' other names, without repeats."""
+    names = tuple(dict.fromkeys((*PHASES, OTHER, *(h or OTHER for h in hint_names))))
+    of_hint = np.array([names.index(h or OTHER) for h in hint_names] + [names.index(OTHER)], dtype=np.int64)
+    code = of_hint[hint]  # code -1 (no hint) -> the last entry, OTHER
     done = np.zeros(t.size, dtype=bool)
-    for name, union in zip(PHASES, phases):
-        inside = iv.covers(union, t) & ~done
-        for n in inside.nonzero()[0].tolist():
-            out[n] = name
+    for i, union in enumerate(phases):  # names[i] is PHASES[i]
+        inside = iv.covers(union, t)
+        inside &= ~done
+        code[inside] = i
         done |= inside
-    return tuple(out)
+    return code, names
 
 
 @dataclass(frozen=True, eq=False)

@@ -12,7 +12,7 @@ clock; a peer's start moves onto it by the two offsets.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -167,7 +167,9 @@ def explain(ranks: Sequence[RankAnalysis], clocks: ClockAlignment) -> Explained 
         if several and r.rank in offsets:
             split = _split(r, offsets[r.rank], latest[r.rank], late[r.rank], count[r.rank])
         else:
-            split = _split(r, offsets.get(r.rank, 0.0), np.zeros(n), np.full(n, -1), np.zeros(n, dtype=np.int64))
+            # No peer's start: columns of one value, as views that take no memory (3 x 8 bytes a call).
+            none = (np.broadcast_to(np.zeros(1), (n,)), np.broadcast_to(np.full(1, -1), (n,)), np.broadcast_to(np.zeros(1, dtype=np.int64), (n,)))
+            split = _split(r, offsets.get(r.rank, 0.0), *none)
         splits.append(split)
         exposed_us = iv.length(r.times.exposed)
         known = several and r.rank in offsets
@@ -221,27 +223,28 @@ def _top_calls(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], *, kn
     # The (name, index) pairs as one int64 code in the same order as the rows of
     # np.unique(axis=0) (both are >= 0: calls inside steps), which sorts them much faster.
     span = max(int(r.times.calls.index[sel].max()) + 1 for r, sel in zip(ranks, sels) if sel.size)
-    keys, row_exposed, row_wait = [], [], []
-    for r, split, sel, to_global in zip(ranks, splits, sels, to_globals):
+    keys = []
+    for r, sel, to_global in zip(ranks, sels, to_globals):
         c = r.times.calls
         key = to_global[c.kind_phase[sel]]
         key *= span
         key += c.index[sel]
         keys.append(key)
-        wait = split.call_wait_us[sel]
-        row_exposed.append(wait + split.call_transfer_us[sel])  # the same sum as the rank's exposed above
-        row_wait.append(wait)
-    del key, wait
+    del key
     key = keys[0] if len(keys) == 1 else np.concatenate(keys)
     del keys
     codes, inverse = _unique(key, len(names) * span)
     del key
     groups = np.stack([codes // span, codes % span], axis=1)
-    exposed = np.bincount(inverse, weights=row_exposed[0] if len(ranks) == 1 else np.concatenate(row_exposed), minlength=len(groups))
-    del row_exposed
-    all_wait = row_wait[0] if len(ranks) == 1 else np.concatenate(row_wait)
-    del row_wait
-    wait = np.bincount(inverse, weights=all_wait, minlength=len(groups))
+
+    def rows(column: Callable[[RankSplit, np.ndarray], np.ndarray]) -> np.ndarray:
+        """A column over every row, rank after rank (one column alive at a time: peak memory)."""
+        parts = [column(split, sel) for split, sel in zip(splits, sels)]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    # The same sum as the rank's exposed above, then the wait.
+    exposed = np.bincount(inverse, weights=rows(lambda split, sel: split.call_wait_us[sel] + split.call_transfer_us[sel]), minlength=len(groups))
+    wait = np.bincount(inverse, weights=rows(lambda split, sel: split.call_wait_us[sel]), minlength=len(groups))
 
     joined: dict[str, np.ndarray] = {}
 
@@ -272,9 +275,9 @@ def _top_calls(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], *, kn
         needed = busbw_gbps(kind, nbytes, slack, group if group >= 0 else None) if slack and nbytes else None
         late: dict[int, float] = defaultdict(float)
         late_of = of_rows(members, "late_rank")
-        for m, who in zip(members.tolist(), late_of.tolist()):
-            if all_wait[m] > 0 and who >= 0:
-                late[int(who)] += float(all_wait[m])
+        for waited, who in zip(of_rows(members, "call_wait_us").tolist(), late_of.tolist()):
+            if waited > 0 and who >= 0:
+                late[int(who)] += float(waited)
         late_rank = max(sorted(late), key=lambda k: late[k]) if late else None
         out.append(
             ExposedCall(

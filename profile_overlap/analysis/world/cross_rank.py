@@ -163,6 +163,8 @@ def _last_arrivals(ranks: list[RankAnalysis], keys: list[np.ndarray], clocks: Cl
     """Per rank, how many calls it started last, on the aligned clock (the lower rank on an exact
     tie), of the calls that at least two aligned ranks made."""
     on = [i for i, r in enumerate(ranks) if r.rank in clocks.offsets_us]
+    if len(on) < 2:  # no call has two aligned ranks (and no sort of one rank's calls to find that out)
+        return Counter()
     key = np.concatenate([keys[i] for i in on]) if on else np.zeros(0, np.int64)
     at = np.concatenate([ranks[i].instances.start_us - clocks.offset(ranks[i].rank) for i in on]) if on else np.zeros(0)
     rank = np.concatenate([np.full(len(ranks[i].instances), ranks[i].rank) for i in on]) if on else np.zeros(0, np.int64)
