@@ -286,13 +286,14 @@ def many(folder: Path, *, ranks: int, kb: float, runs: int) -> None:
 
 
 def large(sizes_gb: list[float], tmp: Path, baseline: Path | None = None) -> int:
-    """Peak memory against the file size: one trace per size, the largest also gzipped; with a
-    baseline, that tree on the same file right after."""
+    """Peak memory against the file size: one trace per size, the largest also gzipped, analysed in
+    process (analyze_dir, one worker) and by the command as a user runs it (`analyze DIR --json OUT`);
+    with a baseline, that tree on the same file right after."""
     import shutil
 
-    before = " baseline: CPU (s) | baseline: peak RSS (MiB) |" if baseline else ""
-    print("| file | events | time (s) | CPU (s) | peak RSS (MiB) | MiB per GB |" + before)
-    print("|---|---:|---:|---:|---:|---:|" + "---:|---:|" * bool(baseline))
+    before = " baseline: CPU (s) | baseline: peak RSS (MiB) | baseline: command's peak (MiB) |" if baseline else ""
+    print("| file | events | time (s) | CPU (s) | peak RSS (MiB) | MiB per GB | command: time (s) | command: peak RSS (MiB) | command: MiB per GB |" + before)
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|---:|---:|" * bool(baseline))
     cases = [(gb, ".json") for gb in sizes_gb] + [(max(sizes_gb), ".json.gz")]
     for gb, suffix in cases:
         if shutil.disk_usage(tmp).free < 1.2 * gb * 1e9:
@@ -303,15 +304,24 @@ def large(sizes_gb: list[float], tmp: Path, baseline: Path | None = None) -> int
             path = folder / f"rank0.pt.trace{suffix}"
             e = write_large_trace(path, target_bytes=int(gb * 1e9), rank=0, world_size=1)
             got = measure("ours_1proc", [path])
+            # The command as a user runs it (`analyze DIR --json OUT`, console to a file): its own process.
+            # Its outputs beside the folder, not in it (a later run would read them as traces).
+            out = Path(f"{folder}.out")
+            out.mkdir()
+            cmd = measure_command(folder, json_out=out / "a.json", console=out / "console.txt")
             base = measure("ours_1proc", [path], tree=baseline) if baseline else None
+            base_cmd = measure_command(folder, json_out=out / "b.json", console=out / "console.txt", tree=baseline) if baseline else None
+            gb_file = e.nbytes / 1e9
             print(
-                f"| {e.nbytes / 1e9:.2f} GB{' gzipped' if suffix.endswith('gz') else ''} | {e.num_events:,} | "
-                f"{got['seconds']:.1f} | {got['cpu_s']:.1f} | {got['peak_rss_mb']:.0f} | {got['peak_rss_mb'] / (e.nbytes / 1e9):.0f} |"
-                + (f" {base.get('cpu_s', float('nan')):.1f} | {base['peak_rss_mb']:.0f} |" if base else ""),
+                f"| {gb_file:.2f} GB{' gzipped' if suffix.endswith('gz') else ''} | {e.num_events:,} | "
+                f"{got['seconds']:.1f} | {got['cpu_s']:.1f} | {got['peak_rss_mb']:.0f} | {got['peak_rss_mb'] / gb_file:.0f} | "
+                f"{cmd['seconds']:.1f} | {cmd['peak_rss_mb']:.1f} | {cmd['peak_rss_mb'] / gb_file:.1f} |"
+                + (f" {base.get('cpu_s', float('nan')):.1f} | {base['peak_rss_mb']:.0f} | {base_cmd['peak_rss_mb']:.1f} |" if base and base_cmd else ""),
                 flush=True,
             )
         finally:
             shutil.rmtree(folder)
+            shutil.rmtree(f"{folder}.out", ignore_errors=True)
     return 0
 
 
