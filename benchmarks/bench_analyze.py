@@ -292,7 +292,10 @@ def large(sizes_gb: list[float], tmp: Path, baseline: Path | None = None) -> int
     import shutil
 
     before = " baseline: CPU (s) | baseline: peak RSS (MiB) | baseline: command's peak (MiB) |" if baseline else ""
-    print("| file | events | time (s) | CPU (s) | peak RSS (MiB) | MiB per GB | command: time (s) | command: peak RSS (MiB) | command: MiB per GB |" + before)
+    print(
+        "| file | events | time (s) | CPU (s) | peak RSS (MiB) | MiB per GB |"
+        " command: time (s) | command: peak RSS (MiB) | command: MiB per GB |" + before
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|---:|---:|" * bool(baseline))
     cases = [(gb, ".json") for gb in sizes_gb] + [(max(sizes_gb), ".json.gz")]
     for gb, suffix in cases:
@@ -316,7 +319,11 @@ def large(sizes_gb: list[float], tmp: Path, baseline: Path | None = None) -> int
                 f"| {gb_file:.2f} GB{' gzipped' if suffix.endswith('gz') else ''} | {e.num_events:,} | "
                 f"{got['seconds']:.1f} | {got['cpu_s']:.1f} | {got['peak_rss_mb']:.0f} | {got['peak_rss_mb'] / gb_file:.0f} | "
                 f"{cmd['seconds']:.1f} | {cmd['peak_rss_mb']:.1f} | {cmd['peak_rss_mb'] / gb_file:.1f} |"
-                + (f" {base.get('cpu_s', float('nan')):.1f} | {base['peak_rss_mb']:.0f} | {base_cmd['peak_rss_mb']:.1f} |" if base and base_cmd else ""),
+                + (
+                    f" {base.get('cpu_s', float('nan')):.1f} | {base['peak_rss_mb']:.0f} | {base_cmd['peak_rss_mb']:.1f} |"
+                    if base and base_cmd
+                    else ""
+                ),
                 flush=True,
             )
         finally:

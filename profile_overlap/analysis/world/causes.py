@@ -168,7 +168,11 @@ def explain(ranks: Sequence[RankAnalysis], clocks: ClockAlignment) -> Explained 
             split = _split(r, offsets[r.rank], latest[r.rank], late[r.rank], count[r.rank])
         else:
             # No peer's start: columns of one value, as views that take no memory (3 x 8 bytes a call).
-            none = (np.broadcast_to(np.zeros(1), (n,)), np.broadcast_to(np.full(1, -1), (n,)), np.broadcast_to(np.zeros(1, dtype=np.int64), (n,)))
+            none = (
+                np.broadcast_to(np.zeros(1), (n,)),
+                np.broadcast_to(np.full(1, -1), (n,)),
+                np.broadcast_to(np.zeros(1, dtype=np.int64), (n,)),
+            )
             split = _split(r, offsets.get(r.rank, 0.0), *none)
         splits.append(split)
         exposed_us = iv.length(r.times.exposed)
@@ -243,7 +247,9 @@ def _top_calls(ranks: Sequence[RankAnalysis], splits: Sequence[RankSplit], *, kn
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     # The same sum as the rank's exposed above, then the wait.
-    exposed = np.bincount(inverse, weights=rows(lambda split, sel: split.call_wait_us[sel] + split.call_transfer_us[sel]), minlength=len(groups))
+    exposed = np.bincount(
+        inverse, weights=rows(lambda split, sel: split.call_wait_us[sel] + split.call_transfer_us[sel]), minlength=len(groups)
+    )
     wait = np.bincount(inverse, weights=rows(lambda split, sel: split.call_wait_us[sel]), minlength=len(groups))
 
     joined: dict[str, np.ndarray] = {}
