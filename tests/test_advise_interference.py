@@ -14,7 +14,7 @@ from profile_overlap.record.call_cost import BANDWIDTH, FIT, LATENCY
 from profile_overlap.record.config import RunConfig
 from profile_overlap.record.interference_used import NONE, OPERATORS, SPLIT_BLOCKING, UsedInterference
 from profile_overlap.render.advice import item_line, report_sections
-from profile_overlap.render.document import Code
+from profile_overlap.render.document import Code, Table
 from profile_overlap.tools.advise import candidates as advise_replay
 from profile_overlap.tools.advise import overlap_costs
 from profile_overlap.tools.advise.candidates import Candidate
@@ -193,3 +193,15 @@ def test_the_report_says_to_calibrate_first_when_the_top_item_charged_no_measure
     unmeasured = msgspec.structs.replace(measured, interference=none)
     assert _measure_line(tmp_path, (measured,)) == "python -m profile_overlap advise runs/r --verify --repeats 5"
     assert _measure_line(tmp_path, (unmeasured, measured)) == "python -m profile_overlap advise runs/r --calibrate --verify --repeats 5"
+
+
+def test_a_change_whose_gain_is_within_the_noise_says_it_is_not_advised_in_the_console_and_the_report(tmp_path):
+    line = item_line(1, _item(0.5))  # worth it only above 1 ms (the item's noise)
+    assert "predicted gain 0.50 [-0.50, 1.50] ms per step (within the noise: not advised)" in line
+    assert "not advised" not in item_line(1, _item(3.0))
+    advice = Advice(schema=1, source="runs/r", is_job=False, noise_ms={}, model_error_pct={}, items=(_item(3.0), _item(0.5)), notes=())
+    (tmp_path / ADVICE_JSON).write_bytes(encode(advice))
+    (section,) = report_sections(tmp_path)
+    (table,) = [b for b in section.blocks if isinstance(b, Table)]
+    gains = [row[4][0] for row in table.rows]
+    assert gains == ["3.00 [2.00, 4.00]", "0.50 [-0.50, 1.50] (within the noise: not advised)"]

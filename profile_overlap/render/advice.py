@@ -19,6 +19,15 @@ def _gain(i: AdviceItem) -> str:
     return f"{ms(i.predicted_gain_ms)} [{ms(i.gain_low_ms)}, {ms(i.gain_high_ms)}]"
 
 
+def _verdict(i: AdviceItem) -> str:
+    """Why an item with a predicted gain is not advised (`advice_worth_it`): the change is predicted
+    slower, or its gain is within the noise of the step time; "" for one worth making, and for a
+    bandwidth bound, which is what the link costs, not a change."""
+    if i.predicted_gain_ms is None or i.worth_it or i.kind in (NOTHING, "bandwidth"):
+        return ""
+    return " (slower: not advised)" if i.predicted_gain_ms < 0 else " (within the noise: not advised)"
+
+
 def _how(i: AdviceItem) -> str:
     return i.flag or i.code or "–"
 
@@ -58,8 +67,7 @@ def item_line(n: int, i: AdviceItem) -> str:
     if i.kind == NOTHING:
         return f"{n}. {i.change}"
     gain = "" if i.predicted_gain_ms is None else f"; predicted gain {_gain(i)} ms per step"
-    if i.predicted_gain_ms is not None and i.predicted_gain_ms < 0:
-        gain += " (slower: not advised)"
+    gain += _verdict(i)
     if i.interference is not None:
         gain += f"; interference assumed: {interference_text(i)}"
     step = "" if i.predicted_ms is None else f" ({ms(i.baseline_ms)} -> {ms(i.predicted_ms)} ms)"
@@ -96,7 +104,7 @@ def report_sections(run_dir: Path) -> tuple[Section, ...]:
     if a is None:
         return ()
     rows = tuple(
-        ((str(n),), (i.mode,), (i.change,), (i.cause,), (_gain(i),), (ms(i.predicted_ms),), (_how(i),), (measured_text(i),))
+        ((str(n),), (i.mode,), (i.change,), (i.cause,), (_gain(i) + _verdict(i),), (ms(i.predicted_ms),), (_how(i),), (measured_text(i),))
         for n, i in enumerate(a.items[:SHOWN], 1)
     )
     table = Table(
