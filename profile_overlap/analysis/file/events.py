@@ -374,15 +374,17 @@ def _gpu_calls(
     group_ranks = {g.name: g.ranks for g in trace.groups}
     # 16,384 rows at a time as Python ints: a list of every call's row costs 40 bytes a call.
     for lo in range(0, n, 1 << 14):
-        for i, row in enumerate(rows[lo : lo + (1 << 14)].tolist(), lo):
-            args = k.args.get(row)
-            op: int | None = int(by_ext[i]) if by_ext[i] >= 0 else None
-            if op is None or not cpu.args[op].input_dims:
+        block, linked = rows[lo : lo + (1 << 14)], by_ext[lo : lo + (1 << 14)]
+        # Each call's kernel args and its linked op's args, looked up for the block at once.
+        in_block = zip(block.tolist(), k.name[block].tolist(), k.args.values_at(block), linked.tolist(), cpu.args.values_at(linked))
+        for i, (row, name_code, args, ext, ext_args) in enumerate(in_block, lo):
+            op: int | None = ext if ext >= 0 else None
+            if ext_args is None or not ext_args.input_dims:
                 op = enclosing_op(i) if op is None or args is None else op
-            op_args = cpu.args.get(op) if op is not None else None
+            op_args = ext_args if op is not None and op == ext else cpu.args.get(op) if op is not None else None
             # A trace repeats a few collectives every step, and their arguments are shared objects
             # (trace.py): the kind, size and group follow from (kernel name, op name, the two args).
-            memo_key = (int(k.name[row]), -1 if op is None else int(cpu.name[op]), id(args), id(op_args))
+            memo_key = (name_code, -1 if op is None else int(cpu.name[op]), id(args), id(op_args))
             known = memo.get(memo_key)
             if known is None:
                 name = k.name_of(row)

@@ -131,6 +131,7 @@ def rank_dimensions(
     world: int | None,
     step_table: StepTable,
     phases: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.zeros(0, np.int8), np.zeros(0), np.zeros(0)),
+    phase_unions: tuple[iv.Union, ...] | None = None,
 ) -> RankDimensions:
     """calls: the rank's calls (in the --steps window); compute: its compute union; phases: the
     (phase index into PHASES, start, end) columns of its phase windows (analysis/file/phases.py)."""
@@ -144,7 +145,7 @@ def rank_dimensions(
     windows = step_table.union() if step_table.size else None
     phase, phase_start, phase_end = phases
     phase_windows = [
-        (name, iv.intersect(iv.union(phase_start[phase == i], phase_end[phase == i]), windows))
+        (name, iv.intersect(iv.union(phase_start[phase == i], phase_end[phase == i]) if phase_unions is None else phase_unions[i], windows))
         for i, name in enumerate(PHASES)
         if windows is not None and (phase == i).any()
     ]

@@ -184,6 +184,7 @@ def measure(
     phase_end: np.ndarray,
     rank: int,
     calls: Calls | None = None,
+    phase_unions: tuple[iv.Union, ...] | None = None,
 ) -> RankSample:
     """One rank's interference from its files' operators, the union of its communication, its
     profiled steps' time and its phase windows (classify.PHASES codes). `calls`: the rank's
@@ -210,7 +211,8 @@ def measure(
         sel = phase == index
         if sel.any():
             free = where == len(PHASES)
-            where[free & iv.covers(iv.union(phase_start[sel], phase_end[sel]), start)] = index
+            u = iv.union(phase_start[sel], phase_end[sel]) if phase_unions is None else phase_unions[index]
+            where[free & iv.covers(u, start)] = index
     rng = np.random.default_rng([SEED, rank])
     out = []
     for index, name in enumerate((*PHASES, OTHER)):

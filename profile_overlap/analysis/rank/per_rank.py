@@ -27,7 +27,7 @@ from profile_overlap.analysis.rank.overlap_spans import OverlapSpans, overlap_sp
 from profile_overlap.analysis.rank.pipeline import RankPipeline, rank_pipeline
 from profile_overlap.analysis.rank.rank_input import rank_of
 from profile_overlap.analysis.rank.rank_pool import busy, pool, step_window
-from profile_overlap.analysis.rank.rank_times import RankTimes, rank_times
+from profile_overlap.analysis.rank.rank_times import RankTimes, rank_times, unions_of_phases
 from profile_overlap.analysis.rank.spans import MAX_TIMELINE_STEPS, TimelineColumns, timeline_columns
 from profile_overlap.analysis.read.trace import load_trace
 from profile_overlap.core import intervals as iv
@@ -186,6 +186,7 @@ def finish_rank(
         comm_u, compute_u = iv.intersect(comm_u, windows), iv.intersect(compute_u, windows)
     by_phase = tuple(np.concatenate([getattr(f.phases, k) for f in files]) for k in ("phase", "start", "end", "source"))
     phase, phase_start, phase_end, _ = by_phase
+    unions = unions_of_phases(phase, phase_start, phase_end)  # each phase's windows, shared by the measures below
     step_windows = windows if windows is not None else table.union()
     world = max((f.world_size for f in files if f.world_size), default=None)
     # The dimensions, the interference and the replay before rank_times, while the least is alive beside their
@@ -198,6 +199,7 @@ def finish_rank(
         world=world,
         phases=(phase, phase_start, phase_end),
         step_table=table,
+        phase_unions=unions,
     )
     interference = (
         measure(
@@ -209,12 +211,14 @@ def finish_rank(
             phase_end=phase_end,
             rank=rank,
             calls=all_calls,
+            phase_unions=unions,
         )
         if table.size
         else None
     )
     kept = set(table.num.tolist())
-    replay = tuple(s for f in files for s in replay_steps(f, file_busy) if s.step in kept)
+    # One file: its phase windows are the rank's (several files: each replays its own).
+    replay = tuple(s for f in files for s in replay_steps(f, file_busy, unions if len(files) == 1 else None) if s.step in kept)
     del file_busy
     timeline = (
         timeline_columns(
@@ -241,6 +245,7 @@ def finish_rank(
         phase=phase,
         phase_start=phase_start,
         phase_end=phase_end,
+        phase_unions=unions,
     )
     step_metrics = _step_metrics(comm_u, compute_u, by_phase, table)
     whole = _measure(comm_u, compute_u)

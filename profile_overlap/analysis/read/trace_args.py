@@ -54,6 +54,16 @@ class RowArgs(Mapping[int, CollectiveArgs]):
         per_value = np.array([bool(v.input_dims) for v in self._values] or [False])
         return per_value[np.frombuffer(self._codes, dtype=np.int32)]
 
+    def values_at(self, rows: np.ndarray) -> list[CollectiveArgs | None]:
+        """`get(row)` of each of `rows` at once (a lookup per row cost a bisection in Python)."""
+        have = self.rows()
+        if not have.size or not rows.size:
+            return [None] * int(rows.size)
+        i = np.minimum(have.searchsorted(rows), have.size - 1)
+        codes = np.frombuffer(self._codes, dtype=np.int32)[i]
+        values = self._values
+        return [values[c] if found else None for c, found in zip(codes.tolist(), (have[i] == rows).tolist())]
+
     def _find(self, row: int) -> int:
         i = bisect_left(self._rows, row)
         return i if i < len(self._rows) and self._rows[i] == row else -1
