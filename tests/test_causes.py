@@ -231,6 +231,20 @@ def test_gpu_wait_and_transfer_match_the_grid(ps):
     check_against_truth(ps, "gpu")
 
 
+def test_the_critical_path_does_not_move_to_a_peer_whose_call_ends_past_its_step_window():
+    """Found by the test above: rank 0 launches its third call at its step 2's start (81), rank 1
+    inside step 1 (80). Both end it at 111: rank 1's step 1 ends there, rank 0's at 82. The path
+    of step 1 starts on rank 1 at 111 and must stay there, not jump to rank 0 past its window."""
+
+    def plan(third: int) -> RankPlan:
+        starts = [0, 40, third, 120, 160, 200, 240]
+        ends = [31, 82, 111, 151, 191, 231, 271]
+        calls = [Call("all_reduce", issue=s, start=s, end=e, stream=20 + k % 2) for k, (s, e) in enumerate(zip(starts, ends))]
+        return RankPlan(compute=[], calls=calls, steps=[(1, 0, 81), (2, 81, 400)])
+
+    check_against_truth([plan(81), plan(80)], "gpu")
+
+
 @settings(max_examples=40, deadline=None)
 @given(ps=plans())
 def test_cpu_wait_and_transfer_match_the_grid(ps):

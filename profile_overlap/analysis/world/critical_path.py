@@ -4,8 +4,9 @@ Walk back in time from the rank whose step ends last (aligned clock). On a rank,
 through its compute, its exposed communication (wait, then transfer, as causes.py splits it) and
 its idle time (neither). Where a stretch of exposed communication ends at a call's end, the
 compute after it waited for that call, and a collective ends when its last peer's transfer ends:
-the path moves to the rank whose end of that call is the latest and goes on there. It stops at
-the start of the step window of the rank it is on.
+the path moves to the rank whose end of that call is the latest (among the ranks whose end of it
+lies in their own step window) and goes on there. It stops at the start of the step window of the
+rank it is on.
 """
 
 from __future__ import annotations
@@ -117,7 +118,9 @@ def critical_path(
         if i < 0:
             break
         if lab[i] in (TRANSFER, WAIT) and e[i] == t and t in ends_at[rank]:
-            peers = aligned_end[ends_at[rank][t]]
+            # Among the ranks whose end of the call lies in their own step window (a peer whose call
+            # ran past its window's end has no piece there to walk on; this rank's end always does).
+            peers = {p: end for p, end in aligned_end[ends_at[rank][t]].items() if end + offset[p] <= window[p][1] or p == rank}
             q = max(peers, key=lambda p: (peers[p], -p))
             if q != rank:
                 t = min(t - offset[rank], peers[q]) + offset[q]
