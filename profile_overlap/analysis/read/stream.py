@@ -73,6 +73,24 @@ def _small_gzip(data: bytes) -> bytes | None:
     return b"".join(parts)
 
 
+WHOLE_BYTES = 1 << 20
+"""A trace whose content is at most this many bytes may be decoded in one go (`whole_content`)."""
+
+
+def whole_content(path: Path) -> bytes | None:
+    """The whole content of a small file (plain, or gzip inflating as `_small_gzip` does), at most
+    WHOLE_BYTES; None for a larger or unusual one, which `read_chunks` reads as it always has."""
+    try:
+        with open(path, "rb") as raw:
+            if os.fstat(raw.fileno()).st_size > WHOLE_BYTES:
+                return None
+            data = raw.read()
+    except OSError:
+        return None
+    content = _small_gzip(data) if data[:2] == b"\x1f\x8b" else data
+    return content if content is not None and len(content) <= WHOLE_BYTES else None
+
+
 def read_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
     """Decompressed content in chunks; gzip is recognised by its magic number, not the name."""
     with open(path, "rb") as raw:
