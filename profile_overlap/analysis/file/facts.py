@@ -175,7 +175,7 @@ def kernel_facts(k: Events, *, comm_rows: np.ndarray, compute_rows: np.ndarray) 
         last_us=_max_end(k),
         comm_streams=tuple(sorted(set(stream_of[np.unique(k.tid[comm_rows])].tolist()), key=_stream_key)),
         compute_streams=tuple(sorted(set(stream_of[np.unique(k.tid[compute_rows])].tolist()), key=_stream_key)),
-        default_stream_comm=int(np.isin(stream_of, list(DEFAULT_STREAMS))[k.tid[comm_rows]].sum()),
+        default_stream_comm=int(np.array([s in DEFAULT_STREAMS for s in stream_of.tolist()] or [False])[k.tid[comm_rows]].sum()),
         stream_overlaps=overlaps,
         stream_overlap_max_us=overlap_max,
         comm_like=_named(k.names, k.name, k.dur, compute_rows[like[k.name[compute_rows]]]),

@@ -35,7 +35,13 @@ class Labeller:
         for tid in np.unique(cpu.tid[sel]):
             rows = np.flatnonzero(sel & (cpu.tid == tid))
             rows = rows[np.argsort(cpu.ts[rows], kind="stable")]
-            codes = np.array([self.code(cpu.names[cpu.name[r]]) for r in rows], dtype=np.int32)
+            # Each name coded once, in the order the rows first meet it (the order a code per row gives).
+            names = cpu.name[rows]
+            distinct, first = np.unique(names, return_index=True)
+            code_of = np.zeros(int(distinct[-1]) + 1, dtype=np.int32)
+            for k in np.argsort(first, kind="stable").tolist():
+                code_of[distinct[k]] = self.code(cpu.names[distinct[k]])
+            codes = code_of[names]
             starts, ends = cpu.ts[rows], cpu.ts[rows] + cpu.dur[rows]
             self.by_tid[int(tid)] = (starts, ends, codes, _parents(starts, ends))
         # Per label code (those of by_tid are all coded by now): the phase its engine range names, as
