@@ -92,7 +92,7 @@ def rank_times(
 ) -> RankTimes:
     """`calls` and `instances` are the same calls (instances numbered by `number_calls`, whose
     order is the calls' order by start); comm and compute are already cut to the windows.
-    phase_unions: `phase_unions(phase, phase_start, phase_end)` when the caller has it."""
+    phase_unions: `unions_of_phases(phase, phase_start, phase_end)` when the caller has it."""
     n = len(calls)
     assert n == len(instances)
     # Before the per-call columns below, so that its temporaries and theirs are not alive at once (peak memory).
