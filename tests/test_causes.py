@@ -245,6 +245,15 @@ def test_the_critical_path_does_not_move_to_a_peer_whose_call_ends_past_its_step
     check_against_truth([plan(81), plan(80)], "gpu")
 
 
+def test_the_critical_path_starts_on_a_rank_that_has_some_of_the_median_step():
+    """Found by the grid test: on GPU, rank 0 launches its only call in step 1 and rank 1 in step 2,
+    so each has one empty step window. Step 2 is the median; its path starts on rank 1 (not on rank
+    0, whose empty window ends as late) and covers rank 1's 30 us of it."""
+    plans = [RankPlan(compute=[], calls=[Call("all_reduce", issue=t, start=t, end=31)], steps=[(1, 0, 1), (2, 1, 400)]) for t in (0, 1)]
+    check_against_truth(plans, "gpu")
+    assert analyse(plans, "gpu").exposed.critical_path.ranks == (1,)
+
+
 @settings(max_examples=40, deadline=None)
 @given(ps=plans())
 def test_cpu_wait_and_transfer_match_the_grid(ps):

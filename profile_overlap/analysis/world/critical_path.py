@@ -1,8 +1,8 @@
 """The critical path of the median profiled step (part of causes.py).
 
-Walk back in time from the rank whose step ends last (aligned clock). On a rank, the path runs
-through its compute, its exposed communication (wait, then transfer, as causes.py splits it) and
-its idle time (neither). Where a stretch of exposed communication ends at a call's end, the
+Walk back in time from the rank whose step ends last (aligned clock; among the ranks whose window
+of the step is not empty). On a rank, the path runs through its compute, its exposed communication
+(wait, then transfer, as causes.py splits it) and its idle time (neither). Where a stretch of exposed communication ends at a call's end, the
 compute after it waited for that call, and a collective ends when its last peer's transfer ends:
 the path moves to the rank whose end of that call is the latest (among the ranks whose end of it
 lies in their own step window) and goes on there. It stops at the start of the step window of the
@@ -96,7 +96,12 @@ def critical_path(
         ends_at[r.rank] = {float(c.end_us[k]): int(keys[r.rank][k]) for k in sel}
         for k in sel.tolist():
             aligned_end.setdefault(int(keys[r.rank][k]), {})[r.rank] = float(c.end_us[k]) - offset[r.rank]
-    rank = max(window, key=lambda q: (window[q][1] - offset[q], -q))
+    # The walk starts and goes on only on ranks with some of the step: a GPU rank that launched nothing
+    # in it has an empty window, with no piece to walk on.
+    open_ = {q for q, (lo, hi) in window.items() if hi > lo}
+    if not open_:
+        return None, ()
+    rank = max(open_, key=lambda q: (window[q][1] - offset[q], -q))
     t = window[rank][1]
     totals = np.zeros(4)
     path = [rank]
@@ -119,8 +124,12 @@ def critical_path(
             break
         if lab[i] in (TRANSFER, WAIT) and e[i] == t and t in ends_at[rank]:
             # Among the ranks whose end of the call lies in their own step window (a peer whose call
-            # ran past its window's end has no piece there to walk on; this rank's end always does).
-            peers = {p: end for p, end in aligned_end[ends_at[rank][t]].items() if end + offset[p] <= window[p][1] or p == rank}
+            # ended past its window, or before it began, has no piece there to walk on; this rank's does).
+            peers = {
+                p: end
+                for p, end in aligned_end[ends_at[rank][t]].items()
+                if p == rank or (p in open_ and window[p][0] < end + offset[p] <= window[p][1])
+            }
             q = max(peers, key=lambda p: (peers[p], -p))
             if q != rank:
                 t = min(t - offset[rank], peers[q]) + offset[q]
