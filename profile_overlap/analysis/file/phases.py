@@ -32,6 +32,7 @@ from profile_overlap.analysis.read.classify import (
     phase_of,
 )
 from profile_overlap.analysis.read.trace import CPU_OP, USER_ANNOTATION, Trace
+from profile_overlap.core import intervals as iv
 from profile_overlap.core.codes import coded_in
 from profile_overlap.core.modes import PHASES
 
@@ -39,6 +40,12 @@ LABELS_SOURCE = "labels"
 """The source of a window taken from a forward/backward/optimizer label (or, in a labelled step,
 torch.optim's Optimizer.step range, which has always counted as the optimizer's label)."""
 FORWARD, BACKWARD, OPTIMIZER = (PHASES.index(p) for p in ("forward", "backward", "optimizer"))
+
+
+def unions_of_phases(phase: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[iv.Union, ...]:
+    """Per classify.PHASES, the union of that phase's windows (phase, start, end: their columns, as
+    in PhaseWindows), empty for a phase without any: built once per rank and shared by its measures."""
+    return tuple(iv.union(start[phase == i], end[phase == i]) for i in range(len(PHASES)))
 
 
 @dataclass(frozen=True)

@@ -115,11 +115,6 @@ def stream_shares(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return out
 
 
-def _phase_union(f: FileEvents, index: int) -> iv.Union:
-    sel = f.phases.phase == index
-    return iv.union(f.phases.start[sel], f.phases.end[sel])
-
-
 def _backward_cuts(step_busy: iv.Union, backward: iv.Union, launches: list[float]) -> tuple[float, ...] | None:
     """Unit k's backward is the busy time between two reduce_scatter launches (the hook fires when
     autograd has produced the unit's gradients); launches go last unit first."""
@@ -132,11 +127,9 @@ def _backward_cuts(step_busy: iv.Union, backward: iv.Union, launches: list[float
     return tuple(reversed(parts))
 
 
-def replay_steps(
-    f: FileEvents, busy: tuple[iv.Union, iv.Union] | None = None, phase_unions: tuple[iv.Union, ...] | None = None
-) -> Iterator[ReplayStep]:
-    """Per ProfilerStep window of one file, what whatif replays. busy: `f.comm_and_compute()`, and
-    phase_unions: the union of each phase's windows of the file, when the caller has them already."""
+def replay_steps(f: FileEvents, phase_unions: tuple[iv.Union, ...], busy: tuple[iv.Union, iv.Union] | None = None) -> Iterator[ReplayStep]:
+    """Per ProfilerStep window of one file, what whatif replays. phase_unions: each phase's windows of
+    the file (phases.unions_of_phases); busy: `f.comm_and_compute()` when the caller has it already."""
     comm, compute = f.comm_and_compute() if busy is None else busy
     calls = f.calls
     shares = stream_shares(calls.start_us, calls.start_us + calls.dur_us)
@@ -152,8 +145,6 @@ def replay_steps(
     reduce_scatter = calls.kinds.index("reduce_scatter") if "reduce_scatter" in calls.kinds else -2
     issued_sorted = issued_at[by_issue]
     # Each phase's windows over the whole file, merged once; a step clips them.
-    if phase_unions is None:
-        phase_unions = tuple(_phase_union(f, i) for i in range(len(PHASES)))
     for num, lo, hi in zip(f.step_num.tolist(), f.step_start.tolist(), f.step_end.tolist()):
         exposed = iv.difference(iv.clip(comm, lo, hi), iv.clip(compute, lo, hi))
         step_busy = iv.difference((np.array([lo]), np.array([hi])), exposed)

@@ -130,11 +130,12 @@ def rank_dimensions(
     method: str,
     world: int | None,
     step_table: StepTable,
-    phases: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.zeros(0, np.int8), np.zeros(0), np.zeros(0)),
-    phase_unions: tuple[iv.Union, ...] | None = None,
+    phase: np.ndarray,
+    phase_unions: tuple[iv.Union, ...],
 ) -> RankDimensions:
-    """calls: the rank's calls (in the --steps window); compute: its compute union; phases: the
-    (phase index into PHASES, start, end) columns of its phase windows (analysis/file/phases.py)."""
+    """calls: the rank's calls (in the --steps window); compute: its compute union; phase: the phase
+    index into PHASES of each of its phase windows (analysis/file/phases.py), phase_unions: their
+    union per phase (phases.unions_of_phases)."""
     info = {g.name: g for g in groups}
     dim_of_pg: dict[int, tuple[str, str]] = {}
     for code, pg in enumerate(calls.pgs):
@@ -143,11 +144,8 @@ def rank_dimensions(
         dim_of_pg[code] = dimension_name(info.get(pg), size=most_common(_known(calls.group_size[calls.pg == code])), world=world)
     step_num, step_start, step_end = step_table.num, step_table.start_us, step_table.end_us
     windows = step_table.union() if step_table.size else None
-    phase, phase_start, phase_end = phases
     phase_windows = [
-        (name, iv.intersect(iv.union(phase_start[phase == i], phase_end[phase == i]) if phase_unions is None else phase_unions[i], windows))
-        for i, name in enumerate(PHASES)
-        if windows is not None and (phase == i).any()
+        (name, iv.intersect(phase_unions[i], windows)) for i, name in enumerate(PHASES) if windows is not None and (phase == i).any()
     ]
     dims = []
     for name in sorted({d for d, _ in dim_of_pg.values()}):

@@ -180,14 +180,13 @@ def measure(
     comm: iv.Union,
     steps: iv.Union,
     phase: np.ndarray,
-    phase_start: np.ndarray,
-    phase_end: np.ndarray,
+    phase_unions: tuple[iv.Union, ...],
     rank: int,
     calls: Calls | None = None,
-    phase_unions: tuple[iv.Union, ...] | None = None,
 ) -> RankSample:
     """One rank's interference from its files' operators, the union of its communication, its
-    profiled steps' time and its phase windows (classify.PHASES codes). `calls`: the rank's
+    profiled steps' time and its phase windows (`phase`: their classify.PHASES codes; phase_unions:
+    phases.unions_of_phases of them). `calls`: the rank's
     collectives over the whole trace; each is in flight from its launch (`in_flight`)."""
     start, end, key = _pooled(operators)
     inside = iv.covers(steps, start) & iv.covers(steps, np.nextafter(end, -np.inf))
@@ -208,11 +207,9 @@ def measure(
     alone, beside = covered <= 0, covered >= BESIDE * dur
     where = np.full(start.size, len(PHASES))
     for index in range(len(PHASES)):
-        sel = phase == index
-        if sel.any():
+        if (phase == index).any():
             free = where == len(PHASES)
-            u = iv.union(phase_start[sel], phase_end[sel]) if phase_unions is None else phase_unions[index]
-            where[free & iv.covers(u, start)] = index
+            where[free & iv.covers(phase_unions[index], start)] = index
     rng = np.random.default_rng([SEED, rank])
     out = []
     for index, name in enumerate((*PHASES, OTHER)):

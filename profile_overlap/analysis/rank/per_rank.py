@@ -18,6 +18,7 @@ from profile_overlap.analysis.file.collectives import CollectiveStats
 from profile_overlap.analysis.file.events import FileEvents, extract
 from profile_overlap.analysis.file.facts import RankFacts, rank_facts
 from profile_overlap.analysis.file.fsdp_units import rank_busy
+from profile_overlap.analysis.file.phases import unions_of_phases
 from profile_overlap.analysis.file.replay import ReplayStep, replay_steps
 from profile_overlap.analysis.file.steps import StepTable
 from profile_overlap.analysis.options import DEFAULT, AnalysisOptions
@@ -27,7 +28,7 @@ from profile_overlap.analysis.rank.overlap_spans import OverlapSpans, overlap_sp
 from profile_overlap.analysis.rank.pipeline import RankPipeline, rank_pipeline
 from profile_overlap.analysis.rank.rank_input import rank_of
 from profile_overlap.analysis.rank.rank_pool import busy, pool, step_window
-from profile_overlap.analysis.rank.rank_times import RankTimes, rank_times, unions_of_phases
+from profile_overlap.analysis.rank.rank_times import RankTimes, rank_times
 from profile_overlap.analysis.rank.spans import MAX_TIMELINE_STEPS, TimelineColumns, timeline_columns
 from profile_overlap.analysis.read.trace import load_trace
 from profile_overlap.core import intervals as iv
@@ -197,8 +198,8 @@ def finish_rank(
         groups=files[0].groups,
         method="; ".join(dict.fromkeys(f.group_method for f in files if f.group_method)),
         world=world,
-        phases=(phase, phase_start, phase_end),
         step_table=table,
+        phase=phase,
         phase_unions=unions,
     )
     interference = (
@@ -207,18 +208,17 @@ def finish_rank(
             comm=comm_u,
             steps=step_windows,
             phase=phase,
-            phase_start=phase_start,
-            phase_end=phase_end,
+            phase_unions=unions,
             rank=rank,
             calls=all_calls,
-            phase_unions=unions,
         )
         if table.size
         else None
     )
     kept = set(table.num.tolist())
     # One file: its phase windows are the rank's (several files: each replays its own).
-    replay = tuple(s for f in files for s in replay_steps(f, file_busy, unions if len(files) == 1 else None) if s.step in kept)
+    per_file = [unions] if len(files) == 1 else [unions_of_phases(f.phases.phase, f.phases.start, f.phases.end) for f in files]
+    replay = tuple(s for f, u in zip(files, per_file) for s in replay_steps(f, u, file_busy) if s.step in kept)
     del file_busy
     timeline = (
         timeline_columns(
@@ -242,9 +242,6 @@ def finish_rank(
         compute=iv.intersect(compute_u, step_windows) if windows is None and table.size else compute_u,
         windows=step_windows,
         steps=table,
-        phase=phase,
-        phase_start=phase_start,
-        phase_end=phase_end,
         phase_unions=unions,
     )
     step_metrics = _step_metrics(comm_u, compute_u, by_phase, table)
@@ -267,7 +264,7 @@ def finish_rank(
         instances=instances,
         timeline=timeline,
         phases=_sum_phases(step_metrics),
-        phase_collectives=_phase_collectives(calls, phase, phase_start, phase_end),
+        phase_collectives=_phase_collectives(calls, phase, unions),
         phase_windows=_phase_spans(phase, phase_start, phase_end, table),
         facts=facts,
         replay=replay,
@@ -307,9 +304,7 @@ def _phases(comm_u: iv.Union, compute_u: iv.Union, by_phase: tuple[np.ndarray, .
     return tuple(out)
 
 
-def _phase_collectives(
-    calls: Calls, phase: np.ndarray, phase_start: np.ndarray, phase_end: np.ndarray
-) -> tuple[PhaseCollectiveRecord, ...]:
+def _phase_collectives(calls: Calls, phase: np.ndarray, phase_unions: tuple[iv.Union, ...]) -> tuple[PhaseCollectiveRecord, ...]:
     """Per (phase, kind): the calls issued inside the phase's windows; a call outside every window
     goes by the engine labels around it (CollectiveCall.phase_hint), else to "other". Empty when the
     trace has neither phase labels nor engine labels."""
@@ -320,9 +315,8 @@ def _phase_collectives(
     t = calls.issue_or_start()
     covered = np.zeros(t.size, dtype=bool)
     for index in range(len(PHASES)):
-        sel = phase == index
-        if sel.any():
-            inside = iv.covers(iv.union(phase_start[sel], phase_end[sel]), t) & ~covered
+        if (phase == index).any():
+            inside = iv.covers(phase_unions[index], t) & ~covered
             where[inside] = index
             covered |= inside
     names = (*PHASES, "other")

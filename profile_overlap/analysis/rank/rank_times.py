@@ -85,14 +85,11 @@ def rank_times(
     compute: iv.Union,
     windows: iv.Union,
     steps: StepTable,
-    phase: np.ndarray,
-    phase_start: np.ndarray,
-    phase_end: np.ndarray,
-    phase_unions: tuple[iv.Union, ...] | None = None,
+    phase_unions: tuple[iv.Union, ...],
 ) -> RankTimes:
     """`calls` and `instances` are the same calls (instances numbered by `number_calls`, whose
     order is the calls' order by start); comm and compute are already cut to the windows.
-    phase_unions: `unions_of_phases(phase, phase_start, phase_end)` when the caller has it."""
+    phase_unions: each phase's windows (phases.unions_of_phases)."""
     n = len(calls)
     assert n == len(instances)
     # Before the per-call columns below, so that its temporaries and theirs are not alive at once (peak memory).
@@ -107,8 +104,7 @@ def rank_times(
         issue = calls.launch_us[order]
     else:  # the c10d op on the calling thread (NaN when no op was matched to the gloo work)
         issue = calls.issued_us[order]
-    phases = phase_unions if phase_unions is not None else unions_of_phases(phase, phase_start, phase_end)
-    phase_code, phase_names = _call_phases(calls.issue_or_start()[order], calls.hint[order], calls.hints, phases)
+    phase_code, phase_names = _call_phases(calls.issue_or_start()[order], calls.hint[order], calls.hints, phase_unions)
     del order
 
     # The step whose window holds each call's start.
@@ -138,7 +134,7 @@ def rank_times(
         compute=compute,
         exposed=exposed,
         windows=windows,
-        phases=phases,
+        phases=phase_unions,
         calls=CallTimes(
             group=group,
             groups=tuple(group_of),
@@ -326,9 +322,3 @@ def covered_length(u: iv.Union, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         np.maximum(covered, 0.0, out=covered)
         out[a : a + COVER_BLOCK] = covered
     return out
-
-
-def unions_of_phases(phase: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[iv.Union, ...]:
-    """Per classify.PHASES, the union of that phase's windows (phase, start, end: their columns),
-    empty for a phase without any; built once per rank and shared by its measures."""
-    return tuple(iv.union(start[phase == i], end[phase == i]) for i in range(len(PHASES)))
