@@ -2,11 +2,11 @@
 
 Walk back in time from the rank whose step ends last (aligned clock; among the ranks whose window
 of the step is not empty). On a rank, the path runs through its compute, its exposed communication
-(wait, then transfer, as causes.py splits it) and its idle time (neither). Where a stretch of exposed communication ends at a call's end, the
-compute after it waited for that call, and a collective ends when its last peer's transfer ends:
-the path moves to the rank whose end of that call is the latest (among the ranks whose end of it
-lies in their own step window) and goes on there. It stops at the start of the step window of the
-rank it is on.
+(wait, then transfer, as causes.py splits it) and its idle time (neither). Where a stretch of
+exposed communication ends at a call's end, the compute after it waited for that call, and a
+collective ends when its last peer's transfer ends: the path moves to the rank whose end of that
+call is the latest (among the ranks whose end of it lies in their own step window) and goes on
+there. It stops at the start of the step window of the rank it is on.
 """
 
 from __future__ import annotations
