@@ -12,13 +12,15 @@ import pytest
 from dims_traces import fsdp_tp_job, write_job
 
 from profile_overlap.analysis.read import trace as trace_module
-from profile_overlap.analysis.read.stream import whole_content
+from profile_overlap.analysis.read.stream import WHOLE_BYTES, small_content
 from profile_overlap.analysis.read.trace import CHUNK_BYTES, Events, Trace, load_trace
 from profile_overlap.core.errors import UserError
 
 DATA = Path(__file__).parent / "data"
 SMALL = [
-    p for p in sorted(DATA.rglob("*.json*")) if p.name.endswith((".json", ".json.gz")) and whole_content(p) is not None
+    p
+    for p in sorted(DATA.rglob("*.json*"))
+    if p.name.endswith((".json", ".json.gz")) and (c := small_content(p)) is not None and len(c) <= WHOLE_BYTES
 ]  # the others are over WHOLE_BYTES, and streamed
 
 
@@ -44,7 +46,7 @@ def test_the_test_data_has_small_traces_to_compare():
 def test_a_2d_job_with_its_process_groups_reads_whole_as_streamed(tmp_path, style):
     folder = write_job(fsdp_tp_job(style=style), tmp_path / style)
     for path in sorted(folder.iterdir()):
-        assert trace_module._decode_whole(path) is not None
+        assert trace_module._decode_whole(small_content(path)) is not None
         whole = load_trace(path)
         assert whole.groups and whole.world_size == 4
         _same_trace(whole, _streamed(path))
@@ -65,9 +67,9 @@ def _same_trace(whole: Trace, streamed: Trace) -> None:
 def test_a_small_trace_read_whole_is_the_trace_the_streaming_reader_gives(path, monkeypatch):
     used = []
     decode_whole = trace_module._decode_whole
-    monkeypatch.setattr(trace_module, "_decode_whole", lambda p: used.append(p) or decode_whole(p))
+    monkeypatch.setattr(trace_module, "_decode_whole", lambda content: used.append(path) or decode_whole(content))
     whole = load_trace(path)
-    assert used == [path] and decode_whole(path) is not None  # the one-go decode read it
+    assert used == [path] and decode_whole(small_content(path)) is not None  # the one-go decode read it
     _same_trace(whole, _streamed(path))
 
 
@@ -94,7 +96,7 @@ EVENT = '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "t
 def test_an_unusual_small_trace_is_read_by_the_streaming_reader(tmp_path, text):
     """Not decoded in one go: what the streaming reader makes of it, its trace or its error."""
     path = _write(tmp_path, text)
-    assert trace_module._decode_whole(path) is None
+    assert trace_module._decode_whole(small_content(path)) is None
 
     def outcome(read):
         try:

@@ -74,35 +74,42 @@ def _small_gzip(data: bytes) -> bytes | None:
 
 
 WHOLE_BYTES = 1 << 20
-"""A trace whose content is at most this many bytes may be decoded in one go (`whole_content`)."""
+"""A plain file up to this size is read whole (`small_content`); a trace whose content is at most this
+many bytes may be decoded in one go (trace.py `_decode_whole`)."""
 
 
-def whole_content(path: Path) -> bytes | None:
-    """The whole content of a small file (plain, or gzip inflating as `_small_gzip` does), at most
-    WHOLE_BYTES; None for a larger or unusual one, which `read_chunks` reads as it always has."""
-    try:
-        with open(path, "rb") as raw:
-            if os.fstat(raw.fileno()).st_size > WHOLE_BYTES:
-                return None
-            data = raw.read()
-    except OSError:
-        return None
-    content = _small_gzip(data) if data[:2] == b"\x1f\x8b" else data
-    return content if content is not None and len(content) <= WHOLE_BYTES else None
+def small_content(path: Path) -> bytes | None:
+    """The whole content of a file small enough to read at once: a gzip file up to SMALL_GZIP_BYTES
+    inflated by `_small_gzip`, or a plain file up to WHOLE_BYTES; None for any other, which
+    `read_chunks` streams. Raises OSError."""
+    with open(path, "rb") as raw:
+        size = os.fstat(raw.fileno()).st_size
+        if raw.read(2) == b"\x1f\x8b":
+            raw.seek(0)
+            return _small_gzip(raw.read()) if size <= SMALL_GZIP_BYTES else None
+        raw.seek(0)
+        return raw.read() if size <= WHOLE_BYTES else None
+
+
+def chunks_of(content: bytes, chunk_bytes: int) -> Iterator[bytes]:
+    """A content held whole, in chunks (itself when it fits one)."""
+    if len(content) <= chunk_bytes:
+        yield content
+        return
+    for at in range(0, len(content), chunk_bytes):
+        yield content[at : at + chunk_bytes]
 
 
 def read_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
     """Decompressed content in chunks; gzip is recognised by its magic number, not the name."""
+    small = small_content(path)
+    if small is not None:
+        yield from chunks_of(small, chunk_bytes)
+        return
     with open(path, "rb") as raw:
         magic = raw.read(2)
         raw.seek(0)
         if magic == b"\x1f\x8b":
-            small = _small_gzip(raw.read()) if os.fstat(raw.fileno()).st_size <= SMALL_GZIP_BYTES else None
-            if small is not None:
-                for at in range(0, len(small), chunk_bytes):
-                    yield small[at : at + chunk_bytes] if len(small) > chunk_bytes else small
-                return
-            raw.seek(0)
             with gzip.GzipFile(fileobj=raw) as gz:
                 while chunk := gz.read(chunk_bytes):
                     yield chunk

@@ -28,7 +28,7 @@ import msgspec
 import numpy as np
 
 from profile_overlap.analysis.read.classify import is_collective_op
-from profile_overlap.analysis.read.stream import NotATrace, read_chunks, stream_events, whole_content
+from profile_overlap.analysis.read.stream import WHOLE_BYTES, NotATrace, chunks_of, read_chunks, small_content, stream_events
 from profile_overlap.analysis.read.trace_args import CollectiveArgs, RowArgs
 from profile_overlap.core.errors import UserError
 
@@ -122,13 +122,12 @@ _OUTER = msgspec.json.Decoder(_Outer)
 _WHOLE = msgspec.json.Decoder(_Whole)
 
 
-def _decode_whole(path: Path) -> tuple[_Sink, _DistributedInfo | None] | None:
+def _decode_whole(content: bytes) -> tuple[_Sink, _DistributedInfo | None] | None:
     """A small, well-formed trace read with one decode of its whole content (a sixth of reading a
     100 kB trace went to cutting it into runs of events): its sink and its distributedInfo. None for
-    anything else (large, one `traceEvents` key not found exactly once, not decodable, no events),
-    which the streaming reader reads, and explains, as it always has."""
-    content = whole_content(path)
-    if content is None or content.count(b'"traceEvents"') != 1:
+    anything else (over WHOLE_BYTES, one `traceEvents` key not found exactly once, not decodable, no
+    events), which the streaming reader reads, and explains, as it always has."""
+    if len(content) > WHOLE_BYTES or content.count(b'"traceEvents"') != 1:
         return None
     try:
         doc = _WHOLE.decode(content)
@@ -493,13 +492,17 @@ def load_trace(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> Trace:
         raise UserError(f"cannot read {path}: {err.strerror}; check the path and its permissions") from None
     if size == 0:
         raise UserError(f"{path} is empty (0 bytes), probably an interrupted write; {fix}")
-    whole = _decode_whole(path) if chunk_bytes == CHUNK_BYTES else None  # another chunk size: the streaming reader's tests
+    with decode_errors(path):
+        content = small_content(path)  # read once: decoded whole, or streamed from memory
+    # Another chunk size than CHUNK_BYTES: the streaming reader's own tests.
+    whole = _decode_whole(content) if content is not None and chunk_bytes == CHUNK_BYTES else None
     if whole is not None:
         sink, info = whole
     else:
         sink = _Sink()
+        chunks = chunks_of(content, chunk_bytes) if content is not None else read_chunks(path, chunk_bytes)
         with decode_errors(path):
-            info = _OUTER.decode(stream_events(read_chunks(path, chunk_bytes), _EVENTS.decode, sink.add)).distributedInfo
+            info = _OUTER.decode(stream_events(chunks, _EVENTS.decode, sink.add)).distributedInfo
 
     kernels, cpu = sink.kernels.freeze(sink.shared), sink.cpu.freeze(sink.shared)
     launch, launch_tid = _launches(_view(sink.kernels.corr), _view(sink.rt_corr), _column(sink.rt_ts, np.float64), _view(sink.rt_tid))
