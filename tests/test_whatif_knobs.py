@@ -258,6 +258,29 @@ def test_merging_fsdp2_units_saves_each_dropped_units_own_cost_beside_its_calls_
     assert c.gain_us == pytest.approx(1.0)
 
 
+def test_the_fsdp2_group_fit_error_is_how_far_the_calls_leave_the_latency_a_merge_saves_uncertain():
+    units = whatif.Units(nbytes=(8, 8), backward_share=(3 / 7, 4 / 7), optimizer_share=(0.5, 0.5), measured_cuts=True)
+    cfg = RunConfig(mode="fsdp2", model="mlp", layers=2)
+    serial = advise_replay.replay_as_run(_measured_fsdp2(), units, cfg, 2, overlap_pct=0.0)
+    # Calls of both kinds on one line, t = 5 + 2·n µs: every resample fits it again, so a merge's
+    # saving (one all_gather's and one reduce_scatter's 5 µs of latency) is certain.
+    line = [(n, 5 + 2 * n) for n in (4, 8, 16, 32) for _ in range(3)]
+    exact = {"all_gather": line, "reduce_scatter": line}
+    fit = advise_replay.collective_cost(exact["all_gather"])
+    assert fit(0) == pytest.approx(5) and fit(10) == pytest.approx(25)
+    draws = advise_replay.cost_draws(exact)
+    assert len(draws) == advise_replay.FIT_RESAMPLES
+    (c,) = advise_replay.fsdp2_groups(serial, units, cfg, lambda kind, n: fit(n), draws=draws)
+    assert c.gain_us == pytest.approx(10) and c.fit_error_us == pytest.approx(0, abs=1e-9)
+    # The same sizes, each call 0 to 8 µs off the line: the latency is uncertain, and the error says
+    # by how much; the draws are seeded, so the same calls give the same interval.
+    off = [(n, 5 + 2 * n + 4 * k) for n in (4, 8, 16, 32) for k in range(3)]
+    scattered = {"all_gather": off, "reduce_scatter": off}
+    (c1,) = advise_replay.fsdp2_groups(serial, units, cfg, lambda kind, n: fit(n), draws=advise_replay.cost_draws(scattered))
+    (c2,) = advise_replay.fsdp2_groups(serial, units, cfg, lambda kind, n: fit(n), draws=advise_replay.cost_draws(scattered))
+    assert 0 < c1.fit_error_us < 16 and c1.fit_error_us == c2.fit_error_us
+
+
 def test_a_rank_of_several_files_costs_fsdp2s_work_per_step_over_all_of_them():
     from profile_overlap.analysis.file.fsdp_units import rank_busy
     from profile_overlap.record.analysis import FsdpRecord, FsdpUnitRecord

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 import statistics
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from profile_overlap.core.modes import MODES, SPEEDUP_BASELINE, SPEEDUP_MODE
@@ -148,25 +149,42 @@ def _gain(r: Replayed, graph: model.StepGraph) -> float:
     return r.step_us - model.simulate(graph).step_us
 
 
-def collective_cost(
-    measured: dict[str, whatif.Measured], world: int, kind: str = "all_reduce", mode: str | None = None
-) -> Callable[[int], float]:
-    """µs of one `kind` collective of n bytes, fitted to the run's calls of that kind (of `mode`'s when
-    given): of several sizes, the Theil–Sen line t = a + b·n (model.robust_line: a call that waited
-    for a late rank does not tilt it); of one size, its time per byte (a = 0: latency cannot be told
-    from bandwidth with one size)."""
-    samples = [
+def cost_samples(measured: dict[str, whatif.Measured], kind: str, mode: str | None = None) -> list[tuple[int, float]]:
+    """(bytes, µs) of every rank's and profiled step's `kind` calls (of `mode`'s when given)."""
+    return [
         (c.nbytes, c.dur_us)
         for name, m in measured.items()
         if mode in (None, name)
-        for c in m.calls
+        for c in m.call_samples or m.calls
         if c.kind == kind and c.nbytes and c.dur_us > 0
     ]
+
+
+def collective_cost(samples: list[tuple[int, float]]) -> Callable[[int], float]:
+    """µs of one collective of n bytes, fitted to (bytes, µs) calls of its kind (`cost_samples`): of
+    several sizes, the Theil–Sen line t = a + b·n (model.robust_line: a call that waited for a late
+    rank does not tilt it); of one size, its time per byte (a = 0: latency cannot be told from
+    bandwidth with one size)."""
     if samples and model.apart(min(n for n, _ in samples), max(n for n, _ in samples)):
         a, b = model.robust_line(samples)
     else:
         a, b = 0.0, sum(t for _, t in samples) / max(sum(n for n, _ in samples), 1)
     return lambda n: a + b * n
+
+
+FIT_RESAMPLES = 200
+"""Bootstrap resamples of the calls behind `advice_cost_fit` (`cost_draws`)."""
+
+
+def cost_draws(samples: dict[str, list[tuple[int, float]]], *, seed: int = 0) -> list[Callable[[str, int], float]]:
+    """FIT_RESAMPLES fits of each kind's line, each to its calls drawn again with replacement (seeded):
+    how far the calls leave the line uncertain."""
+    rng = random.Random(seed)
+    return [_by_kind({k: collective_cost(rng.choices(v, k=len(v)) if v else v) for k, v in samples.items()}) for _ in range(FIT_RESAMPLES)]
+
+
+def _by_kind(fits: dict[str, Callable[[int], float]]) -> Callable[[str, int], float]:
+    return lambda kind, n: fits[kind](n)
 
 
 def call_costs(measured: dict[str, whatif.Measured], kind: str = "all_reduce", mode: str | None = None) -> tuple[CallCost, ...]:
@@ -214,15 +232,6 @@ def _rebucket_gain(r: Replayed, buckets: tuple[tuple[int, int], ...], costs: tup
         "call_cost": costs,
         "gain_range_us": (min(gains), max(gains)) if len(gains) > 1 else None,
     }
-
-
-def fit_residual(measured: dict[str, whatif.Measured], kind: str, mode: str, cost: Callable[[int], float]) -> float:
-    """The median relative error of `cost` on `mode`'s measured calls of `kind` (the median: the calls
-    that waited for a late rank are what the robust fit leaves out)."""
-    calls = [c for c in measured[mode].calls if c.kind == kind and c.nbytes and c.dur_us > 0] if mode in measured else []
-    if not calls:
-        return 0.0
-    return statistics.median(abs(cost(c.nbytes or 0) - c.dur_us) / c.dur_us for c in calls)
 
 
 def ddp(r: Replayed, params: list[tuple[int, int]], cfg: RunConfig, cost: tuple[CallCost, ...]) -> Iterator[Candidate]:
@@ -364,12 +373,20 @@ def _with_unit_cost(g: model.StepGraph, us: float) -> model.StepGraph:
 
 
 def fsdp2_groups(
-    r: Replayed, units: whatif.Units, cfg: RunConfig, cost: Callable[[str, int], float], *, residual: float = 0.0, unit_us: float = 0.0
+    r: Replayed,
+    units: whatif.Units,
+    cfg: RunConfig,
+    cost: Callable[[str, int], float],
+    *,
+    draws: Sequence[Callable[[str, int], float]] = (),
+    unit_us: float = 0.0,
 ) -> Iterator[Candidate]:
     """Other fully_shard groupings (`--fsdp-group N`): the run's step on per-unit compute, its
     collectives one per group of the group's bytes, costed by the run's fit; each group pays
     `unit_us` (unit_cost_us: FSDP2's hooks), which the run paid once per unit it had. The gain is
-    against the run's own grouping costed the same way (so the fit's error mostly cancels)."""
+    against the run's own grouping costed the same way (so the fit's error mostly cancels); its
+    fit error is half the 95% range of the change in collective time under the fit's bootstrap
+    draws (`cost_draws`)."""
     g, total = r.graph, sum(units.nbytes)
     before = -(-len(units.nbytes) // cfg.fsdp_group)
     body = sum(g.forward_us) + sum(g.backward_us)
@@ -403,8 +420,23 @@ def fsdp2_groups(
             code=f"for k in range(0, len(units), {n}): fully_shard(units[k : k + {n}])",
             config={"fsdp_group": n},
             gain_us=base - model.simulate(changed).step_us,
-            fit_error_us=residual * abs(sum(c.dur_us for c in changed.comms) - sum(c.dur_us for c in now.comms)),
+            fit_error_us=_half_range(
+                [_comm_us(per_unit, units.nbytes, n, d) - _comm_us(per_unit, units.nbytes, cfg.fsdp_group, d) for d in draws]
+            ),
         )
+
+
+def _comm_us(g: model.StepGraph, nbytes: Sequence[int], size: int, cost: Callable[[str, int], float]) -> float:
+    """The step's collective time with its units in groups of `size`, costed by `cost`."""
+    return sum(c.dur_us for c in model.regroup(g, nbytes, size, cost).comms)
+
+
+def _half_range(values: list[float]) -> float:
+    """Half the central 95% range of `values` (0 for none)."""
+    if not values:
+        return 0.0
+    q = statistics.quantiles(values, n=40, method="inclusive")
+    return (q[-1] - q[0]) / 2
 
 
 def split(r: Replayed, cfg: RunConfig) -> Iterator[Candidate]:
@@ -477,10 +509,10 @@ def _fsdp2_reshard(r: Replayed, ctx: Context) -> Iterator[Candidate]:
 
 
 def _fsdp2_group(r: Replayed, ctx: Context) -> Iterator[Candidate]:
-    fits = {k: collective_cost(ctx.measured, ctx.world, k, r.mode) for k in ("all_gather", "reduce_scatter")}
-    residual = max(fit_residual(ctx.measured, k, r.mode, fit) for k, fit in fits.items())
+    samples = {k: cost_samples(ctx.measured, k, r.mode) for k in ("all_gather", "reduce_scatter")}
+    fits = {k: collective_cost(v) for k, v in samples.items()}
     unit_us = unit_cost_us(ctx.units, ctx.cfg, fsdp_costs(ctx.analysis(r.mode)).unit_busy_us)
-    return fsdp2_groups(r, ctx.units, ctx.cfg, lambda kind, n: fits[kind](n), residual=residual, unit_us=unit_us)
+    return fsdp2_groups(r, ctx.units, ctx.cfg, lambda kind, n: fits[kind](n), draws=cost_draws(samples), unit_us=unit_us)
 
 
 CANDIDATES: dict[str, Callable[[Replayed, Context], Iterator[Candidate]]] = {

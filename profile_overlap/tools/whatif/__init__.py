@@ -71,6 +71,9 @@ class Measured:
     """Per phase: the compute that ran beside communication (the phase's overlap_us), per step."""
     interference: dict[str, UsedInterference] = dataclasses.field(default_factory=dict)
     """Per phase (and "other"): the interference the replay charges (record/interference_used.py)."""
+    call_samples: tuple[MeasuredCall, ...] = ()
+    """Every rank's and profiled step's calls, each its own share (`calls` holds their medians per
+    position in the step): what advise fits a collective's cost to (`advice_cost_fit`)."""
 
     def slowdown(self, phase: str) -> float:
         """The charged slowdown of the phase's compute beside communication, as a fraction."""
@@ -145,6 +148,7 @@ def measure_mode(run: Run, mode: str) -> Measured:
         profiled_ms=profiled / 1e3 if profiled else None,
         overlap_us={name: statistics.median(v) for name, v in beside.items() if v},
         interference=used_interference(analysis, summary.interference if summary is not None else ()),
+        call_samples=tuple(MeasuredCall(kind=c.kind, nbytes=c.nbytes, phase=c.phase, dur_us=c.share_us) for s in same for c in s),
     )
 
 
