@@ -281,6 +281,30 @@ def test_the_fsdp2_group_fit_error_is_how_far_the_calls_leave_the_latency_a_merg
     assert 0 < c1.fit_error_us < 16 and c1.fit_error_us == c2.fit_error_us
 
 
+def test_fsdp2_group_calls_of_one_size_are_replayed_all_bandwidth_and_all_latency_and_the_gain_is_midway():
+    from types import SimpleNamespace
+
+    units = whatif.Units(nbytes=(8, 8), backward_share=(3 / 7, 4 / 7), optimizer_share=(0.5, 0.5), measured_cuts=True)
+    cfg = RunConfig(mode="fsdp2", model="mlp", layers=2)
+    # Every call 8 bytes and 2 µs: all bandwidth, a merge moves the same bytes and saves nothing; all
+    # latency, the one merged call of each kind costs 2 µs instead of two: 2 + 2 saved.
+    calls = tuple(
+        whatif.MeasuredCall(kind=k, nbytes=8, phase=p, dur_us=2.0)
+        for k, p in [("all_gather", "forward")] * 2 + [("reduce_scatter", "backward")] * 2
+    )
+    measured = dataclasses.replace(_measured_fsdp2(), call_samples=calls)
+    serial = advise_replay.replay_as_run(measured, units, cfg, 2, overlap_pct=0.0)
+    ctx = advise_replay.Context(
+        cfg=cfg, measured={"fsdp2": measured}, world=2, params=[], units=units, analysis=lambda mode: SimpleNamespace(ranks=())
+    )
+    (c,) = advise_replay._fsdp2_group(serial, ctx)
+    assert c.gain_range_us == pytest.approx((0.0, 4.0)) and c.gain_us == pytest.approx(2.0)
+    assert (
+        "the all_gather and reduce_scatter calls have one size: the gain is midway between replaying them all bandwidth and all latency"
+        in c.change
+    )
+
+
 def test_a_rank_of_several_files_costs_fsdp2s_work_per_step_over_all_of_them():
     from profile_overlap.analysis.file.fsdp_units import rank_busy
     from profile_overlap.record.analysis import FsdpRecord, FsdpUnitRecord

@@ -41,8 +41,8 @@ class Candidate:
     gain_us: float
     """replay(as run) − replay(changed), per step."""
     fit_error_us: float = 0.0
-    """What the cost fit adds to the uncertainty: its relative residual on the run's calls times the
-    change in the step's collective time it predicts (0 where the replay uses measured durations)."""
+    """What the cost fit adds to the uncertainty: half the 95% range of the change in the step's
+    collective time over the fit's bootstrap draws (`cost_draws`; 0 where the replay uses measured durations)."""
     timed: bool = False
     """The gain is the run's own timed difference between two modes (the schedule), not a replay."""
     to_mode: str | None = None
@@ -512,7 +512,34 @@ def _fsdp2_group(r: Replayed, ctx: Context) -> Iterator[Candidate]:
     samples = {k: cost_samples(ctx.measured, k, r.mode) for k in ("all_gather", "reduce_scatter")}
     fits = {k: collective_cost(v) for k, v in samples.items()}
     unit_us = unit_cost_us(ctx.units, ctx.cfg, fsdp_costs(ctx.analysis(r.mode)).unit_busy_us)
-    return fsdp2_groups(r, ctx.units, ctx.cfg, lambda kind, n: fits[kind](n), draws=cost_draws(samples), unit_us=unit_us)
+    items = fsdp2_groups(r, ctx.units, ctx.cfg, _by_kind(fits), draws=cost_draws(samples), unit_us=unit_us)
+    # A kind whose calls have one size cannot tell latency from bandwidth: its line is all bandwidth
+    # (a merge saves none of it). The other reading, each call its mean time whatever its size (all
+    # latency), is replayed too, as ddp's advice_call_cost does, and the gain is midway between them.
+    one_size = {k for k, v in samples.items() if v and not model.apart(min(n for n, _ in v), max(n for n, _ in v))}
+    if not one_size:
+        return items
+    latency = {k: (_flat(samples[k]) if k in one_size else f) for k, f in fits.items()}
+    by_latency = fsdp2_groups(r, ctx.units, ctx.cfg, _by_kind(latency), unit_us=unit_us)
+    return (_two_readings(c, other, one_size) for c, other in zip(items, by_latency))
+
+
+def _flat(samples: list[tuple[int, float]]) -> Callable[[int], float]:
+    """Each call the mean time of `samples`, whatever its size (all latency)."""
+    mean = statistics.fmean(t for _, t in samples)
+    return lambda n: mean
+
+
+def _two_readings(c: Candidate, other: Candidate, kinds: set[str]) -> Candidate:
+    """`c` (its one-size kinds all bandwidth) with `other`'s gain (all latency) as the second reading."""
+    low, high = sorted((c.gain_us, other.gain_us))
+    return dataclasses.replace(
+        c,
+        gain_us=(low + high) / 2,
+        gain_range_us=(low, high),
+        change=c.change[:-1] + f"; the {' and '.join(sorted(kinds))} calls have one size: the gain is midway between "
+        "replaying them all bandwidth and all latency)",
+    )
 
 
 CANDIDATES: dict[str, Callable[[Replayed, Context], Iterator[Candidate]]] = {
