@@ -165,11 +165,16 @@ def collective_cost(samples: list[tuple[int, float]]) -> Callable[[int], float]:
     several sizes, the Theil–Sen line t = a + b·n (model.robust_line: a call that waited for a late
     rank does not tilt it); of one size, its time per byte (a = 0: latency cannot be told from
     bandwidth with one size)."""
-    if samples and model.apart(min(n for n, _ in samples), max(n for n, _ in samples)):
+    if _several_sizes(samples):
         a, b = model.robust_line(samples)
     else:
         a, b = 0.0, sum(t for _, t in samples) / max(sum(n for n, _ in samples), 1)
     return lambda n: a + b * n
+
+
+def _several_sizes(samples: list[tuple[int, float]]) -> bool:
+    """Whether the calls have sizes far enough apart (model.apart) to tell latency from bandwidth."""
+    return bool(samples) and model.apart(min(n for n, _ in samples), max(n for n, _ in samples))
 
 
 FIT_RESAMPLES = 200
@@ -516,7 +521,7 @@ def _fsdp2_group(r: Replayed, ctx: Context) -> Iterator[Candidate]:
     # A kind whose calls have one size cannot tell latency from bandwidth: its line is all bandwidth
     # (a merge saves none of it). The other reading, each call its mean time whatever its size (all
     # latency), is replayed too, as ddp's advice_call_cost does, and the gain is midway between them.
-    one_size = {k for k, v in samples.items() if v and not model.apart(min(n for n, _ in v), max(n for n, _ in v))}
+    one_size = {k for k, v in samples.items() if v and not _several_sizes(v)}
     if not one_size:
         return items
     latency = {k: (_flat(samples[k]) if k in one_size else f) for k, f in fits.items()}
