@@ -10,10 +10,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import partial
 from pathlib import Path
 
-from profile_overlap.analysis import wire
 from profile_overlap.analysis.file.events import extract
 from profile_overlap.analysis.options import DEFAULT, AnalysisOptions
 from profile_overlap.analysis.rank.per_rank import RankAnalysis, finish_rank
@@ -84,30 +83,6 @@ def read_file(path: str, options: AnalysisOptions = DEFAULT) -> FileResult | Use
     except UserError as err:
         alone = _bare(err)
     return FileResult(path=f.path, rank=f.rank, t_min=f.t_min, t_max=f.t_max, alone=alone)
-
-
-def _read_for_parent(path: str, options: AnalysisOptions) -> bytes | FileResult | UserError:
-    """read_file in a worker process, its result packed for the parent (`wire`: a third of pickle's
-    cost on the worker's side); a result with an error, or one the codec cannot pack, goes by pickle."""
-    result = read_file(path, options)
-    if isinstance(result, FileResult) and isinstance(result.alone, RankAnalysis):
-        packed = wire.pack((result.path, result.rank, result.t_min, result.t_max, result.alone))
-        if packed is not None:
-            return packed
-    return result
-
-
-@cache
-def _unpacker() -> wire.Unpacker[tuple[str, int | None, float, float, RankAnalysis]]:
-    return wire.Unpacker(tuple[str, int | None, float, float, RankAnalysis])
-
-
-def _received(sent: bytes | FileResult | UserError) -> FileResult | UserError:
-    """A worker's result as read_file returned it."""
-    if not isinstance(sent, bytes):
-        return sent
-    path, rank, t_min, t_max, alone = _unpacker()(sent)
-    return FileResult(path=path, rank=rank, t_min=t_min, t_max=t_max, alone=alone)
 
 
 def _bare(err: UserError) -> UserError:
@@ -217,6 +192,7 @@ def analyze_dir(
     folder = Path(folder)
     paths = trace_paths(folder)
     workers = max_workers or min(len(paths), os.cpu_count() or 1)
+    read = partial(read_file, options=options)
     # Worker processes cost ~0.1 s to start: only worth it when there is real parsing to share.
     # Each worker returns its files' small per-rank results, not their events, so the parent's
     # memory does not grow with the traces.
@@ -226,10 +202,8 @@ def analyze_dir(
         # among them, which np.unique's first call imports (8 ms), here once rather than in each worker.
         import numpy.ma  # noqa: F401
 
-        read = partial(_read_for_parent, options=options)
         with ProcessPoolExecutor(max_workers=workers, mp_context=_FORK) as pool:
-            chunk = max(1, len(paths) // (8 * workers))
-            results = [_received(sent) for sent in pool.map(read, [str(p) for p in paths], chunksize=chunk)]
+            results = list(pool.map(read, [str(p) for p in paths], chunksize=max(1, len(paths) // (8 * workers))))
     else:
-        results = [read_file(str(p), options) for p in paths]
+        results = [read(str(p)) for p in paths]
     return finish(folder, results, options, warn=warn)
