@@ -149,13 +149,16 @@ def _gain(r: Replayed, graph: model.StepGraph) -> float:
     return r.step_us - model.simulate(graph).step_us
 
 
-def cost_samples(measured: dict[str, whatif.Measured], kind: str, mode: str | None = None) -> list[tuple[int, float]]:
-    """(bytes, µs) of every rank's and profiled step's `kind` calls (of `mode`'s when given)."""
+def cost_samples(
+    measured: dict[str, whatif.Measured], kind: str, mode: str | None = None, *, medians: bool = False
+) -> list[tuple[int, float]]:
+    """(bytes, µs) of every rank's and profiled step's `kind` calls (of `mode`'s when given); with
+    `medians`, of their medians per position in the step instead (`Measured.calls`)."""
     return [
         (c.nbytes, c.dur_us)
         for name, m in measured.items()
         if mode in (None, name)
-        for c in m.call_samples or m.calls
+        for c in (m.calls if medians else m.call_samples or m.calls)
         if c.kind == kind and c.nbytes and c.dur_us > 0
     ]
 
@@ -197,16 +200,10 @@ def call_costs(measured: dict[str, whatif.Measured], kind: str = "all_reduce", m
     (of `mode`'s when given): of several sizes, one reading, the Theil–Sen line (model.robust_line); of
     one size, two, because latency cannot be told from bandwidth there: all of the calls' time per
     byte (latency 0) and all of it per call (each call its mean time, whatever its size)."""
-    samples = [
-        (c.nbytes, c.dur_us)
-        for name, m in measured.items()
-        if mode in (None, name)
-        for c in m.calls
-        if c.kind == kind and c.nbytes and c.dur_us > 0
-    ]
+    samples = cost_samples(measured, kind, mode, medians=True)
     if not samples:
         return (CallCost(kind=kind, calls=0, latency_us=0.0, us_per_mib=0.0, source=BANDWIDTH),)
-    if model.apart(min(n for n, _ in samples), max(n for n, _ in samples)):
+    if _several_sizes(samples):
         a, b = model.robust_line(samples)
         return (CallCost(kind=kind, calls=len(samples), latency_us=a, us_per_mib=b * MIB, source=FIT),)
     total_us, total_bytes = sum(t for _, t in samples), sum(n for n, _ in samples)
