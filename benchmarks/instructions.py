@@ -1,8 +1,10 @@
 """Instructions per trace file (callgrind), a per-file cost that a busy machine does not disturb:
-`load_trace` + `extract` + `finish_rank` of the first N files of a folder, or the floor (gzip +
-orjson.loads), as (Ir(N files) - Ir(0 files)) / N; three files are read first in both runs.
+what an `analyze DIR` worker does with each of the first N files of a folder (`read_file`: load,
+extract, finish_rank, without the timeline spans that only --tensorboard draws; --timeline: with
+them, the path of the figures before the thirteenth look in benchmarks/README.md), or the floor
+(gzip + orjson.loads), as (Ir(N files) - Ir(0 files)) / N; three files are read first in both runs.
 
-    python benchmarks/instructions.py FOLDER [--files 40] [--tree /tmp/base] [--floor]
+    python benchmarks/instructions.py FOLDER [--files 40] [--tree /tmp/base] [--floor] [--timeline]
 
 Needs valgrind. Each run takes about a minute (callgrind is ~50x slower than the program).
 """
@@ -22,12 +24,12 @@ _CHILD = {
     "ours": """
 import sys
 from pathlib import Path
-from profile_overlap.analysis.file.events import extract
-from profile_overlap.analysis.rank.per_rank import finish_rank
-from profile_overlap.analysis.read.trace import load_trace
+from profile_overlap.analysis.folder import read_file
+from profile_overlap.analysis.options import AnalysisOptions
+options = AnalysisOptions(timeline=sys.argv[3] == "timeline")
 paths = sorted(Path(sys.argv[1]).glob("*.json*"))
 for p in paths[:3] + paths[: int(sys.argv[2])]:
-    finish_rank([extract(load_trace(p))])
+    read_file(str(p), options)
 """,
     "floor": """
 import gzip, sys
@@ -41,10 +43,11 @@ for p in paths[:3] + paths[: int(sys.argv[2])]:
 }
 
 
-def instructions(kind: str, folder: Path, files: int, tree: Path) -> int:
+def instructions(kind: str, folder: Path, files: int, tree: Path, *, timeline: bool = False) -> int:
     """Instructions callgrind counts in one fresh interpreter reading `files` files (after three)."""
     env = dict(os.environ, PYTHONPATH=str(tree))
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", _CHILD[kind], str(folder), str(files)]
+    child = [sys.executable, "-c", _CHILD[kind], str(folder), str(files), "timeline" if timeline else "-"]
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *child]
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, env=env)
     m = re.search(r"Collected : (\d+)", p.stderr)
     if p.returncode != 0 or m is None:
@@ -58,10 +61,12 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=40)
     ap.add_argument("--tree", type=Path, default=REPO, help="the source tree of profile_overlap to measure (default this one)")
     ap.add_argument("--floor", action="store_true", help="the floor (gzip + orjson.loads) instead of the analysis")
+    ap.add_argument("--timeline", action="store_true", help="the analysis with the timeline spans (analyze --tensorboard, a run's end)")
     args = ap.parse_args()
     kind = "floor" if args.floor else "ours"
-    per_file = (instructions(kind, args.folder, args.files, args.tree) - instructions(kind, args.folder, 0, args.tree)) / args.files
-    what = args.tree if kind == "ours" else "gzip + orjson.loads"
+    count = (instructions(kind, args.folder, n, args.tree, timeline=args.timeline) for n in (args.files, 0))
+    per_file = (next(count) - next(count)) / args.files
+    what = f"{args.tree}{', with the timeline' if args.timeline else ''}" if kind == "ours" else "gzip + orjson.loads"
     print(f"{kind} ({what}): {per_file / 1e6:.2f}M instructions per file ({args.files} files)")
     return 0
 
