@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -80,6 +81,38 @@ def test_tables_and_json_schema(tmp_path):
     assert set(rank["collectives"][0]) == {"kind", "count", "nbytes", "dur_us", "algbw_gbps", "busbw_gbps"}
     assert rank["overlap_pct"] == pytest.approx(59216 * 100 / 396199, abs=0.05)
     assert not list(out.parent.glob(".*.tmp"))  # the temporary file was renamed away
+
+
+def _with_reader_gone(*args):
+    """The command with its standard output a pipe whose reader has already gone, as under
+    `... | head` once head has its lines (or `less` quit early)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "profile_overlap", *map(str, args)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+        )
+    finally:
+        os.close(write_end)
+
+
+def test_output_read_by_head_still_writes_the_json(tmp_path):
+    """`analyze DIR --json OUT | head`: the tables have nowhere to go, the files are written all the
+    same (rich's own handler ended the process with 1 before --json was written)."""
+    p = _with_reader_gone("analyze", TRACE_FILTER, "--json", tmp_path / "piped.json")
+    assert p.returncode == 0 and p.stderr == ""
+    assert analyze(TRACE_FILTER, "--json", tmp_path / "plain.json").returncode == 0
+    assert (tmp_path / "piped.json").read_bytes() == (tmp_path / "plain.json").read_bytes()
+    for name in ("ranks", "steps"):
+        assert (tmp_path / f"piped.{name}.csv").read_bytes() == (tmp_path / f"plain.{name}.csv").read_bytes()
+    # The same for any command's console: no traceback, the command's own exit code.
+    p = _with_reader_gone("explain")
+    assert p.returncode == 0 and p.stderr == ""
 
 
 def test_hta_compat_and_steps():

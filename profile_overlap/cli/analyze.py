@@ -135,14 +135,15 @@ def _analyze(args: argparse.Namespace) -> int:
             ranks_csv, steps_csv = write_tables(record, args.json)
         except OSError as err:
             raise UserError(f"cannot write {args.json}: {err.strerror}; pick a writable path for --json") from None
-        print(f"wrote {args.json}, {ranks_csv.name} and {steps_csv.name}")
+        console.print(f"wrote {args.json}, {ranks_csv.name} and {steps_csv.name}", soft_wrap=True)
     if args.tensorboard:
         from profile_overlap.analysis.record import folder_metrics, timeline_of
         from profile_overlap.tb_plugin.export import FOREIGN_MODE, write_plugin_data
 
         out_dir = args.dir / "overlap" if args.tensorboard is True else args.tensorboard
         out = write_plugin_data(out_dir, folder_metrics(analysis, out_dir=str(out_dir)), timeline_of({FOREIGN_MODE: analysis}))
-        print(f"wrote {out}/metrics.json and timeline.json: `tensorboard --logdir {out.parent}` shows them in the Overlap tab")
+        shown_in = f"`tensorboard --logdir {out.parent}` shows them in the Overlap tab"
+        console.print(f"wrote {out}/metrics.json and timeline.json: {shown_in}", soft_wrap=True)
     errors = analysis.integrity.errors
     if args.strict and errors:
         print(f"analyze --strict: {len(errors)} integrity check(s) failed: {', '.join(c.name for c in errors)}", file=sys.stderr)

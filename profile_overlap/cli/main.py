@@ -31,6 +31,7 @@ from typing import NoReturn
 
 from profile_overlap.core import rank_output
 from profile_overlap.core.errors import UserError
+from profile_overlap.core.terminal import discard_stdout
 from profile_overlap.core.version import distribution_version, package_version
 
 PROG = "profile_overlap"
@@ -179,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("LOCAL_RANK", "0") == "0":
             print(f"{PROG} {command}: interrupted", file=rank_output.err(), flush=True)
         return 130
+    except BrokenPipeError:
+        # A plain print() found the reader gone (what the consoles print drops quietly, and the
+        # command goes on): the command stopped there, as Python's recipe for SIGPIPE has it.
+        discard_stdout()
+        return 1
 
 
 QUICK_EXIT_COMMANDS = frozenset({"analyze"})

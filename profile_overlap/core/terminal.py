@@ -3,7 +3,9 @@ as text, never move the cursor, retitle the window, clear the screen or ring the
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 
 _ESCAPE_SEQUENCE = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, clear screen
@@ -18,3 +20,19 @@ them), and the bidirectional embeddings, overrides and isolates, which reorder t
 def printable(text: str) -> str:
     """`text` without escape sequences and control characters (tab and newline kept)."""
     return _CONTROL.sub("", _ESCAPE_SEQUENCE.sub("", str(text)))
+
+
+def discard_stdout() -> None:
+    """Standard output sent to the null device from here on: its reader has gone (`analyze DIR --json
+    OUT | head`), and what is left to print has nowhere to go, while the command's files still have
+    to be written. Python's recipe for a broken pipe (its "Note on SIGPIPE"): later writes, and the
+    flush at exit, then succeed instead of raising BrokenPipeError again."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's StringIO): nothing to redirect
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
