@@ -264,3 +264,25 @@ def test_the_launchers_sigterm_during_the_failure_write_still_marks_the_run_fail
     monkeypatch.undo()
     status = _status(tmp_path)
     assert status["state"] == "failed" and "another rank crashed, hung or timed out" in status["reason"], status
+
+
+@pytest.mark.slow
+def test_a_run_whose_output_reader_has_gone_still_succeeds(tmp_path):
+    """`torchrun ... -m profile_overlap --mode split | head -1`: once head has its line the terminal
+    has no reader, and the run goes on to the same end as without the pipe (it used to stop at the
+    next line it printed, `[Errno 32] Broken pipe`, and mark the run failed)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "profile_overlap"]
+        proc = subprocess.run(
+            [*cmd, "--mode", "split", "--out", str(tmp_path), *SMALL],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=240, env=clean_env(), cwd=REPO,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    assert _status(run_dir)["state"] == "succeeded"
+    assert (run_dir / "metrics.json").exists() and (run_dir / "report.html").exists()
+    assert "Broken pipe" not in (run_dir / "logs" / "rank0.log").read_text()

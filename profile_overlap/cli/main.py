@@ -31,7 +31,7 @@ from typing import NoReturn
 
 from profile_overlap.core import rank_output
 from profile_overlap.core.errors import UserError
-from profile_overlap.core.terminal import discard_stdout
+from profile_overlap.core.terminal import discard_output
 from profile_overlap.core.version import distribution_version, package_version
 
 PROG = "profile_overlap"
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         # A plain print() found the reader gone (what the consoles print drops quietly, and the
         # command goes on): the command stopped there, as Python's recipe for SIGPIPE has it.
-        discard_stdout()
+        discard_output(rank_output.out())
         return 1
 
 

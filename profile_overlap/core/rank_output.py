@@ -24,7 +24,7 @@ from typing import TextIO
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.files import LOGS_DIR
-from profile_overlap.core.terminal import printable
+from profile_overlap.core.terminal import discard_output, printable
 
 VERBOSE_ENV = "PROFILE_OVERLAP_VERBOSE"
 
@@ -122,8 +122,12 @@ def err() -> TextIO:
 
 
 def say(line: str) -> None:
-    """One progress line on the terminal."""
-    print(line, file=out(), flush=True)
+    """One progress line on the terminal; nothing once the terminal's reader has gone (`... | head`):
+    the run goes on to its end, and its folder says how it went."""
+    try:
+        print(line, file=out(), flush=True)
+    except BrokenPipeError:
+        discard_output(out())
 
 
 def where_logs(folder: Path) -> str:

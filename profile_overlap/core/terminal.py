@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-import sys
+from typing import IO
 
 _ESCAPE_SEQUENCE = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, clear screen
@@ -22,13 +22,14 @@ def printable(text: str) -> str:
     return _CONTROL.sub("", _ESCAPE_SEQUENCE.sub("", str(text)))
 
 
-def discard_stdout() -> None:
-    """Standard output sent to the null device from here on: its reader has gone (`analyze DIR --json
-    OUT | head`), and what is left to print has nowhere to go, while the command's files still have
-    to be written. Python's recipe for a broken pipe (its "Note on SIGPIPE"): later writes, and the
-    flush at exit, then succeed instead of raising BrokenPipeError again."""
+def discard_output(stream: IO[str]) -> None:
+    """`stream` (the terminal's output: sys.stdout, or a rank's saved descriptor of it while its own
+    descriptor 1 goes to its log) sent to the null device from here on: its reader has gone
+    (`analyze DIR --json OUT | head`, `less` quit early), and what is left to print has nowhere to go,
+    while the command's files still have to be written. Python's recipe for a broken pipe (its "Note
+    on SIGPIPE"): later writes, and the flush at exit, then succeed instead of raising again."""
     try:
-        fd = sys.stdout.fileno()
+        fd = stream.fileno()
     except (AttributeError, OSError, ValueError):  # not a real file (a test's StringIO): nothing to redirect
         return
     devnull = os.open(os.devnull, os.O_WRONLY)

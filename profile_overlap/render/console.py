@@ -11,7 +11,7 @@ from rich.text import Text
 
 from profile_overlap.core import rank_output
 from profile_overlap.core.files import REPORT_HTML
-from profile_overlap.core.terminal import discard_stdout, printable
+from profile_overlap.core.terminal import discard_output, printable
 from profile_overlap.record.config import RunConfig
 from profile_overlap.record.metrics import RunMetrics
 from profile_overlap.record.summary import summary_of
@@ -168,9 +168,10 @@ class TraceConsole(Console):
     def on_broken_pipe(self) -> None:
         """The reader of our output went away (`analyze DIR --json OUT | head`, `less` quit early): the
         rest of the text is dropped and the command goes on to write its files and ends as it would
-        have. rich's own handler ends the process with 1 at once, before `--json` was written."""
+        have. rich's own handler ends the process with 1 at once (before `--json` was written, or a
+        run's folder finished), and redirects sys.stdout, which on a run's rank is its log."""
         self.quiet = True
-        discard_stdout()
+        discard_output(self.file)
 
 
 def make_console(*, file=None, width: int | None = None, highlight: bool = True) -> Console:

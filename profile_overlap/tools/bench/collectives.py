@@ -156,7 +156,7 @@ def bench_in_folder(config: BenchConfig, *, backend: str, device: torch.device, 
         if config.json:
             write_json_atomic(Path(config.json), result.to_json())
         write_tensorboard(result, run_dir)
-        print(render_table(result), file=rank_output.out(), flush=True)
+        rank_output.say(render_table(result))
         if result.passed:
             run_status.write(run_dir, "succeeded")
         else:
