@@ -265,3 +265,14 @@ def ddp_run_2(tmp_path_factory) -> tuple[Path, str]:
     copy it to write into it)."""
     run_dir, proc = shared_run(tmp_path_factory, "ddp2", ["--mode", "ddp", *TINY_TRANSFORMER, *FEW_STEPS], nproc=2)
     return run_dir, proc.stdout
+
+
+def with_reader_gone(cmd: list[str], *, env: dict, timeout: float = 240) -> subprocess.CompletedProcess:
+    """`cmd` with its standard output a pipe whose reader has already gone, as under `... | head`
+    once head has its lines (or `less` quit early); stderr captured."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(cmd, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=timeout, env=env, cwd=REPO)
+    finally:
+        os.close(write_end)

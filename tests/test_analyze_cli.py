@@ -2,13 +2,14 @@
 
 import gzip
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import with_reader_gone
 
 pytestmark = pytest.mark.slow  # `python -m profile_overlap analyze` in a subprocess
 
@@ -84,21 +85,7 @@ def test_tables_and_json_schema(tmp_path):
 
 
 def _with_reader_gone(*args):
-    """The command with its standard output a pipe whose reader has already gone, as under
-    `... | head` once head has its lines (or `less` quit early)."""
-    read_end, write_end = os.pipe()
-    os.close(read_end)
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "profile_overlap", *map(str, args)],
-            stdout=write_end,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-            env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
-        )
-    finally:
-        os.close(write_end)
+    return with_reader_gone([sys.executable, "-m", "profile_overlap", *map(str, args)], env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
 
 
 def test_output_read_by_head_still_writes_the_json(tmp_path):

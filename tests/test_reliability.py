@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SMALL, clean_env, only_run_dir, torchrun, torchrun_nodes
+from conftest import REPO, SMALL, clean_env, only_run_dir, torchrun, torchrun_nodes, with_reader_gone
 
 
 def _status(run_dir: Path) -> dict:
@@ -271,16 +271,8 @@ def test_a_run_whose_output_reader_has_gone_still_succeeds(tmp_path):
     """`torchrun ... -m profile_overlap --mode split | head -1`: once head has its line the terminal
     has no reader, and the run goes on to the same end as without the pipe (it used to stop at the
     next line it printed, `[Errno 32] Broken pipe`, and mark the run failed)."""
-    read_end, write_end = os.pipe()
-    os.close(read_end)
-    try:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "profile_overlap"]
-        proc = subprocess.run(
-            [*cmd, "--mode", "split", "--out", str(tmp_path), *SMALL],
-            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=240, env=clean_env(), cwd=REPO,
-        )  # fmt: skip
-    finally:
-        os.close(write_end)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "profile_overlap"]
+    proc = with_reader_gone([*cmd, "--mode", "split", "--out", str(tmp_path), *SMALL], env=clean_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     assert _status(run_dir)["state"] == "succeeded"
