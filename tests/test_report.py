@@ -8,6 +8,7 @@ import base64
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from profile_overlap.record.load import load_metrics
 from profile_overlap.render import numbers, write
 
-from conftest import cli
+from conftest import clean_env, cli, with_reader_gone
 
 pytestmark = pytest.mark.slow  # reads the shared compare run and runs `report` in a subprocess
 
@@ -151,6 +152,18 @@ def test_fail_if_gates_on_headline_metrics(compare_run_2, tmp_path):
     assert passed.returncode == 0, passed.stderr
     unknown = cli([*base, "--fail-if", "overlap<60"])
     assert unknown.returncode == 2 and "unknown metric 'overlap'" in unknown.stderr and "overlap_pct" in unknown.stderr
+
+
+def test_fail_if_decides_the_exit_status_when_stdout_has_no_reader(compare_run_2, tmp_path):
+    """`report RUN --fail-if ... | head -1`: head has gone before the gate's lines; the exit status is
+    still the gate's (0 for a pass, not 1 from the broken pipe), and the files are written."""
+    speedup = load_metrics(compare_run_2 / "metrics.json").speedup.measured
+    base = [sys.executable, "-m", "profile_overlap", "report", str(compare_run_2), "--format", "json", "--out", str(tmp_path)]
+    passed = with_reader_gone([*base, "--fail-if", f"speedup<{speedup - 0.01}"], env=clean_env())
+    assert passed.returncode == 0 and passed.stderr == ""
+    assert json.loads((tmp_path / "report.json").read_text())["run_dir"]
+    held = with_reader_gone([*base, "--fail-if", f"speedup<{speedup + 1}"], env=clean_env())
+    assert held.returncode == 1 and f"FAIL: speedup<{speedup + 1} holds" in held.stderr
 
 
 def test_trace_text_is_escaped_everywhere(compare_run_2, tmp_path):
