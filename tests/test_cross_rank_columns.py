@@ -11,7 +11,7 @@ from many_ranks import planted, write
 from profile_overlap.analysis.file.call_columns import Instances
 from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.analysis.world.causes import _call_keys
-from profile_overlap.analysis.world.clocks import align_clocks
+from profile_overlap.analysis.world.clocks import align_clocks, median_ci
 from profile_overlap.analysis.world.stragglers import group_medians, stragglers
 
 
@@ -59,3 +59,43 @@ def test_clocks_are_aligned_from_the_call_columns_without_an_object_per_call(job
     got = align_clocks({r.rank: r.instances for r in job.ranks})
     assert got == expected
     assert got.offsets_us == job.clocks.offsets_us and len(got.offsets_us) == 16
+
+
+def test_all_pairs_at_once_give_each_pair_s_own_estimate():
+    """The clock offsets of many ranks against one are matched in one pass: each rank's estimate is
+    the one it gets alone, whatever the ranks beside it (none shared, no symmetric call, a NaN end,
+    fewer calls than the 95% interval needs, contradicting bounds)."""
+    from profile_overlap.analysis.world.clocks import _pairs, _RankCalls
+
+    rng = np.random.default_rng(7)
+
+    def calls(keys, symmetric, shift=0.0):
+        keys = np.sort(np.asarray(keys, dtype=np.int64))
+        start = keys * 100.0 + shift + rng.normal(0, 2, keys.size)
+        return _RankCalls(key=keys, start_us=start, end_us=start + 10 + rng.exponential(3, keys.size), symmetric=np.asarray(symmetric))
+
+    a = calls(np.arange(40), np.arange(40) % 3 != 0)
+    nan_end = calls(np.arange(10, 30), np.ones(20, bool), 5.0)
+    nan_end.end_us[4] = np.nan
+    others = [
+        calls(np.arange(40), np.arange(40) % 3 != 0, 250.0),
+        calls(np.arange(100, 120), np.ones(20, bool)),  # no call in common
+        calls([0, 3, 6, 9, 12], np.zeros(5, bool), -40.0),  # only a's non-symmetric calls
+        nan_end,
+        calls([1, 2], np.ones(2, bool), 3.0),  # too few calls for the interval
+        calls(np.arange(0, 40, 2), np.ones(20, bool), 1e6),
+        calls(np.arange(5), np.ones(5, bool), rng.normal(0, 500, 5)),  # bounds that contradict
+    ]
+    together = _pairs(a, others)
+    alone = [_pairs(a, [b])[0] for b in others]
+    assert together[1] is None and together[0] is not None and together[2].bounds_us is None
+    for got, expected in zip(together, alone):
+        assert repr(got) == repr(expected)  # repr: NaN == NaN
+    # The first pair by the definition: the symmetric calls' end differences, their median and its
+    # order-statistics interval, moved into the causal bounds.
+    b, sym = others[0], a.symmetric
+    diffs = b.end_us[sym] - a.end_us[sym]
+    lo, hi = float(np.max(b.start_us[sym] - a.end_us[sym])), float(np.min(b.end_us[sym] - a.start_us[sym]))
+    median, _ = median_ci(diffs)
+    assert together[0].matched == int(sym.sum()) and together[0].bounds_us == (lo, hi)
+    assert together[0].offset_us == min(max(median, lo), hi)

@@ -283,8 +283,9 @@ def _before(u: iv.Union) -> np.ndarray:
     s, e = u
     before = np.empty(s.size + 1)
     before[0] = 0.0
-    np.subtract(e, s, out=before[1:])
-    np.cumsum(before[1:], out=before[1:])
+    lengths = before[1:]
+    np.subtract(e, s, out=lengths)
+    np.add.accumulate(lengths, out=lengths)  # np.cumsum's sum, without its wrapper (~4 µs a call)
     return before
 
 
@@ -314,6 +315,12 @@ def covered_length(u: iv.Union, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     if u[0].size == 0:
         return np.zeros(lo.shape)
     before = _before(u)
+    if 2 * lo.size <= COVER_BLOCK:
+        # Both ends in one pass (a rank's calls: the numpy calls cost more than their numbers).
+        ends = cumulative(u, np.concatenate([np.maximum(hi, lo), lo]), before=before)
+        covered: np.ndarray = ends[: lo.size] - ends[lo.size :]
+        np.maximum(covered, 0.0, out=covered)
+        return covered
     out = np.empty(lo.size)
     for a in range(0, lo.size, COVER_BLOCK):
         block_lo, block_hi = lo[a : a + COVER_BLOCK], hi[a : a + COVER_BLOCK]

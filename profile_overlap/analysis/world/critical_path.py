@@ -92,10 +92,12 @@ def critical_path(
     for r in ranks:
         c = r.times.calls
         lo, hi = window[r.rank]
-        sel = np.flatnonzero((c.end_us > lo) & (c.start_us < hi))
-        ends_at[r.rank] = {float(c.end_us[k]): int(keys[r.rank][k]) for k in sel}
-        for k in sel.tolist():
-            aligned_end.setdefault(int(keys[r.rank][k]), {})[r.rank] = float(c.end_us[k]) - offset[r.rank]
+        sel = ((c.end_us > lo) & (c.start_us < hi)).nonzero()[0]
+        ends, calls = c.end_us[sel].tolist(), keys[r.rank][sel].tolist()  # as Python numbers at once, not one by one
+        ends_at[r.rank] = dict(zip(ends, calls))
+        off = offset[r.rank]
+        for call, end in zip(calls, ends):
+            aligned_end.setdefault(call, {})[r.rank] = end - off
     # The walk starts and goes on only on ranks with some of the step: a GPU rank that launched nothing
     # in it has an empty window, with no piece to walk on.
     open_ = {q for q, (lo, hi) in window.items() if hi > lo}
