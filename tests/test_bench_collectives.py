@@ -12,7 +12,7 @@ import pytest
 
 from profile_overlap.record.metrics import Env
 from profile_overlap.tools.bench.config import COLLECTIVES, BenchConfig, parse_sizes, size_ladder
-from profile_overlap.tools.bench.record import build_result
+from profile_overlap.tools.bench.record import build_result, render_table
 
 from conftest import clean_env, cli, only_run_dir, torchrun
 
@@ -180,3 +180,12 @@ def test_gloo_note_only_when_reduce_scatter_costs_like_all_reduce():
     assert len(like.notes) == 1 and "reduce_scatter took 0.95x the all_reduce time" in like.notes[0]
     assert _result(50.0).notes == ()  # a ring-like reduce_scatter: nothing to say
     assert _result(95.0, backend="nccl").notes == ()
+
+
+def test_the_record_keeps_the_flags_typed_and_the_file_flat():
+    """The table reads the flags from the record's BenchConfig; bench.json spells them flat, as
+    config.json does."""
+    result = _result(95.0)
+    assert "minBytes: 1024  maxBytes: 4096  factor: 4  warmup iters: 5  iters: 20" in render_table(result)
+    assert result.to_json()["config"] == BenchConfig(sizes="1K:4K:4").to_dict()
+    assert list(result.to_json())[6] == "config"  # where it always was in the file

@@ -73,7 +73,8 @@ class BenchResult:
     dtype: str
     timing: str
     """cuda_events or perf_counter+barrier."""
-    config: dict
+    config: BenchConfig
+    """The command's flags (in bench.json: flat, as config.json spells them)."""
     env: Env
     rows: tuple[SizeRow, ...]
     num_wrong: int
@@ -89,6 +90,7 @@ class BenchResult:
 
     def to_json(self) -> dict[str, Any]:
         plain: dict[str, Any] = as_json(self)
+        plain["config"] = self.config.to_dict()  # in its place: the file's key order is unchanged
         return plain
 
 
@@ -141,7 +143,7 @@ def build_result(
         world_size=world_size,
         dtype=config.dtype,
         timing="cuda_events" if device_type == "cuda" else "perf_counter+barrier",
-        config=config.to_dict(),
+        config=config,
         env=msgspec.structs.replace(env, world_size=world_size),
         rows=tuple(rows),
         num_wrong=sum(r.results[k].num_wrong for r in rows for k in COLLECTIVES),
@@ -179,11 +181,11 @@ def _num(value: float | None, width: int, spec: str) -> str:
 
 def render_table(result: BenchResult) -> str:
     cfg = result.config
-    min_b, max_b, factor = parse_sizes(cfg["sizes"])
+    min_b, max_b, factor = parse_sizes(cfg.sizes)
     lines = [
         f"# profile_overlap bench-collectives  backend: {result.backend} ({result.device_type})  ranks: {result.world_size}  "
-        f"dtype: {result.dtype}  minBytes: {min_b}  maxBytes: {max_b}  factor: {factor}  warmup iters: {cfg['warmup']}  "
-        f"iters: {cfg['iters']}  validation: 1",
+        f"dtype: {result.dtype}  minBytes: {min_b}  maxBytes: {max_b}  factor: {factor}  warmup iters: {cfg.warmup}  "
+        f"iters: {cfg.iters}  validation: 1",
         f"# time: median over iters of the slowest rank ({result.timing}); size S: bytes of the full array; "
         f"count: its elements (reduce_scatter output and all_gather input: count/{result.world_size})",
         "#",
