@@ -267,12 +267,14 @@ def ddp_run_2(tmp_path_factory) -> tuple[Path, str]:
     return run_dir, proc.stdout
 
 
-def with_reader_gone(cmd: list[str], *, env: dict, timeout: float = 240) -> subprocess.CompletedProcess:
+def with_reader_gone(cmd: list[str], *, env: dict, timeout: float = 240, stderr_too: bool = False) -> subprocess.CompletedProcess:
     """`cmd` with its standard output a pipe whose reader has already gone, as under `... | head`
-    once head has its lines (or `less` quit early); stderr captured."""
+    once head has its lines (or `less` quit early); stderr captured, or (stderr_too) into the same
+    pipe, as under `... 2>&1 | head`."""
     read_end, write_end = os.pipe()
     os.close(read_end)
+    stderr = write_end if stderr_too else subprocess.PIPE
     try:
-        return subprocess.run(cmd, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=timeout, env=env, cwd=REPO)
+        return subprocess.run(cmd, stdout=write_end, stderr=stderr, text=True, timeout=timeout, env=env, cwd=REPO)
     finally:
         os.close(write_end)

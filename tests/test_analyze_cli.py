@@ -102,6 +102,21 @@ def test_output_read_by_head_still_writes_the_json(tmp_path):
     assert p.returncode == 0 and p.stderr == ""
 
 
+def test_warnings_with_no_reader_still_write_the_json(tmp_path):
+    """`analyze DIR --skip-bad --json OUT 2>&1 | head`: the warning about the bad file meets a closed
+    pipe on stderr; the command goes on, writes its files and exits 0 (it used to stop there with 1)."""
+    folder = tmp_path / "traces"
+    shutil.copytree(TRACE_FILTER, folder)
+    (folder / "rank9.pt.trace.json").write_text("{not json")
+    out = tmp_path / "piped.json"
+    cmd = [sys.executable, "-m", "profile_overlap", "analyze", str(folder), "--skip-bad", "--json", str(out)]
+    p = with_reader_gone(cmd, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"}, stderr_too=True)
+    assert p.returncode == 0 and out.is_file()
+    assert analyze(TRACE_FILTER, "--json", tmp_path / "plain.json").returncode == 0
+    piped, plain = json.loads(out.read_text()), json.loads((tmp_path / "plain.json").read_text())
+    assert piped["ranks"] == plain["ranks"]
+
+
 def test_hta_compat_and_steps():
     p = analyze(TRACE_FILTER, "--hta-compat")
     assert p.returncode == 0, p.stderr

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from profile_overlap.core.errors import UserError
 from profile_overlap.core.io import write_bytes_atomic
+from profile_overlap.core.rank_output import tell
 from profile_overlap.core.terminal import printable
 
 
@@ -102,7 +103,7 @@ def _analyze(args: argparse.Namespace) -> int:
     from profile_overlap.render.rank_tables import csv_paths, write_tables
 
     def warn(message: str) -> None:
-        print(f"warning: {printable(message)}", file=sys.stderr)
+        tell(f"warning: {printable(message)}")
 
     from profile_overlap.analysis import cluster
 
@@ -146,6 +147,6 @@ def _analyze(args: argparse.Namespace) -> int:
         console.print(f"wrote {out}/metrics.json and timeline.json: {shown_in}", soft_wrap=True)
     errors = analysis.integrity.errors
     if args.strict and errors:
-        print(f"analyze --strict: {len(errors)} integrity check(s) failed: {', '.join(c.name for c in errors)}", file=sys.stderr)
+        tell(f"analyze --strict: {len(errors)} integrity check(s) failed: {', '.join(c.name for c in errors)}")
         return 1
     return 0

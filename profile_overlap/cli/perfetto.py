@@ -13,11 +13,12 @@ collectives in flight, and arrows joining each call across ranks. Does not impor
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from profile_overlap.cli.analyze import parse_steps
 from profile_overlap.core.errors import UserError
+from profile_overlap.core.rank_output import tell
+from profile_overlap.core.terminal import printable
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
     _check_writable(out)
 
     def warn(message: str) -> None:
-        print(f"warning: {message}", file=sys.stderr)
+        tell(f"warning: {printable(message)}")
 
     result = write_perfetto(source, out, steps=args.steps, warn=warn)
     ratio = result.size_bytes / result.traces_bytes if result.traces_bytes else float("nan")

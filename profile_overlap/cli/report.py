@@ -16,13 +16,12 @@ import argparse
 import math
 import operator
 import re
-import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 from profile_overlap.core.errors import UserError
-from profile_overlap.core.rank_output import say
+from profile_overlap.core.rank_output import say, tell
 
 _OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt}
 _CONDITION = re.compile(r"^\s*([A-Za-z_]+)\s*(<=|>=|==|!=|<|>)\s*([-+0-9.eE]+)\s*$")
@@ -157,7 +156,7 @@ def gate(values: dict[str, float | None], conditions: list[Condition], *, run_na
                 "names need a --mode compare run)"
             )
         if cond.holds(actual):
-            print(f"profile_overlap report: FAIL: {cond.text} holds for {run_name} ({cond.name} = {actual:.4g})", file=sys.stderr)
+            tell(f"profile_overlap report: FAIL: {cond.text} holds for {run_name} ({cond.name} = {actual:.4g})")
             failed += 1
         else:
             # Through say: a reader gone from stdout (`report ... | head`) does not turn a pass into exit 1.

@@ -130,6 +130,15 @@ def say(line: str) -> None:
         discard_output(out())
 
 
+def tell(line: str) -> None:
+    """One line on the terminal's standard error (a warning, a failed gate); nothing once its reader
+    has gone (`... 2>&1 | head`): the command goes on to its files and its own exit status."""
+    try:
+        print(line, file=err(), flush=True)
+    except BrokenPipeError:
+        discard_output(err())
+
+
 def where_logs(folder: Path) -> str:
     """Where to read every rank's full output, for error messages ('' under --verbose)."""
     return f"; every rank's full output is in {Path(folder) / LOGS_DIR}/" if capturing() else ""
