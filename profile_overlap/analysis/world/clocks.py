@@ -101,15 +101,12 @@ def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[
     P(k ≤ Binomial(n, ½) ≤ n−k) ≥ confidence. With too few values for that coverage (n < 6 at
     95%) the half-width is infinite."""
     x = np.sort(np.asarray(values, dtype=float))
-    n = len(x)
-    assert n > 0
-    # The median of the sorted values as np.median takes it (the mean of the middle two), without
-    # sorting again: one call per pair of ranks aligned (1,023 at 1,024 ranks).
-    median = float(np.median(x)) if np.isnan(x[-1]) else float(x[n // 2]) if n % 2 else float((x[n // 2 - 1] + x[n // 2]) / 2)
-    k = _order_statistic(n, confidence)
-    if k == 0:
-        return median, math.inf
-    return median, float(max(median - x[k - 1], x[n - k] - median))
+    assert x.size > 0
+    if not np.isnan(x[-1]):
+        return _sorted_median_ci(x.tolist(), 0, x.size, confidence)
+    median = float(np.median(x))  # NaN, as np.median has it
+    k = _order_statistic(x.size, confidence)
+    return median, math.inf if k == 0 else float(max(median - x[k - 1], x[x.size - k] - median))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -211,7 +208,8 @@ def _pairs(a: _RankCalls, others: Sequence[_RankCalls]) -> list[_PairEstimate | 
 
 
 def _sorted_median_ci(x: list[float], start: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """median_ci of the n sorted values x[start : start + n] (none NaN)."""
+    """median_ci of the n sorted values x[start : start + n] (none NaN): the median as np.median takes
+    it (the mean of the middle two), without sorting again."""
     m = start + n // 2
     median = x[m] if n % 2 else (x[m - 1] + x[m]) / 2
     k = _order_statistic(n, confidence)
