@@ -4,6 +4,7 @@ asked (--per-step) or in the CSV beside --json OUT (issue 38)."""
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 from synthetic import write_large_trace
@@ -53,3 +54,16 @@ def test_with_json_the_line_names_the_steps_csv_which_holds_every_row(long_trace
     assert str(tmp_path / "a.steps.csv") in line
     with open(tmp_path / "a.steps.csv", newline="") as f:
         assert len(list(csv.DictReader(f))) == 2 * steps
+
+
+def test_ranks_that_wait_alike_name_no_rank_the_others_wait_for(long_traces, tmp_path, capsys, monkeypatch):
+    # Every call takes as long on one rank as on the other: neither waits, so neither holds the
+    # other back (before, the lower rank won the tie and the console said the others waited for it).
+    out = analyze(capsys, monkeypatch, long_traces, "--json", tmp_path / "a.json")
+    record = json.loads((tmp_path / "a.json").read_text())
+    assert [r["wait_us"] for r in record["ranks"]] == [0.0, 0.0]
+    assert record["slowest_rank"] is None
+    assert "waits least" not in out
+    words = " ".join(out.split())  # the console wraps its lines
+    assert "Wait vs transfer: each collective call is matched" in words
+    assert "Every rank waits the same: none holds the others back." in words

@@ -187,11 +187,16 @@ def spread_table(record: AnalysisRecord, facts: ConsoleFacts) -> Table:
 
 def print_notes(record: AnalysisRecord, facts: ConsoleFacts, console: Console, *, grouped: bool = False) -> None:
     """The wait/transfer sentence, each rank's notes and the integrity checks that are not ok."""
-    if record.slowest_rank is not None:
+    # slowest_rank is None with two ranks or more that share calls only when every rank waits the same.
+    if record.slowest_rank is not None or sum(1 for r in facts.ranks if r.matched) >= 2:
+        who = (
+            f"Rank {record.slowest_rank} waits least: the others wait for it."
+            if record.slowest_rank is not None
+            else "Every rank waits the same: none holds the others back."
+        )
         console.print(
             f"Wait vs transfer: each collective call is matched across ranks by process group, kind and order; "
-            f"transfer = the fastest rank's duration, wait = the rest. Rank {record.slowest_rank} waits least: "
-            f"the others wait for it."
+            f"transfer = the fastest rank's duration, wait = the rest. {who}"
         )
     if record.exposed is not None:
         for line in exposed_lines("these traces", record.exposed):

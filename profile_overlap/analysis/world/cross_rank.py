@@ -124,8 +124,10 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False,
             )
         )
     with_calls = [w for w in waits if w.matched]
-    # The rank the others wait for: the least wait, the lowest rank on a tie (definitions: `slowest_rank`).
-    slowest = min(with_calls, key=lambda w: (w.wait_us, w.rank)).rank if len(with_calls) >= 2 else None
+    # The rank the others wait for: the least wait, the lowest rank on a tie; none when every rank
+    # waits the same, as no rank then holds the others back (definitions: `slowest_rank`).
+    least = min(with_calls, key=lambda w: (w.wait_us, w.rank)) if len(with_calls) >= 2 else None
+    slowest = least.rank if least is not None and any(w.wait_us > least.wait_us for w in with_calls) else None
     integrity = check_integrity(ranks, duplicates=duplicates)
     causes = explain(ranks, clocks)
     if causes is not None and causes.check is not None:  # only when an input is missing
