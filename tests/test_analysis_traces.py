@@ -243,6 +243,14 @@ def test_json_slowest_rank_is_the_analysis_decision():
     assert to_json(analyze_dir(NCCL_DATA.parent, max_workers=1))["slowest_rank"] is None  # one rank
 
 
+def test_a_rank_with_no_call_matched_on_another_has_no_wait_or_transfer():
+    # One rank alone: none of its calls can be matched across ranks, so its split is unknown (null,
+    # as the console's "-"), where the record said 0.0 before.
+    record = to_json(analyze_dir(NCCL_DATA.parent, max_workers=1))
+    assert [(r["wait_us"], r["transfer_us"]) for r in record["ranks"]] == [(None, None)]
+    assert record["ranks"][0]["comm_us"] > 0  # it did communicate: the split is unknown, not empty
+
+
 def test_timeline_coarsening_fills_the_span_budget():
     # nccl_data has more compute kernels per step than the budget even after the 1/2000 merge:
     # the largest gaps stay open, so each step keeps exactly MAX_SPANS_PER_STEP compute spans.

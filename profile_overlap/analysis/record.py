@@ -154,8 +154,9 @@ def _rank(r: RankAnalysis, w: RankWait | None, *, replay: bool, exact: bool = Fa
         RankRecord,
         r,
         exact=exact,
-        wait_us=w.wait_us if w else None,
-        transfer_us=w.transfer_us if w else None,
+        # A rank with no call matched on another has no split (None, as the field says), not 0.
+        wait_us=w.wait_us if w and w.matched else None,
+        transfer_us=w.transfer_us if w and w.matched else None,
         last_arrivals=w.last_arrivals if w else None,
         last_arrival_pct=w.last_arrival_pct if w else None,
         replay=(),
