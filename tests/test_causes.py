@@ -307,3 +307,15 @@ def test_the_top_calls_group_codes_as_np_unique_would():
         want_codes, want_inverse = np.unique(key, return_inverse=True)
         assert np.array_equal(codes, want_codes) and np.array_equal(inverse, want_inverse.reshape(-1))
         assert codes.dtype == want_codes.dtype and inverse.dtype == want_inverse.dtype
+
+
+def test_the_straggler_sentence_says_what_its_percent_is_of():
+    from profile_overlap.render.exposed import straggler_sentence
+
+    # Rank 1 sleeps 50 µs longer in backward, where rank 0 did not idle at all: the percent is of
+    # rank 0's whole backward in its window (50 µs), which the sentence names.
+    plans = [RankPlan(compute=list(p.compute), calls=list(p.calls), steps=p.steps, phases=p.phases) for p in LATE]
+    plans[1].compute = [(0, 100), (200, 300)]
+    (s,) = analyse(plans).exposed.stragglers
+    assert s.extra_pct == pytest.approx(100 * 50 / 50)
+    assert straggler_sentence(s).endswith("ran 0.05 ms longer per step than its peers' median (+100.0% of the peers' time in backward)")

@@ -33,7 +33,8 @@ def slack_text(call: ExposedCall) -> str:
 
 
 def straggler_sentence(s: Straggler) -> str:
-    more = f" (+{pct(s.extra_pct)}%)" if s.extra_pct is not None else ""
+    # extra_pct is of the peers' whole time in the phase, not of their time in `what` (definitions: `extra_pct`).
+    more = f" (+{pct(s.extra_pct)}% of the peers' time in {s.phase})" if s.extra_pct is not None else ""
     return (
         f"rank {s.rank} arrives late: its {WHAT_TEXT.get(s.what, s.what)} in {s.phase} ran {ms(s.extra_ms)} ms longer "
         f"per step than its peers' median{more}"
