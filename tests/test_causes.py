@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from profile_overlap.analysis.folder import analyze_dir
 from profile_overlap.analysis.record import to_json
+from profile_overlap.render.exposed import straggler_sentence
 
 # Two ranks, one step [0, 400): rank 1's backward computes 50 µs longer, so rank 0 waits 50 µs
 # at the all_reduce; then both transfer for 50 µs with nothing to compute beside it.
@@ -310,8 +311,6 @@ def test_the_top_calls_group_codes_as_np_unique_would():
 
 
 def test_the_straggler_sentence_says_what_its_percent_is_of():
-    from profile_overlap.render.exposed import straggler_sentence
-
     # Rank 1 sleeps 50 µs longer in backward, where rank 0 did not idle at all: the percent is of
     # rank 0's whole backward in its window (50 µs), which the sentence names.
     plans = [RankPlan(compute=list(p.compute), calls=list(p.calls), steps=p.steps, phases=p.phases) for p in LATE]

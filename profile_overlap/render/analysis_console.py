@@ -187,8 +187,8 @@ def spread_table(record: AnalysisRecord, facts: ConsoleFacts) -> Table:
 
 def print_notes(record: AnalysisRecord, facts: ConsoleFacts, console: Console, *, grouped: bool = False) -> None:
     """The wait/transfer sentence, each rank's notes and the integrity checks that are not ok."""
-    # slowest_rank is None with two ranks or more that share calls only when every rank waits the same.
-    if record.slowest_rank is not None or sum(1 for r in facts.ranks if r.matched) >= 2:
+    # slowest_rank is null beside two ranks' wait_us only when every rank waits the same (outputs.md).
+    if record.slowest_rank is not None or sum(r.wait_us is not None for r in record.ranks) >= 2:
         who = (
             f"Rank {record.slowest_rank} waits least: the others wait for it."
             if record.slowest_rank is not None
