@@ -197,6 +197,21 @@ class AnalysisRecord(msgspec.Struct, frozen=True, kw_only=True):
     def rank(self, rank: int) -> RankRecord | None:
         return next((r for r in self.ranks if r.rank == rank), None)
 
+    def last_to_arrive(self) -> RankRecord | None:
+        """The rank that started the most matched calls last on the aligned clock (the highest
+        `last_arrival_pct`, the lowest rank on a tie); None without an arrival order (records
+        written before clock alignment, one rank)."""
+        return max((r for r in self.ranks if r.last_arrival_pct is not None), key=lambda r: r.last_arrival_pct or 0.0, default=None)
+
+    def arrivals_disagree(self) -> RankRecord | None:
+        """The rank the aligned clock says the others wait for, where the durations name another:
+        `last_to_arrive` when it is not `slowest_rank` and started last more often than it
+        (definitions: `slowest_rank`); else None."""
+        late, slow = self.last_to_arrive(), self.rank(self.slowest_rank) if self.slowest_rank is not None else None
+        if late is None or slow is None or late.rank == slow.rank:
+            return None
+        return late if (late.last_arrival_pct or 0.0) > (slow.last_arrival_pct or 0.0) else None
+
 
 class ConsoleRank(msgspec.Struct, frozen=True, kw_only=True):
     """One rank as the `analyze` console shows it: its record unrounded, and what the record's JSON leaves out."""

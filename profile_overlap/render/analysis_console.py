@@ -189,11 +189,19 @@ def print_notes(record: AnalysisRecord, facts: ConsoleFacts, console: Console, *
     """The wait/transfer sentence, each rank's notes and the integrity checks that are not ok."""
     # slowest_rank is null beside two ranks' wait_us only when every rank waits the same (outputs.md).
     if record.slowest_rank is not None or sum(r.wait_us is not None for r in record.ranks) >= 2:
-        who = (
-            f"Rank {record.slowest_rank} waits least: the others wait for it."
-            if record.slowest_rank is not None
-            else "Every rank waits the same: none holds the others back."
-        )
+        late = record.arrivals_disagree()
+        slow = record.rank(record.slowest_rank) if record.slowest_rank is not None else None
+        if late is not None and slow is not None:
+            who = (
+                f"Rank {slow.rank} waits least by duration, but on the aligned clock rank {late.rank} started last at "
+                f"{late.last_arrival_pct:.1f}% of its matched calls (rank {slow.rank} at {slow.last_arrival_pct or 0.0:.1f}%): "
+                "a call that runs on after its peers' calls have ended counts as wait on that rank, so the two disagree "
+                "on which rank the others wait for; why exposed goes by the aligned clock."
+            )
+        elif slow is not None:
+            who = f"Rank {slow.rank} waits least: the others wait for it."
+        else:
+            who = "Every rank waits the same: none holds the others back."
         console.print(
             f"Wait vs transfer: each collective call is matched across ranks by process group, kind and order; "
             f"transfer = the fastest rank's duration, wait = the rest. {who}"

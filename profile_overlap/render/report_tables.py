@@ -341,6 +341,8 @@ def straggler_blocks(m: RunMetrics) -> tuple:
             blocks.append(Paragraph((f"{name}: no collective was matched on two or more ranks, so there is no wait/transfer split.",)))
             continue
         rows, hi = [], set()
+        # Where the aligned clock names another rank, the durations' pick is only that (definitions: slowest_rank).
+        disagree = mode.analysis is not None and mode.analysis.arrivals_disagree() is not None
         many = mode.analysis if len(ranks) > TABLE_RANKS and mode.analysis is not None and mode.analysis.spread else None
         shares = dict(summary_of(m).modes[name].wait_share_pct)
         for i, r in enumerate(ranks):
@@ -353,14 +355,14 @@ def straggler_blocks(m: RunMetrics) -> tuple:
                     (ms(_ms(r.transfer_us)),),
                     (pct(share),),
                     (pct(r.last_arrival_pct),),
-                    ("slowest: the others wait for it" if r.rank == slow else "",),
+                    (("waits least (by duration)" if disagree else "slowest: the others wait for it") if r.rank == slow else "",),
                 )
             )
             if r.rank == slow:
                 hi.add(i)
         most = max(ranks, key=lambda r: r.wait_us or 0)
         # Records written before clock alignment have no arrival order.
-        late = max((r for r in ranks if r.last_arrival_pct is not None), key=lambda r: r.last_arrival_pct or 0.0, default=None)
+        late = mode.analysis.last_to_arrive() if mode.analysis else None
         arrival = (
             (
                 " On the aligned clocks, rank ",
@@ -368,6 +370,15 @@ def straggler_blocks(m: RunMetrics) -> tuple:
                 " arrived last at ",
                 Ref(f"{pct(late.last_arrival_pct)}%", "last_arrival_pct"),
                 " of the collective calls.",
+                *(
+                    (
+                        f" The durations and the arrivals disagree on which rank the others wait for (rank {slow} against "
+                        f"rank {late.rank}): a call that runs on after its peers' calls have ended counts as wait on that rank. "
+                        "Why exposed goes by the aligned clocks.",
+                    )
+                    if disagree
+                    else ()
+                ),
             )
             if late
             else ()
