@@ -205,12 +205,12 @@ class AnalysisRecord(msgspec.Struct, frozen=True, kw_only=True):
 
     def arrivals_disagree(self) -> RankRecord | None:
         """The rank the aligned clock says the others wait for, where the durations name another:
-        `last_to_arrive` when it is not `slowest_rank` and started last more often than it
-        (definitions: `slowest_rank`); else None."""
+        `last_to_arrive` when it is not `slowest_rank` and started last more often than it, both
+        on the aligned clock (definitions: `slowest_rank`); else None."""
         late, slow = self.last_to_arrive(), self.rank(self.slowest_rank) if self.slowest_rank is not None else None
-        if late is None or slow is None or late.rank == slow.rank:
-            return None
-        return late if (late.last_arrival_pct or 0.0) > (slow.last_arrival_pct or 0.0) else None
+        if late is None or slow is None or late.rank == slow.rank or slow.last_arrival_pct is None:
+            return None  # (slowest_rank's clock not aligned: its arrivals are unknown, not 0%)
+        return late if (late.last_arrival_pct or 0.0) > slow.last_arrival_pct else None
 
 
 class ConsoleRank(msgspec.Struct, frozen=True, kw_only=True):

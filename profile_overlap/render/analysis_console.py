@@ -194,7 +194,7 @@ def print_notes(record: AnalysisRecord, facts: ConsoleFacts, console: Console, *
         if late is not None and slow is not None:
             who = (
                 f"Rank {slow.rank} waits least by duration, but on the aligned clock rank {late.rank} started last at "
-                f"{late.last_arrival_pct:.1f}% of its matched calls (rank {slow.rank} at {slow.last_arrival_pct or 0.0:.1f}%): "
+                f"{late.last_arrival_pct:.1f}% of its matched calls (rank {slow.rank} at {slow.last_arrival_pct:.1f}%): "
                 "a call that runs on after its peers' calls have ended counts as wait on that rank, so the two disagree "
                 "on which rank the others wait for; why exposed goes by the aligned clock."
             )
