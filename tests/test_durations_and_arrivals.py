@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from profile_overlap.analysis.world.cross_rank import RankWait, _clock_slowest
 from profile_overlap.cli.main import main
-from profile_overlap.record.analysis import AnalysisRecord, RankRecord
 from profile_overlap.record.load import load_metrics
 
 DATA = Path(__file__).parent / "data"
@@ -45,44 +45,27 @@ def test_the_report_says_it_in_the_straggler_view_and_its_note(tmp_path, capsys,
     out = tmp_path / "overlap"
     words_of_analyze(capsys, monkeypatch, DATA / "gloo_2rank", "--tensorboard", out)
     analysis = load_metrics(out / "metrics.json").modes["trace"].analysis
-    assert analysis is not None and analysis.slowest_rank == 1
-    late = analysis.arrivals_disagree()
-    assert late is not None and late.rank == 0 and late.last_arrival_pct == 100.0
+    assert analysis is not None and analysis.slowest_rank == 1 and analysis.clock_slowest_rank == 0
     assert main(["report", str(out)]) == 0
     report = (out / "report.md").read_text()
     assert (
         "On the aligned clocks, rank 0 arrived last at [100.0%](#clock-alignment-across-ranks) of the collective calls. "
-        "The durations and the arrivals disagree on which rank the others wait for (rank 1 against rank 0)"
+        "The durations and the arrivals disagree on which rank the others wait for "
+        "(rank 1 against [rank 0](#wait-vs-transfer-across-ranks))"
     ) in report
     assert "| **waits least (by duration)** |" in report and "slowest: the others wait for it" not in report
     note = next(line for line in report.splitlines() if line.startswith("- Ranks wait for each other"))
     assert "rank 0 at [100.0%](#clock-alignment-across-ranks): the durations and the arrivals disagree" in note
 
 
-def _record(slowest: int | None, pcts: dict[int, float | None]) -> AnalysisRecord:
-    ranks = tuple(
-        RankRecord(
-            rank=r,
-            device="cpu",
-            comm_us=1.0,
-            compute_us=1.0,
-            overlap_us=0.0,
-            exposed_comm_us=1.0,
-            overlap_pct=0.0,
-            steps=(),
-            last_arrival_pct=p,
-        )
-        for r, p in pcts.items()
-    )
-    return AnalysisRecord(ranks=ranks, world_size=len(ranks), slowest_rank=slowest)
+def _waits(pcts: dict[int, float | None]) -> list[RankWait]:
+    return [RankWait(rank=r, wait_us=0.0, transfer_us=0.0, matched=4, last_arrival_pct=p) for r, p in pcts.items()]
 
 
-def test_the_two_readings_disagree_only_where_both_place_the_ranks():
-    assert _record(1, {0: 20.0, 1: 80.0}).arrivals_disagree() is None  # they agree
-    late = _record(1, {0: 80.0, 1: 20.0}).arrivals_disagree()
-    assert late is not None and late.rank == 0
-    assert _record(2, {0: 40.0, 1: 40.0, 2: 20.0}).arrivals_disagree().rank == 0  # a tie: the lower rank
-    assert _record(1, {0: 50.0, 1: 50.0}).arrivals_disagree() is None  # the slowest starts last as often
-    assert _record(1, {0: 100.0, 1: None}).arrivals_disagree() is None  # rank 1's clock not aligned: unknown, not 0%
-    assert _record(None, {0: 100.0, 1: 0.0}).arrivals_disagree() is None  # every rank waits the same
-    assert _record(1, {0: None, 1: None}).last_to_arrive() is None
+def test_the_clock_names_another_rank_only_where_both_readings_place_the_ranks():
+    assert _clock_slowest(_waits({0: 20.0, 1: 80.0}), 1) is None  # they agree
+    assert _clock_slowest(_waits({0: 80.0, 1: 20.0}), 1) == 0
+    assert _clock_slowest(_waits({0: 40.0, 1: 40.0, 2: 20.0}), 2) == 0  # a tie: the lower rank
+    assert _clock_slowest(_waits({0: 50.0, 1: 50.0}), 1) is None  # the slowest starts last as often
+    assert _clock_slowest(_waits({0: 100.0, 1: None}), 1) is None  # rank 1's clock not aligned: unknown, not 0%
+    assert _clock_slowest(_waits({0: 100.0, 1: 0.0}), None) is None  # every rank waits the same

@@ -389,3 +389,27 @@ def test_a_hostile_event_name_shows_as_text_in_the_tooltip_and_a_broken_run_is_l
     assert "IMG" not in tip["elements"] and set(tip["elements"]) <= {"B", "DIV"}, tip
     assert frame.js("document.querySelectorAll('img').length") == 0
     assert frame.js("document.title") != "pwned"
+
+
+@pytest.fixture(scope="module")
+def gloo_tensorboard(tmp_path_factory):
+    """`analyze --tensorboard` of the checked-in gloo traces, where the durations name rank 1 as the
+    rank the others wait for and the aligned clock names rank 0 (tests/test_durations_and_arrivals.py)."""
+    logdir = tmp_path_factory.mktemp("gloo") / "logdir"
+    analysis = analyze_dir(DATA / "gloo_2rank")
+    assert (analysis.slowest_rank, analysis.clock_slowest_rank) == (1, 0)
+    write_plugin_data(logdir / "gloo", folder_metrics(analysis, out_dir=str(logdir / "gloo")), timeline_of({FOREIGN_MODE: analysis}))
+    yield from serve_tensorboard(logdir)
+
+
+def test_where_the_durations_and_the_clock_name_different_ranks_the_tab_says_so(browser, gloo_tensorboard):
+    browser.page("Page.navigate", url=f"{gloo_tensorboard}/#{'profile_overlap'}")
+    frame = plugin_frame(browser)
+    words = " ".join(frame.js("document.body.innerText").split())
+    assert (
+        "trace: rank 1 waits least by duration, but on the aligned clock rank 0 started last at 100% of its matched calls "
+        "(rank 1 at 0%)" in words
+    ), words
+    assert frame.js("[...document.querySelectorAll('tr.po-slow')].map(r => r.cells[1].innerText)") == ["1 ◆"]
+    note = frame.js("document.querySelector('canvas[data-mode=\"trace\"]').closest('.po-panel').querySelector('.po-note').innerText")
+    assert "◆ marks the rank that waits least by duration; the aligned clock names rank 0 (the two disagree)." in note, note

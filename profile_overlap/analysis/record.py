@@ -188,6 +188,7 @@ def analysis_record(analysis: TraceAnalysis, *, replay: bool = True) -> Analysis
         ranks=ranks,
         world_size=analysis.world_size,
         slowest_rank=analysis.slowest_rank,
+        clock_slowest_rank=analysis.clock_slowest_rank,
         source=analysis.source,
         integrity=integrity_record(analysis),
         exposed=analysis.exposed,

@@ -176,6 +176,9 @@ class AnalysisRecord(msgspec.Struct, frozen=True, kw_only=True):
     world_size: int
     slowest_rank: int | None = None
     """The rank the others wait for; absent before schema 2."""
+    clock_slowest_rank: int | None = None
+    """The rank the aligned clock names as the one the others wait for, where that is not
+    slowest_rank (definitions: `clock_slowest_rank`); None where they agree, and in records before it."""
     source: str | None = None
     """The folder the traces were read from."""
     integrity: IntegrityRecord | None = None
@@ -202,15 +205,6 @@ class AnalysisRecord(msgspec.Struct, frozen=True, kw_only=True):
         `last_arrival_pct`, the lowest rank on a tie); None without an arrival order (records
         written before clock alignment, one rank)."""
         return max((r for r in self.ranks if r.last_arrival_pct is not None), key=lambda r: r.last_arrival_pct or 0.0, default=None)
-
-    def arrivals_disagree(self) -> RankRecord | None:
-        """The rank the aligned clock says the others wait for, where the durations name another:
-        `last_to_arrive` when it is not `slowest_rank` and started last more often than it, both
-        on the aligned clock (definitions: `slowest_rank`); else None."""
-        late, slow = self.last_to_arrive(), self.rank(self.slowest_rank) if self.slowest_rank is not None else None
-        if late is None or slow is None or late.rank == slow.rank or slow.last_arrival_pct is None:
-            return None  # (slowest_rank's clock not aligned: its arrivals are unknown, not 0%)
-        return late if (late.last_arrival_pct or 0.0) > slow.last_arrival_pct else None
 
 
 class ConsoleRank(msgspec.Struct, frozen=True, kw_only=True):

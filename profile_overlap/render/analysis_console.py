@@ -189,8 +189,8 @@ def print_notes(record: AnalysisRecord, facts: ConsoleFacts, console: Console, *
     """The wait/transfer sentence, each rank's notes and the integrity checks that are not ok."""
     # slowest_rank is null beside two ranks' wait_us only when every rank waits the same (outputs.md).
     if record.slowest_rank is not None or sum(r.wait_us is not None for r in record.ranks) >= 2:
-        late = record.arrivals_disagree()
         slow = record.rank(record.slowest_rank) if record.slowest_rank is not None else None
+        late = record.rank(record.clock_slowest_rank) if record.clock_slowest_rank is not None else None
         if late is not None and slow is not None:
             who = (
                 f"Rank {slow.rank} waits least by duration, but on the aligned clock rank {late.rank} started last at "

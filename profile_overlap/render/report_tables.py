@@ -342,7 +342,8 @@ def straggler_blocks(m: RunMetrics) -> tuple:
             continue
         rows, hi = [], set()
         # Where the aligned clock names another rank, the durations' pick is only that (definitions: slowest_rank).
-        disagree = mode.analysis is not None and mode.analysis.arrivals_disagree() is not None
+        clock_slowest = mode.analysis.clock_slowest_rank if mode.analysis else None
+        disagree = clock_slowest is not None
         many = mode.analysis if len(ranks) > TABLE_RANKS and mode.analysis is not None and mode.analysis.spread else None
         shares = dict(summary_of(m).modes[name].wait_share_pct)
         for i, r in enumerate(ranks):
@@ -372,8 +373,9 @@ def straggler_blocks(m: RunMetrics) -> tuple:
                 " of the collective calls.",
                 *(
                     (
-                        f" The durations and the arrivals disagree on which rank the others wait for (rank {slow} against "
-                        f"rank {late.rank}): a call that runs on after its peers' calls have ended counts as wait on that rank. "
+                        f" The durations and the arrivals disagree on which rank the others wait for (rank {slow} against ",
+                        Ref(f"rank {clock_slowest}", "clock_slowest_rank"),
+                        "): a call that runs on after its peers' calls have ended counts as wait on that rank. "
                         "Why exposed goes by the aligned clocks.",
                     )
                     if disagree

@@ -60,6 +60,9 @@ class TraceAnalysis:
     """Each dimension's numbers per rank (analysis/rank/dimensions.py); empty only in analyses built by hand."""
     pipeline: Pipeline | None = None
     """The pipeline stages and their bubble (analysis/rank/pipeline.py); None without send/recv."""
+    clock_slowest_rank: int | None = None
+    """The rank the aligned clock names as the one the others wait for, where the durations name
+    another (`slowest_rank`); None where the two agree or either cannot tell (`_clock_slowest`)."""
 
     @cached_property
     def heatmap(self) -> Heatmap | None:
@@ -139,6 +142,7 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False,
         ranks=tuple(ranks),
         waits=tuple(waits),
         slowest_rank=slowest,
+        clock_slowest_rank=_clock_slowest(waits, slowest),
         clocks=clocks,
         integrity=integrity,
         causes=causes,
@@ -147,6 +151,19 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False,
         ),
         pipeline=job_pipeline([(r.rank, r.pipeline) for r in ranks]),
     )
+
+
+def _clock_slowest(waits: list[RankWait], slowest: int | None) -> int | None:
+    """The rank that started the most matched calls last on the aligned clock (the lower rank on a
+    tie), where it is not `slowest` and started last more often than `slowest` did: the durations
+    (which assume a call ends together on every rank) and the clock then name different ranks as
+    the one the others wait for. None where they agree, without `slowest`, or where `slowest`'s
+    clock is not aligned (its arrivals are unknown, not 0%)."""
+    placed = {w.rank: w.last_arrival_pct for w in waits if w.last_arrival_pct is not None}
+    if slowest is None or slowest not in placed:
+        return None
+    late = max(placed, key=lambda rank: (placed[rank], -rank))
+    return late if late != slowest and placed[late] > placed[slowest] else None
 
 
 def _call_keys(ranks: list[RankAnalysis]) -> list[np.ndarray]:

@@ -99,6 +99,16 @@ function integrityPanel(mode, analysis) {
     clocks);
 }
 
+// Where the aligned clock names another rank than the durations (the record's clock_slowest_rank), a line says so.
+function disagreement(mode, analysis, slow) {
+  const other = analysis.clock_slowest_rank;
+  if (other == null || slow == null) return null;
+  const pctOf = (rank) => analysis.ranks.find((r) => r.rank === rank)?.last_arrival_pct;
+  return el("p", { class: "po-muted", text: `${mode}: rank ${slow} waits least by duration, but on the aligned clock rank ${other} ` +
+    `started last at ${exact(pctOf(other))}% of its matched calls (rank ${slow} at ${exact(pctOf(slow))}%): a call that runs on ` +
+    "after its peers' calls have ended counts as wait on that rank, so the two disagree; Why exposed goes by the aligned clock." });
+}
+
 function rankTable(mode, analysis, slow) {
   const maxComm = Math.max(...analysis.ranks.map((r) => (r.wait_us ?? 0) + (r.transfer_us ?? 0)), 1);
   const rows = analysis.ranks.map((r) => {
@@ -306,7 +316,8 @@ async function showRun(main, run, view) {
       el("h3", { text: "Ranks: overlap, and the wait vs transfer split (stragglers)" }),
       el("p", { class: "po-muted", text: "Each collective call is matched across ranks; transfer = the fastest rank's duration, " +
         "wait = the rest. ◆ (red row) is the rank that waits least: the others wait for it." }),
-      ...small.map((m) => rankTable(m, metrics.modes[m].analysis, slowestRank(metrics, m))),
+      ...small.flatMap((m) => [rankTable(m, metrics.modes[m].analysis, slowestRank(metrics, m)),
+        disagreement(m, metrics.modes[m].analysis, slowestRank(metrics, m))]).filter((p) => p != null),
       el("h3", { text: "Per profiler step (each metric clipped to the ProfilerStep#N window)" }),
       ...small.map((m) => stepTable(m, metrics.modes[m].analysis)),
       el("h3", { text: "Per collective (totals per rank; algbw = S/t, busbw = algbw · factor(kind, n), as nccl-tests)" }),

@@ -252,7 +252,11 @@ export class Timeline {
     const clocks = this.reference != null && this.ranks.some((r) => r.clock)
       ? ` Times are on rank ${this.reference}'s clock: each rank's clock offset, estimated from the ends of matched collectives, is taken out (hover for it).`
       : "";
-    this.note.textContent = `${this.serverNote}${merged} ◆ marks the rank the others wait for.${clocks}`;
+    const other = this.analysis?.clock_slowest_rank;
+    const marks = other != null && this.slowest != null
+      ? ` ◆ marks the rank that waits least by duration; the aligned clock names rank ${other} (the two disagree).`
+      : " ◆ marks the rank the others wait for.";
+    this.note.textContent = `${this.serverNote}${merged}${marks}${clocks}`;
     this.node.dataset.drawnRects = String(rects);
     this.node.dataset.phaseWindows = String(windows);
     this.node.dataset.exposedPieces = String(exposedPieces);
