@@ -170,7 +170,7 @@ def stragglers(m: RunMetrics, s: dict[str, ModeSummary]) -> Inline | None:
     late = slow_rank.last_arrival_pct if slow_rank else None  # absent from older records
     arrival: tuple = ("; it arrived last at ", Ref(f"{pct(late)}%", "last_arrival_pct"), " of the calls") if late is not None else ()
     other = analysis.rank(analysis.clock_slowest_rank) if analysis and analysis.clock_slowest_rank is not None else None
-    if other is not None:  # the aligned clock names another rank: say so (definitions: slowest_rank)
+    if other is not None:  # the aligned clock names another rank: say so (definitions: clock_slowest_rank)
         at = Ref(f"{pct(other.last_arrival_pct)}%", "last_arrival_pct")
         arrival += (f", rank {other.rank} at ", at, ": the durations and the arrivals disagree")
     hosts = {x.rank: x.host for x in m.env.ranks}

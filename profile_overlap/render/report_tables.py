@@ -341,7 +341,7 @@ def straggler_blocks(m: RunMetrics) -> tuple:
             blocks.append(Paragraph((f"{name}: no collective was matched on two or more ranks, so there is no wait/transfer split.",)))
             continue
         rows, hi = [], set()
-        # Where the aligned clock names another rank, the durations' pick is only that (definitions: slowest_rank).
+        # Where the aligned clock names another rank, the durations' pick is only that (definitions: clock_slowest_rank).
         clock_slowest = mode.analysis.clock_slowest_rank if mode.analysis else None
         disagree = clock_slowest is not None
         many = mode.analysis if len(ranks) > TABLE_RANKS and mode.analysis is not None and mode.analysis.spread else None
