@@ -65,7 +65,9 @@ def _waits(pcts: dict[int, float | None]) -> list[RankWait]:
 def test_the_clock_names_another_rank_only_where_both_readings_place_the_ranks():
     assert _clock_slowest(_waits({0: 20.0, 1: 80.0}), 1) is None  # they agree
     assert _clock_slowest(_waits({0: 80.0, 1: 20.0}), 1) == 0
-    assert _clock_slowest(_waits({0: 40.0, 1: 40.0, 2: 20.0}), 2) == 0  # a tie: the lower rank
+    assert _clock_slowest(_waits({0: 60.0, 1: 20.0, 2: 20.0}), 2) == 0  # last at most of its calls
+    # No rank last at most of its calls: 4 ranks, 16 calls, one call apart (the quickstart's run).
+    assert _clock_slowest(_waits({0: 25.0, 1: 31.25, 2: 25.0, 3: 18.75}), 0) is None
     assert _clock_slowest(_waits({0: 50.0, 1: 50.0}), 1) is None  # the slowest starts last as often
     assert _clock_slowest(_waits({0: 100.0, 1: None}), 1) is None  # rank 1's clock not aligned: unknown, not 0%
     assert _clock_slowest(_waits({0: 100.0, 1: 0.0}), None) is None  # every rank waits the same

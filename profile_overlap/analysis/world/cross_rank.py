@@ -61,8 +61,9 @@ class TraceAnalysis:
     pipeline: Pipeline | None = None
     """The pipeline stages and their bubble (analysis/rank/pipeline.py); None without send/recv."""
     clock_slowest_rank: int | None = None
-    """The rank the aligned clock names as the one the others wait for, where the durations name
-    another (`slowest_rank`); None where the two agree or either cannot tell (`_clock_slowest`)."""
+    """The rank the aligned clock names as the one the others wait for (last at most of its calls),
+    where the durations name another (`slowest_rank`); None where the two agree or either cannot
+    tell (`_clock_slowest`)."""
 
     @cached_property
     def heatmap(self) -> Heatmap | None:
@@ -153,17 +154,25 @@ def combine(ranks: list[RankAnalysis], *, source: str, hta_compat: bool = False,
     )
 
 
+CLOCK_MAJORITY_PCT = 50.0
+"""clock_slowest_rank names a rank only when it started more than this share of its matched calls last:
+below, which rank arrives last changes from call to call, and a call or two (or the clocks'
+uncertainty) decides the top share (4 ranks, 16 calls: 31% against 25% is one call)."""
+
+
 def _clock_slowest(waits: list[RankWait], slowest: int | None) -> int | None:
-    """The rank that started the most matched calls last on the aligned clock (the lower rank on a
-    tie), where it is not `slowest` and started last more often than `slowest` did: the durations
-    (which assume a call ends together on every rank) and the clock then name different ranks as
-    the one the others wait for. None where they agree, without `slowest`, or where `slowest`'s
-    clock is not aligned (its arrivals are unknown, not 0%)."""
+    """The rank that started most of its matched calls (over CLOCK_MAJORITY_PCT) last on the
+    aligned clock, where it is not `slowest` and started last more often than `slowest` did: the
+    durations (which assume a call ends together on every rank) and the clock then name different
+    ranks as the one the others wait for. None where they agree, where no rank is last at most of
+    its calls, without `slowest`, or where `slowest`'s clock is not aligned (its arrivals are
+    unknown, not 0%). The lower rank on a tie."""
     placed = {w.rank: w.last_arrival_pct for w in waits if w.last_arrival_pct is not None}
     if slowest is None or slowest not in placed:
         return None
     late = max(placed, key=lambda rank: (placed[rank], -rank))
-    return late if late != slowest and placed[late] > placed[slowest] else None
+    clear = placed[late] > CLOCK_MAJORITY_PCT and placed[late] > placed[slowest]
+    return late if late != slowest and clear else None
 
 
 def _call_keys(ranks: list[RankAnalysis]) -> list[np.ndarray]:
