@@ -200,12 +200,6 @@ class AnalysisRecord(msgspec.Struct, frozen=True, kw_only=True):
     def rank(self, rank: int) -> RankRecord | None:
         return next((r for r in self.ranks if r.rank == rank), None)
 
-    def last_to_arrive(self) -> RankRecord | None:
-        """The rank that started the most matched calls last on the aligned clock (the highest
-        `last_arrival_pct`, the lowest rank on a tie); None without an arrival order (records
-        written before clock alignment, one rank)."""
-        return max((r for r in self.ranks if r.last_arrival_pct is not None), key=lambda r: r.last_arrival_pct or 0.0, default=None)
-
 
 class ConsoleRank(msgspec.Struct, frozen=True, kw_only=True):
     """One rank as the `analyze` console shows it: its record unrounded, and what the record's JSON leaves out."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from profile_overlap.render import dimensions
+from profile_overlap.render.exposed import WAIT_BY_DURATION
 from profile_overlap.render.exposed import console_lines as exposed_lines
 from profile_overlap.render.integrity import console_lines as integrity_lines
 from profile_overlap.render.interference import line as interference_line
@@ -195,8 +196,7 @@ def print_notes(record: AnalysisRecord, facts: ConsoleFacts, console: Console, *
             who = (
                 f"Rank {slow.rank} waits least by duration, but on the aligned clock rank {late.rank} started last at "
                 f"{late.last_arrival_pct:.1f}% of its matched calls (rank {slow.rank} at {slow.last_arrival_pct:.1f}%): "
-                "a call that runs on after its peers' calls have ended counts as wait on that rank, so the two disagree "
-                "on which rank the others wait for; why exposed goes by the aligned clock."
+                f"{WAIT_BY_DURATION}, so the two disagree on which rank the others wait for; why exposed goes by the aligned clock."
             )
         elif slow is not None:
             who = f"Rank {slow.rank} waits least: the others wait for it."

@@ -14,6 +14,11 @@ CONSOLE_CALLS = 3
 WHAT_TEXT = {"compute": "compute", "idle": "idle time (no compute, no communication)", "exposed comm": "own exposed communication"}
 
 
+WAIT_BY_DURATION = "a call that runs on after its peers' calls have ended counts as wait on that rank"
+"""Why the durations' slowest_rank and the aligned clock can name different ranks (definitions:
+`clock_slowest_rank`): the console and the report say it where clock_slowest_rank is set."""
+
+
 def _ms(us: float | None) -> str:
     return "–" if us is None else ms(us / 1e3)
 

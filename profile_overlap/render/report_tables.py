@@ -10,6 +10,7 @@ from profile_overlap.record.interference import Interference
 from profile_overlap.record.metrics import ModeSummary, RunMetrics
 from profile_overlap.record.summary import measured_interference, summary_of
 from profile_overlap.render.document import Figure, Inline, Paragraph, Ref, Table
+from profile_overlap.render.exposed import WAIT_BY_DURATION
 from profile_overlap.render.interference import figure, median_rank
 from profile_overlap.render.modes import noise_reason, speedup_cell
 from profile_overlap.render.numbers import gbps, mib, ms, pct, times, us
@@ -363,7 +364,7 @@ def straggler_blocks(m: RunMetrics) -> tuple:
                 hi.add(i)
         most = max(ranks, key=lambda r: r.wait_us or 0)
         # Records written before clock alignment have no arrival order.
-        late = mode.analysis.last_to_arrive() if mode.analysis else None
+        late = max((r for r in ranks if r.last_arrival_pct is not None), key=lambda r: r.last_arrival_pct or 0.0, default=None)
         arrival = (
             (
                 " On the aligned clocks, rank ",
@@ -375,8 +376,7 @@ def straggler_blocks(m: RunMetrics) -> tuple:
                     (
                         f" The durations and the arrivals disagree on which rank the others wait for (rank {slow} against ",
                         Ref(f"rank {clock_slowest}", "clock_slowest_rank"),
-                        "): a call that runs on after its peers' calls have ended counts as wait on that rank. "
-                        "Why exposed goes by the aligned clocks.",
+                        f"): {WAIT_BY_DURATION}. Why exposed goes by the aligned clocks.",
                     )
                     if disagree
                     else ()
