@@ -233,8 +233,8 @@ def _image(tag: str, png: bytes) -> summary_pb2.Summary:
 
 def _hparams(metrics: RunMetrics, mode: str) -> dict:
     """The run configuration as hparams (the config's own mode is the run's; `mode` is this folder's)."""
-    cfg: dict[str, object] = {k: v for k, v in metrics.config.items() if isinstance(v, (bool, int, float, str))}
-    cfg["run_mode"] = cfg.pop("mode", "")
+    cfg: dict[str, object] = {k: v for k, v in metrics.config.items() if isinstance(v, (bool, int, float, str)) and k != "mode"}
+    cfg["run_mode"] = metrics.config.mode
     env = metrics.env
     return {
         "mode": mode,

@@ -58,11 +58,11 @@ class SweepConfig(run_config.JobSection):
     """The job flags: one process group and one sweep folder for every point."""
 
     def __post_init__(self) -> None:
-        if self.run.get("mode", "compare") != "compare":
-            raise ValueError(f"a sweep always runs --mode compare (every mode): drop --mode {self.run['mode']}")
-        if not self.run.get("profile", True):
+        first = self.point_configs()[0]  # a bad value (say dim=0) fails here, before any rank starts
+        if first.workload.mode != "compare":
+            raise ValueError(f"a sweep always runs --mode compare (every mode): drop --mode {first.workload.mode}")
+        if not first.schedule.profile:
             raise ValueError("a sweep needs the profiler for overlap and exposed communication: drop --no-profile")
-        self.point_configs()  # a bad value (say dim=0) fails here, before any rank starts
 
     def points(self) -> list[dict]:
         names = [name for name, _ in self.vary]
